@@ -1,0 +1,234 @@
+"""Find and remove what a run created, by its tag only.
+
+Used both by :class:`nslab.lab.Lab` on exit and by ``nslab clean`` after a
+crash. Objects are found by the run id they carry: namespace names
+``<run>-<node>``, root interfaces with ``ifalias nslab:<run>:...``, OVS bridges
+with ``external_ids:nslab-run``, processes with ``NSLAB_RUN`` in their
+environment, the journal ``/run/nslab/<run>.json`` and work dir
+``/run/nslab/<run>/``. Nothing without the tag is touched.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from .naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR
+from .proc import kill_pids, pids_with_tag, run
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Inventory:
+    """Everything found for one run."""
+
+    run_id: str
+    namespaces: List[str] = field(default_factory=list)
+    interfaces: List[str] = field(default_factory=list)
+    bridges: List[str] = field(default_factory=list)
+    pids: List[int] = field(default_factory=list)
+    journal: Optional[dict] = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.namespaces or self.interfaces or self.bridges or self.pids or self.journal
+                    or os.path.isdir(workdir(self.run_id)))
+
+    def describe(self) -> List[str]:
+        out = [f"namespace {n}" for n in self.namespaces]
+        out += [f"interface {i}" for i in self.interfaces]
+        out += [f"OVS bridge {b}" for b in self.bridges]
+        out += [f"process {p} ({_comm(p)})" for p in self.pids]
+        for restore in (self.journal or {}).get("restore", []):
+            out.append(f"restore {restore.get('what', '?')}")
+        if self.journal is not None:
+            out.append(f"journal {journal_path(self.run_id)}")
+        if os.path.isdir(workdir(self.run_id)):
+            out.append(f"work dir {workdir(self.run_id)}")
+        return out
+
+
+def journal_path(run_id: str) -> str:
+    return os.path.join(STATE_DIR, f"{run_id}.json")
+
+
+def workdir(run_id: str) -> str:
+    return os.path.join(STATE_DIR, run_id)
+
+
+def read_journal(run_id: str) -> Optional[dict]:
+    try:
+        with open(journal_path(run_id)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_journal(run_id: str, data: dict) -> None:
+    os.makedirs(STATE_DIR, exist_ok=True)
+    tmp = journal_path(run_id) + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(tmp, journal_path(run_id))
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def process_start_time(pid: int) -> Optional[int]:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def run_is_live(journal: Optional[dict]) -> bool:
+    """True if the process that owns a run is still alive (same pid and start time)."""
+    if not journal:
+        return False
+    pid, start = journal.get("pid"), journal.get("pid_start")
+    return bool(pid) and process_start_time(int(pid)) == start
+
+
+def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
+    """Find tagged objects of every run (or of ``run_id``)."""
+    runs: Dict[str, Inventory] = {}
+
+    def inv(rid: str) -> Inventory:
+        return runs.setdefault(rid, Inventory(rid))
+
+    def want(rid: str) -> bool:
+        return run_id is None or rid == run_id
+
+    try:
+        for entry in os.listdir(STATE_DIR):
+            rid = entry[:-5] if entry.endswith(".json") else entry
+            if RUN_RE.match(rid) and want(rid):
+                inv(rid).journal = read_journal(rid) if entry.endswith(".json") else inv(rid).journal
+    except OSError:
+        pass
+    res = run(["ip", "netns", "list"], check=False)
+    for line in res.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        m = NS_RE.match(name)
+        if m and want(m.group(1)):
+            inv(m.group(1)).namespaces.append(name)
+    res = run(["ip", "-j", "link", "show"], check=False)
+    try:
+        links = json.loads(res.stdout or "[]")
+    except ValueError:
+        links = []
+    for link in links:
+        alias = link.get("ifalias", "")
+        if alias.startswith(ALIAS_PREFIX):
+            rid = alias.split(":")[1]
+            if RUN_RE.match(rid) and want(rid):
+                inv(rid).interfaces.append(link["ifname"])
+    if shutil.which("ovs-vsctl"):
+        from .ovs.bridge import tagged_bridges
+        for br, rid in tagged_bridges(run_id).items():
+            inv(rid).bridges.append(br)
+    for pid, rid in pids_with_tag(run_id).items():
+        if RUN_RE.match(rid):
+            inv(rid).pids.append(pid)
+    return runs
+
+
+def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> List[str]:
+    """Remove one run's objects in stages; each stage is best effort and logged.
+
+    Returns the problems met (empty if everything went).
+    """
+    problems: List[str] = []
+
+    def stage(name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - teardown must go on
+            log.warning("teardown %s: %s: %s", inv.run_id, name, exc)
+            problems.append(f"{name}: {exc}")
+
+    for hook in reversed(hooks or []):
+        stage(getattr(hook, "__name__", "hook"), hook)
+    journal = inv.journal or read_journal(inv.run_id) or {}
+    # Restore anything the run changed outside its own objects (e.g. an uplink NIC).
+    for item in reversed(journal.get("restore", [])):
+        stage(f"restore {item.get('what')}", lambda item=item: _restore(item))
+    stage("processes", lambda: kill_pids(sorted(set(inv.pids) | set(pids_with_tag(inv.run_id)))))
+    if inv.bridges:
+        from .ovs.bridge import del_bridge
+        stage("ovs bridges", lambda: [del_bridge(b) for b in inv.bridges])
+    if inv.interfaces:
+        stage("interfaces", lambda: _batch(["link del dev " + i for i in inv.interfaces]))
+    if inv.namespaces:
+        stage("namespaces", lambda: _batch(["netns del " + n for n in inv.namespaces]))
+    stage("work dir", lambda: shutil.rmtree(workdir(inv.run_id), ignore_errors=True))
+    stage("journal", lambda: os.path.exists(journal_path(inv.run_id)) and os.unlink(journal_path(inv.run_id)))
+    if journal.get("uses_ovs"):
+        from .ovs.daemon import release
+        others = [r for r, i in discover().items()
+                  if r != inv.run_id and i.journal and i.journal.get("uses_ovs") and run_is_live(i.journal)]
+        stage("ovs daemons", lambda: release(others))
+    return problems
+
+
+def _batch(lines: List[str]) -> None:
+    if lines:
+        res = run(["ip", "-force", "-batch", "-"], input="\n".join(lines) + "\n", check=False)
+        if not res.ok and "Cannot find device" not in res.stderr:
+            raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "ip -batch failed")
+
+
+def _restore(item: dict) -> None:
+    """Undo a recorded change: a list of argv commands to run."""
+    for argv in item.get("argv", []):
+        run(argv, check=False)
+
+
+def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = False
+          ) -> Dict[str, List[str]]:
+    """Remove leftovers of crashed runs (skip live ones unless ``force``).
+
+    Returns ``{run_id: [descriptions]}`` of what was (or would be) removed.
+    """
+    report: Dict[str, List[str]] = {}
+    for rid, inv in sorted(discover(run_id).items()):
+        if inv.empty:
+            continue
+        if run_is_live(inv.journal) and not force:
+            report[rid] = [f"skipped: run is live (pid {inv.journal.get('pid')}); use --force"]
+            continue
+        report[rid] = inv.describe()
+        if not dry_run:
+            problems = remove(inv)
+            report[rid] += [f"problem: {p}" for p in problems]
+    return report
+
+
+def block_sigint():
+    """Context manager: ignore SIGINT while tearing down (main thread only)."""
+    import contextlib
+    import threading
+
+    @contextlib.contextmanager
+    def _cm():
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, old)
+    return _cm()

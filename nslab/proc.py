@@ -1,0 +1,192 @@
+"""Running commands: argv lists only, in the root namespace or a named one.
+
+Every process started here carries ``NSLAB_RUN=<run id>`` in its environment so
+that ``nslab clean`` can find it after a crash and kill only what the lab started.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Union
+
+from .errors import CommandError
+
+log = logging.getLogger(__name__)
+
+TAG_ENV = "NSLAB_RUN"
+
+
+@dataclass
+class Result:
+    """The outcome of a finished command."""
+
+    argv: List[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def netns_argv(netns: Optional[str], argv: Sequence[str]) -> List[str]:
+    """Prefix ``argv`` so that it runs inside the named network namespace."""
+    argv = [str(a) for a in argv]
+    if netns is None:
+        return argv
+    return ["ip", "netns", "exec", netns] + argv
+
+
+def tagged_env(run_id: Optional[str], extra: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment for a child: ours plus the run tag."""
+    env = dict(os.environ)
+    if run_id:
+        env[TAG_ENV] = run_id
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run(argv: Sequence[str], *, netns: Optional[str] = None, run_id: Optional[str] = None,
+        check: bool = True, input: Optional[str] = None, timeout: Optional[float] = 60,
+        env: Optional[Mapping[str, str]] = None, where: str = "") -> Result:
+    """Run a command to completion and capture its output.
+
+    Args:
+        argv: the command as a list; never a shell string.
+        netns: the named namespace to run it in (None: root namespace).
+        run_id: the lab run that owns the process (sets ``NSLAB_RUN``).
+        check: raise :class:`CommandError` on a non-zero exit.
+        input: text fed to stdin.
+        timeout: seconds before the command is killed and an error raised.
+        env: extra environment variables.
+        where: a short label (node name) for error messages.
+    """
+    full = netns_argv(netns, argv)
+    log.debug("run%s: %s", f" [{netns}]" if netns else "", " ".join(full))
+    try:
+        cp = subprocess.run(full, input=input, capture_output=True, text=True,
+                            timeout=timeout, env=tagged_env(run_id, env))
+    except FileNotFoundError as exc:
+        raise CommandError(full, None, "", f"{exc.filename}: not found", where) from None
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        raise CommandError(full, None, out, f"timed out after {timeout} s", where) from None
+    res = Result(full, cp.returncode, cp.stdout, cp.stderr)
+    if check and cp.returncode != 0:
+        raise CommandError(full, cp.returncode, cp.stdout, cp.stderr, where)
+    return res
+
+
+class Process:
+    """A background process the lab started; stopped by PID with a signal ladder."""
+
+    def __init__(self, argv: Sequence[str], *, netns: Optional[str] = None,
+                 run_id: Optional[str] = None, stdout: Union[int, IO, None] = subprocess.PIPE,
+                 stderr: Union[int, IO, None] = subprocess.PIPE,
+                 env: Optional[Mapping[str, str]] = None, where: str = "",
+                 name: str = "") -> None:
+        self.argv = netns_argv(netns, argv)
+        self.where = where
+        self.name = name or os.path.basename(str(argv[0]))
+        log.debug("spawn%s: %s", f" [{netns}]" if netns else "", " ".join(self.argv))
+        try:
+            self.popen = subprocess.Popen(self.argv, stdout=stdout, stderr=stderr, text=True,
+                                          env=tagged_env(run_id, env),
+                                          start_new_session=True)
+        except FileNotFoundError as exc:
+            raise CommandError(self.argv, None, "", f"{exc.filename}: not found", where) from None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def wait(self, timeout: Optional[float] = None) -> Result:
+        """Wait for the process and return its result (output if it was piped)."""
+        try:
+            out, err = self.popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            out, err = self.popen.communicate()
+            raise CommandError(self.argv, None, out or "", f"timed out after {timeout} s",
+                               self.where) from None
+        return Result(self.argv, self.popen.returncode, out or "", err or "")
+
+    def stop(self, grace: float = 2.0) -> Optional[int]:
+        """SIGINT, then SIGTERM, then SIGKILL the process group; reap it."""
+        if self.popen.poll() is not None:
+            return self.popen.returncode
+        for sig, wait in ((signal.SIGINT, grace / 2), (signal.SIGTERM, grace / 2),
+                          (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                return self.popen.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+        try:
+            return self.popen.wait(timeout=1)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable
+            log.warning("process %s (%d) would not die", self.name, self.pid)
+            return None
+
+
+def kill_pids(pids: Sequence[int], grace: float = 1.0) -> None:
+    """TERM then KILL a list of PIDs (ones found by tag, not our children)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        live = []
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+                live.append(pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if not live:
+            return
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            live = [p for p in live if _exists(p)]
+            if not live:
+                return
+            time.sleep(0.05)
+        pids = live
+
+
+def _exists(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def pids_with_tag(run_id: Optional[str] = None) -> Dict[int, str]:
+    """PIDs whose environment carries ``NSLAB_RUN`` (any run, or ``run_id``)."""
+    found: Dict[int, str] = {}
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(TAG_ENV.encode() + b"="):
+                rid = item.split(b"=", 1)[1].decode(errors="replace")
+                if run_id is None or rid == run_id:
+                    found[int(entry)] = rid
+                break
+    return found

@@ -1,0 +1,67 @@
+"""OVS bridges the lab creates: one ``ovs-vsctl`` transaction per bridge, tagged
+with ``external_ids:nslab-run``."""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Dict, List, Optional, Sequence
+
+from nslab.proc import run
+
+log = logging.getLogger(__name__)
+
+TAG_KEY = "nslab-run"
+
+
+def add_bridge(name: str, run_id: str, node: str, ports: Sequence[str], datapath: str,
+               stp: bool = False, dpid: Optional[int] = None,
+               controller: Optional[str] = None) -> None:
+    """Create bridge ``name`` with ``ports`` in one transaction.
+
+    Without a controller the bridge runs in ``standalone`` fail mode: a
+    learning switch (OpenFlow NORMAL), like Mininet's ``--controller none``
+    with OVS in standalone mode.
+    """
+    argv = ["ovs-vsctl", "--timeout=20", "--", "add-br", name,
+            "--", "set", "Bridge", name, f"datapath_type={datapath}",
+            f"external_ids:{TAG_KEY}={run_id}", f"external_ids:nslab-node={node}",
+            "fail_mode=standalone", f"stp_enable={'true' if stp else 'false'}"]
+    if dpid is not None:
+        argv += [f"other_config:datapath-id={dpid:016x}"]
+    for port in ports:
+        argv += ["--", "add-port", name, port]
+    if controller:
+        argv += ["--", "set-controller", name, controller]
+    run(argv, timeout=30, where=f"ovs bridge {node}")
+
+
+def del_bridge(name: str) -> None:
+    run(["ovs-vsctl", "--timeout=20", "--if-exists", "del-br", name], check=False, timeout=30)
+
+
+def _bridges() -> List[Dict[str, object]]:
+    res = run(["ovs-vsctl", "--timeout=5", "--format=json", "--", "--columns=name,external_ids",
+               "list", "Bridge"], check=False, timeout=10)
+    if not res.ok:
+        return []
+    data = json.loads(res.stdout)
+    out = []
+    for name, ext in data.get("data", []):
+        ids = dict(ext[1]) if isinstance(ext, list) and ext[0] == "map" else {}
+        out.append({"name": name, "external_ids": ids})
+    return out
+
+
+def tagged_bridges(run_id: Optional[str] = None) -> Dict[str, str]:
+    """OVS bridges carrying ``external_ids:nslab-run`` (of any run, or of ``run_id``)."""
+    found = {}
+    for br in _bridges():
+        rid = br["external_ids"].get(TAG_KEY)  # type: ignore[union-attr]
+        if rid and (run_id is None or rid == run_id):
+            found[str(br["name"])] = rid
+    return found
+
+
+def foreign_bridges() -> List[str]:
+    """Bridges nslab did not create."""
+    return [str(b["name"]) for b in _bridges() if TAG_KEY not in b["external_ids"]]  # type: ignore[operator]

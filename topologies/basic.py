@@ -1,0 +1,74 @@
+"""``single`` (k hosts on one switch) and ``pair`` (two hosts, one link).
+
+Mininet-compatible: ``mn --custom topologies/basic.py --topo nslab_single,4``.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from nslab.topo import Topology
+
+
+def _link_opts(bw: Any = None, delay: Any = None, loss: Any = None,
+               framing: bool = False) -> Dict[str, Any]:
+    opts: Dict[str, Any] = {}
+    if bw is not None:
+        opts["bw"] = bw
+    if delay is not None:
+        opts["delay"] = delay
+    if loss is not None:
+        opts["loss"] = loss
+    if framing:
+        opts["framing"] = True
+    return opts
+
+
+def build_single(t: Any, k: int = 2, **link: Any) -> None:
+    """Add k hosts on one switch to ``t`` (a Mininet ``Topo`` or a :class:`Topology`)."""
+    switch = t.addSwitch("s1")
+    for h in range(1, int(k) + 1):
+        t.addLink(t.addHost(f"h{h}"), switch, **_link_opts(**link))
+
+
+def build_pair(t: Any, **link: Any) -> None:
+    """Two hosts joined by one link."""
+    t.addLink(t.addHost("h1"), t.addHost("h2"), **_link_opts(**link))
+
+
+def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None,
+           loss: Any = None, framing: bool = False) -> Topology:
+    """k hosts (10.0.0.1..k/8) on switch s1 (``bridge`` or ``ovs``)."""
+    from nslab.errors import InputError
+    if int(k) < 1 or int(k) > 250:
+        raise InputError(f"single: k={k} is out of range 1..250")
+    t = Topology(name=f"single-{k}", switch_type=switch)
+    build_single(t, k, bw=bw, delay=delay, loss=loss, framing=framing)
+    return t.validate()
+
+
+def pair(bw: Any = None, delay: Any = None, loss: Any = None, framing: bool = False,
+         **_ignored: Any) -> Topology:
+    """h1 (10.0.0.1/8) and h2 (10.0.0.2/8) on one veth."""
+    t = Topology(name="pair")
+    build_pair(t, bw=bw, delay=delay, loss=loss, framing=framing)
+    return t.validate()
+
+
+try:  # Mininet is optional for the lab itself, needed only for `mn --custom`.
+    from mininet.topo import Topo
+
+    class SingleTopo(Topo):
+        """k hosts on one switch (Mininet form of :func:`single`)."""
+
+        def build(self, k: int = 2, bw: Optional[float] = None) -> None:  # type: ignore[override]
+            build_single(self, k, bw=bw)
+
+    class PairTopo(Topo):
+        """Two hosts, one link (Mininet form of :func:`pair`)."""
+
+        def build(self, bw: Optional[float] = None) -> None:  # type: ignore[override]
+            build_pair(self, bw=bw)
+
+    topos = {"nslab_single": SingleTopo, "nslab_pair": PairTopo}
+except ImportError:  # pragma: no cover
+    topos = {}
