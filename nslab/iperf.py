@@ -260,3 +260,20 @@ def run_client(node: "LabNode", server: str, raw_path: Optional[str] = None,
         raise CommandError(res.argv, res.returncode, res.stdout, res.stderr or "no iperf report",
                            node.name)
     return rep
+
+
+def wait_listening(node: "LabNode", port: int = DEFAULT_PORT, timeout: float = 5.0,
+                   udp: bool = False, count: int = 1) -> None:
+    """Wait until ``count`` sockets listen on ``port`` in ``node`` (``ss``), or raise."""
+    import time as _time
+
+    from .errors import ReadinessError
+    deadline = _time.monotonic() + timeout
+    flag = "-uln" if udp else "-tln"
+    while True:
+        out = node.run(["ss", "-H", flag, f"sport = :{port}"], check=False).stdout
+        if len([l for l in out.splitlines() if l.strip()]) >= count:
+            return
+        if _time.monotonic() > deadline:
+            raise ReadinessError(f"{node.name}: nothing listening on port {port} after {timeout} s")
+        _time.sleep(0.05)

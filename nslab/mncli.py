@@ -1,0 +1,66 @@
+"""The Mininet CLI on a running lab.
+
+Mininet's own :class:`mininet.cli.CLI` drives our named namespaces: each node
+gets a Mininet ``Host`` whose shell is started with ``ip netns exec <ns>`` (and
+``NSLAB_RUN`` in its environment), and the lab's existing interfaces are
+attached as Mininet ``Intf`` objects. So ``h1 ping h2``, ``pingall``,
+``iperf h1 h2``, ``nodes``, ``net`` and ``py`` work as in ``mn``.
+"""
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from .errors import CapabilityError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .lab import Lab
+
+
+def run_cli(lab: "Lab", script: Any = None) -> None:
+    """Run the Mininet CLI on ``lab`` until the user exits; stop its shells after."""
+    try:
+        from mininet.cli import CLI
+        from mininet.link import Intf
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+        from mininet.node import Host
+    except ImportError:
+        raise CapabilityError("the Mininet CLI needs Mininet (apt install mininet)") from None
+
+    class NsHost(Host):
+        """A Mininet host living in one of the lab's named namespaces."""
+
+        def __init__(self, name: str, netns: str, **params: Any) -> None:
+            self.nslab_netns = netns
+            super().__init__(name, inNamespace=False, **params)
+
+        def _popen(self, cmd, **params):  # noqa: D401 - Mininet hook
+            env = dict(params.pop("env", None) or os.environ)
+            env["NSLAB_RUN"] = lab.run_id
+            return super()._popen(["ip", "netns", "exec", self.nslab_netns] + list(cmd),
+                                  env=env, **params)
+
+    setLogLevel("info")
+    net = Mininet(topo=None, build=False, controller=None)
+    shells = []
+    try:
+        for node in lab:
+            if node.netns is None:
+                continue
+            h = NsHost(node.name, node.netns)
+            shells.append(h)
+            for intf in node.intfs:
+                i = Intf(intf, node=h)
+                cidr = node.addrs.get(intf)
+                if cidr:
+                    i.ip, i.prefixLen = cidr.split("/")[0], int(cidr.split("/")[1])
+            if node.kind == "switch":
+                net.switches.append(h)
+            else:
+                net.hosts.append(h)
+            net.nameToNode[node.name] = h
+        CLI(net, script=script)
+    finally:
+        for h in shells:
+            h.terminate()
