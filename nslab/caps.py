@@ -121,11 +121,6 @@ def _kernel_probes() -> Dict[str, Capability]:
                                     "Linux bridge", False, "CONFIG_BRIDGE")
         caps["htb"] = Capability("htb", veth and t(tcn + ["qdisc", "add", "dev", "p0", "root", "handle", "1:", "htb"]),
                                  "rate shaping (htb)", False, "sch_htb")
-        stab = veth and t(tcn + ["qdisc", "add", "dev", "p1", "root", "handle", "1:", "stab",
-                                 "overhead", "24", "linklayer", "ethernet", "htb"])
-        t(tcn + ["qdisc", "del", "dev", "p1", "root"])
-        caps["stab"] = Capability("stab", stab, "framing overhead (stab)" if stab else
-                                  "missing: Ethernet framing overhead cannot be modelled", False, "")
         caps["tbf"] = Capability("tbf", veth and t(tcn + ["qdisc", "replace", "dev", "p0", "root", "tbf", "rate",
                                                          "1mbit", "burst", "32k", "latency", "50ms"]),
                                  "rate shaping (tbf)", False, "sch_tbf")

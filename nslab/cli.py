@@ -84,7 +84,7 @@ def doctor() -> None:
     t.add_column("status")
     t.add_column("the lab will use / how to fix")
     order = ["root", "netns", "veth", "bridge", "ovs", "ovs_kernel", "ovs_running", "htb", "tbf",
-             "stab", "netem", "ecmp", "rps", "u32", "macvlan", "vlan", "vrf", "bond", "dummy", "frr"]
+             "netem", "ecmp", "rps", "u32", "macvlan", "vlan", "vrf", "bond", "dummy", "frr"]
     order += [k for k in found if k.startswith("tool:")]
     missing_required = []
     for key in order:

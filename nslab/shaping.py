@@ -2,7 +2,7 @@
 
 Pure logic: parsing rates and building argv/batch lines, no root needed.
 Rates use htb (default) or tbf with a burst large enough for line rate;
-``overhead`` adds per-frame bytes through a size table (``stab``) so that,
+``overhead`` adds per-frame bytes to the shaper's rate spec so that,
 e.g., ``overhead=24`` (preamble 8 + inter-frame gap 12 + FCS 4) makes the
 shaper count real Ethernet wire time and 64-byte frames see real frame rates.
 Delay, jitter and loss need netem; the lab refuses them where the kernel
@@ -131,13 +131,21 @@ class Shaping:
 
     @classmethod
     def from_params(cls, bw=None, delay=None, jitter=None, loss=None, max_queue_size=None,
-                    qdisc: str = "htb", burst=None, overhead=0, framing: bool = False) -> "Shaping":
-        """Build from Mininet ``TCLink``-style options (``bw`` in Mbit/s unless a unit is given)."""
+                    qdisc: Optional[str] = None, burst=None, overhead=0,
+                    framing: bool = False) -> "Shaping":
+        """Build from Mininet ``TCLink``-style options (``bw`` in Mbit/s unless a unit is given).
+
+        With framing overhead the default qdisc is tbf: measured on Linux 6.18,
+        tbf charges the rate-spec overhead per packet (TCP at 1 Gbit/s + 24 B:
+        936 Mbit/s, theory 941) while htb ignored it (953, as without overhead).
+        """
+        overhead = ETHERNET_OVERHEAD if framing else int(overhead or 0)
+        qdisc = qdisc or ("tbf" if overhead else "htb")
         return cls(
             rate=parse_rate(bw) if bw is not None else None,
             qdisc=qdisc,
             burst=int(burst) if burst else None,
-            overhead=ETHERNET_OVERHEAD if framing else int(overhead or 0),
+            overhead=overhead,
             delay_ms=parse_time_ms(delay) if delay is not None else 0.0,
             jitter_ms=parse_time_ms(jitter) if jitter is not None else 0.0,
             loss_pct=float(loss) if loss is not None else 0.0,
@@ -147,18 +155,22 @@ class Shaping:
     def tc_batch(self, dev: str) -> List[str]:
         """The ``tc -batch`` lines that apply this shaping to ``dev``'s egress."""
         lines: List[str] = []
-        stab = f" stab overhead {self.overhead} linklayer ethernet" if self.overhead else ""
+        # Per-frame overhead goes on the rate spec (htb/tbf ``overhead``), which the
+        # kernel adds to every packet; a ``stab`` size table was measured here to
+        # let TCP exceed the shaped rate. The lab turns GSO off on such
+        # interfaces so that every packet is one frame.
+        ovh = f" overhead {self.overhead}" if self.overhead else ""
         netem_parent = None
         if self.rate is not None:
             burst = self.effective_burst()
             if self.qdisc == "htb":
-                lines.append(f"qdisc add dev {dev} root handle 1:{stab} htb default 1")
+                lines.append(f"qdisc add dev {dev} root handle 1: htb default 1")
                 lines.append(f"class add dev {dev} parent 1: classid 1:1 htb rate {self.rate}bit "
-                             f"ceil {self.rate}bit burst {burst} cburst {burst}")
+                             f"burst {burst} cburst {burst}{ovh}")
                 netem_parent = "parent 1:1 handle 10:"
             else:
-                lines.append(f"qdisc add dev {dev} root handle 1:{stab} tbf rate {self.rate}bit "
-                             f"burst {burst} latency 50ms")
+                lines.append(f"qdisc add dev {dev} root handle 1: tbf rate {self.rate}bit "
+                             f"burst {burst} latency 50ms{ovh}")
                 netem_parent = "parent 1:1 handle 10:"
         if self.needs_netem:
             where = netem_parent or "root handle 10:"

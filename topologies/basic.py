@@ -4,9 +4,12 @@ Mininet-compatible: ``mn --custom topologies/basic.py --topo nslab_single,4``.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
-from nslab.topo import Topology
+# Plain `mn --custom` runs this file under the system Python, where nslab may
+# not be installed: nothing from nslab is imported at module level.
+if TYPE_CHECKING:  # pragma: no cover
+    from nslab.topo import Topology
 
 
 def _link_opts(bw: Any = None, delay: Any = None, loss: Any = None,
@@ -39,6 +42,7 @@ def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None
            loss: Any = None, framing: bool = False) -> Topology:
     """k hosts (10.0.0.1..k/8) on switch s1 (``bridge`` or ``ovs``)."""
     from nslab.errors import InputError
+    from nslab.topo import Topology
     if int(k) < 1 or int(k) > 250:
         raise InputError(f"single: k={k} is out of range 1..250")
     t = Topology(name=f"single-{k}", switch_type=switch)
@@ -49,6 +53,7 @@ def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None
 def pair(bw: Any = None, delay: Any = None, loss: Any = None, framing: bool = False,
          **_ignored: Any) -> Topology:
     """h1 (10.0.0.1/8) and h2 (10.0.0.2/8) on one veth."""
+    from nslab.topo import Topology
     t = Topology(name="pair")
     build_pair(t, bw=bw, delay=delay, loss=loss, framing=framing)
     return t.validate()

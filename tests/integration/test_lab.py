@@ -1,0 +1,218 @@
+"""Real namespaces, veths, Linux bridges, OVS and iperf2."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from nslab import Lab
+from nslab.clean import discover
+from nslab.errors import CapabilityError, CommandError, InputError
+from nslab.iperf import run_client, start_server, wait_listening
+from nslab.topo import Topology
+from nslab.topologies import pair, single
+
+from .conftest import needs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def netns_list():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def iperf_mbps(lab, a="h1", b="h2", seconds=3):
+    start_server(lab[b])
+    wait_listening(lab[b])
+    return run_client(lab[a], lab[b].ip, time=seconds).total_bps / 1e6
+
+
+@needs("iperf", "ping")
+def test_bridge_switch_ping_and_tcp(make_lab):
+    lab = make_lab(single(k=3, switch="bridge"))
+    assert {n.netns for n in lab if n.netns} <= netns_list()
+    assert lab["h3"].ip == "10.0.0.3"
+    lab["h1"].run(["ping", "-c", "1", "-W", "2", lab["h3"].ip])
+    assert iperf_mbps(lab, "h1", "h3", 2) > 100
+
+
+@needs("iperf", "ping", "ovs-vsctl")
+def test_ovs_switch_passes_tcp_on_this_datapath(make_lab):
+    lab = make_lab(single(k=2, switch="ovs"))
+    assert lab.datapath in ("system", "netdev")
+    br = lab["s1"].intfs[0]
+    out = subprocess.run(["ovs-vsctl", "get", "Bridge", br, "datapath_type", "external_ids"],
+                         capture_output=True, text=True, check=True).stdout
+    assert lab.datapath in out and lab.run_id in out
+    if lab.datapath == "netdev":
+        off = lab["h1"].run(["ethtool", "-k", "h1-eth0"]).stdout
+        assert "tx-checksumming: off" in off
+    lab["h1"].run(["ping", "-c", "1", "-W", "2", lab["h2"].ip])
+    # TCP must flow, not stall (checksum offload would stall it on the userspace datapath).
+    assert iperf_mbps(lab, seconds=2) > 100
+
+
+@needs("iperf")
+def test_1gbit_shaped_link_gives_line_rate_tcp(make_lab):
+    lab = make_lab(pair(bw="1Gbit"))
+    mbps = iperf_mbps(lab, seconds=4)
+    assert 930 <= mbps <= 960, mbps
+
+
+@needs("iperf")
+def test_framing_overhead_lowers_tcp_to_what_real_gbe_carries(make_lab):
+    lab = make_lab(pair(bw="1Gbit", framing=True))
+    mbps = iperf_mbps(lab, seconds=4)
+    # 1448/1538 of 1 Gbit/s = 941 Mbit/s is the most TCP carries on real GbE.
+    assert 915 <= mbps <= 945, mbps
+
+
+def test_netem_is_refused_clearly_when_the_kernel_lacks_it():
+    from nslab import caps
+    if caps.probe()["netem"].ok:
+        pytest.skip("this kernel has netem")
+    before = netns_list()
+    with pytest.raises(CapabilityError, match="netem"):
+        Lab(pair(delay="5ms")).start()
+    assert netns_list() == before
+
+
+def test_two_labs_at_once_do_not_collide(make_lab):
+    a = make_lab(single(k=2))
+    b = make_lab(single(k=2))
+    assert a.run_id != b.run_id
+    a["h1"].run(["ping", "-c", "1", "-W", "2", "10.0.0.2"])
+    b["h1"].run(["ping", "-c", "1", "-W", "2", "10.0.0.2"])
+    # Same addresses, separate namespaces: a's h1 cannot see b's MAC.
+    mac_b = b["h2"].run(["cat", "/sys/class/net/h2-eth0/address"]).stdout.strip()
+    neigh_a = a["h1"].run(["ip", "neigh"]).stdout
+    assert mac_b not in neigh_a
+
+
+def test_failed_build_leaves_nothing_behind():
+    t = Topology(name="broken")
+    t.add_host("h1", routes=["192.0.2.0/24 via 172.31.255.1"])  # unreachable gateway: ip fails
+    t.add_host("h2")
+    t.add_link("h1", "h2")
+    lab = Lab(t)
+    with pytest.raises(CommandError, match="configuring h1"):
+        lab.start()
+    assert not any(n.startswith(lab.run_id) for n in netns_list())
+    assert lab.run_id not in discover()
+
+
+def test_processes_carry_the_run_tag(make_lab):
+    lab = make_lab(pair())
+    p = lab["h1"].popen(["sleep", "30"])
+    time.sleep(0.2)
+    env = open(f"/proc/{p.pid}/environ", "rb").read().split(b"\0")
+    assert f"NSLAB_RUN={lab.run_id}".encode() in env
+
+
+CRASHER = textwrap.dedent("""
+    import sys, time
+    from nslab import Lab
+    from nslab.topologies import single
+    from nslab.iperf import start_server
+    lab = Lab(single(k=2, switch=sys.argv[1]))
+    lab.start()
+    start_server(lab["h2"])
+    print(lab.run_id, flush=True)
+    time.sleep(600)
+""")
+
+
+@needs("iperf", "ovs-vsctl")
+@pytest.mark.parametrize("switch", ["bridge", "ovs"])
+def test_sigkill_then_clean_removes_only_tagged_objects(tmp_path, switch):
+    # Objects the lab did not create, with names close to the lab's.
+    mine_ns, mine_br = "usertest-ns", "usertest-br"
+    subprocess.run(["ip", "netns", "add", mine_ns], check=True)
+    subprocess.run(["ovs-vsctl", "--may-exist", "add-br", mine_br, "--", "set", "Bridge", mine_br,
+                    "datapath_type=netdev"], check=True)
+    mine_iperf = subprocess.Popen(["ip", "netns", "exec", mine_ns, "iperf", "-s", "-p", "5999"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        crasher = subprocess.Popen([sys.executable, "-c", CRASHER, switch], stdout=subprocess.PIPE,
+                                   text=True, cwd=ROOT)
+        run_id = crasher.stdout.readline().strip()
+        assert run_id.startswith("nl")
+        found = discover(run_id)[run_id]
+        assert found.namespaces and found.pids
+        if switch == "ovs":
+            assert found.bridges and found.interfaces
+        crasher.send_signal(signal.SIGKILL)
+        crasher.wait()
+        # Everything is still there after the crash...
+        assert not discover(run_id)[run_id].empty
+        res = subprocess.run([os.path.join(os.path.dirname(sys.executable), "nslab"), "clean"],
+                             capture_output=True, text=True, cwd=str(tmp_path))
+        assert res.returncode == 0, res.stderr
+        assert run_id in res.stdout
+        # ...and nothing tagged is left after clean.
+        left = discover(run_id)
+        assert run_id not in left or left[run_id].empty
+        # What the test made itself survives.
+        assert mine_ns in netns_list()
+        brs = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
+        assert mine_br in brs.split()
+        assert mine_iperf.poll() is None
+    finally:
+        mine_iperf.kill()
+        mine_iperf.wait()
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", mine_br])
+        subprocess.run(["ip", "netns", "del", mine_ns])
+
+
+def test_clean_skips_a_live_run(make_lab, tmp_path):
+    lab = make_lab(pair())
+    res = subprocess.run([os.path.join(os.path.dirname(sys.executable), "nslab"), "clean",
+                          "--run", lab.run_id], capture_output=True, text=True)
+    assert res.returncode == 0 and "skipped: run is live" in res.stdout
+    lab["h1"].run(["ping", "-c", "1", "-W", "2", lab["h2"].ip])
+
+
+def test_sigint_tears_down(tmp_path):
+    nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
+    p = subprocess.Popen([nslab, "--results", str(tmp_path), "topo", "up", "single", "--k", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 20
+    run_id = None
+    while time.time() < deadline and run_id is None:
+        line = p.stdout.readline()
+        if "lab nl" in line:
+            run_id = line.split("lab ", 1)[1].split(":")[0].strip()
+    assert run_id
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert not any(n.startswith(run_id) for n in netns_list())
+
+
+MN_LOAD = textwrap.dedent("""
+    import sys
+    # What `mn --custom FILE --topo nslab_single,3` does: exec the file, look up `topos`.
+    customs = {}
+    exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), customs, customs)
+    topo = customs["topos"]["nslab_single"](3)
+    print(sorted(topo.hosts()), sorted(topo.switches()), len(topo.links()))
+""")
+
+
+@needs("mn")
+def test_topology_files_load_in_plain_mininet_without_nslab():
+    """The system Python (Mininet's, without nslab) loads topologies/basic.py as `mn --custom`.
+
+    Running `mn` itself is avoided on purpose: on any error Mininet runs its
+    global cleanup, which deletes every OVS bridge on the machine.
+    """
+    res = subprocess.run(["/usr/bin/python3", "-c", MN_LOAD,
+                          os.path.join(ROOT, "topologies", "basic.py")],
+                         capture_output=True, text=True, timeout=60, cwd="/")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "['h1', 'h2', 'h3'] ['s1'] 3"

@@ -1,0 +1,41 @@
+"""Bad input: one line naming the problem, a non-zero exit, no traceback."""
+import pytest
+
+from nslab.cli import main
+
+
+@pytest.mark.parametrize("args, message", [
+    (["topo", "up", "nosuch"], "unknown topology 'nosuch'"),
+    (["topo", "up", "single", "--bw", "10 parsecs"], "bad rate '10 parsecs'"),
+    (["topo", "up", "single", "--k", "three"], "expected an integer"),
+    (["topo", "up", "single", "--colour", "red"], "unknown option --colour"),
+    (["topo", "up", "/nonexistent.yaml"], "cannot read"),
+    (["clean", "--run", "bad;id"], "bad run id"),
+])
+def test_bad_input_is_one_line_and_nonzero(tmp_path, capsys, args, message):
+    rc = main(["--results", str(tmp_path), *args])
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert message in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_malformed_yaml_from_the_cli(tmp_path, capsys):
+    p = tmp_path / "bad.yaml"
+    p.write_text("nodes:\n  h1: {ip: 10.0.0.1/24\n")
+    rc = main(["--results", str(tmp_path), "topo", "up", str(p)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "malformed YAML" in err and f"{p}:" in err
+
+
+def test_not_root_is_refused_before_anything_is_built(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    from nslab import caps
+    caps.probe.cache_clear()
+    try:
+        rc = main(["--results", str(tmp_path), "topo", "up", "single", "--for", "0"])
+    finally:
+        caps.probe.cache_clear()
+    err = capsys.readouterr().err
+    assert rc == 1 and "needs root" in err

@@ -1,0 +1,89 @@
+import pytest
+
+from nslab.errors import InputError, TopologyError
+from nslab.topo import Topology
+from nslab.topologies import get, pair, single
+from nslab.topologies.basic import build_single
+
+
+def test_single_addresses_and_interface_names_follow_mininet():
+    t = single(k=3)
+    assert t.switches() == ["s1"]
+    assert t.hosts() == ["h1", "h2", "h3"]
+    names = [(a, ia, b, ib) for _, a, ia, b, ib in t.interfaces()]
+    assert names[0] == ("h1", "h1-eth0", "s1", "s1-eth1")
+    assert names[2] == ("h3", "h3-eth0", "s1", "s1-eth3")
+    assert t.addresses()[("h2", "h2-eth0")] == "10.0.0.2/8"
+
+
+def test_pair_has_one_link_and_shaping_from_tclink_options():
+    t = pair(bw=1000, framing=True)
+    assert len(t.links) == 1
+    s = t.links[0].shaping
+    assert s.rate == 1_000_000_000 and s.overhead == 24 and s.qdisc == "tbf"
+    assert t.needs() == ["netns", "tbf", "veth"]
+    assert pair(bw=1000).links[0].shaping.qdisc == "htb"
+
+
+def test_netem_options_are_recorded_as_a_need():
+    t = pair(delay="5ms", loss=1)
+    assert "netem" in t.needs()
+
+
+@pytest.mark.parametrize("name", ["bad name", "1host", "h-1", "waytoolongname", "", "h;rm"])
+def test_unsafe_node_names_are_refused(name):
+    t = Topology()
+    with pytest.raises(TopologyError, match="not a safe interface name"):
+        t.add_host(name)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda t: (t.add_host("h1"), t.add_host("h1")), "duplicate node"),
+    (lambda t: (t.add_host("h1"), t.add_link("h1", "h9")), "unknown node 'h9'"),
+    (lambda t: (t.add_host("h1"), t.add_link("h1", "h1")), "itself"),
+    (lambda t: (t.add_host("h1", ip="10.0.0.1/24"), t.add_host("h2", ip="10.0.0.1/24"),
+                t.add_link("h1", "h2")), "used twice"),
+    (lambda t: (t.add_host("h1", ip="10.0.0.300/24"), t.add_host("h2"),
+                t.add_link("h1", "h2")), "bad address"),
+    (lambda t: (t.add_host("h1", ip="10.0.0.3"), t.add_host("h2"),
+                t.add_link("h1", "h2")), "prefix length"),
+    (lambda t: (t.add_host("h1"), t.add_node("x1", "router9")), "unknown kind"),
+    (lambda t: (t.add_host("h1"), t.add_switch("s1", type="hub")), "unknown type"),
+])
+def test_validation_names_the_problem(build, message):
+    t = Topology()
+    with pytest.raises(TopologyError, match=message):
+        build(t)
+        t.validate()
+
+
+def test_unknown_link_option_is_refused():
+    t = Topology()
+    t.add_host("h1"), t.add_host("h2")
+    with pytest.raises(TopologyError, match="unknown option"):
+        t.add_link("h1", "h2", colour="red")
+
+
+def test_bad_rate_is_refused():
+    with pytest.raises(InputError, match="bad rate '10 parsecs'"):
+        pair(bw="10 parsecs")
+
+
+def test_unknown_topology_name():
+    with pytest.raises(InputError, match="unknown topology 'nosuch'"):
+        get("nosuch")
+
+
+def test_mininet_topo_converts_to_the_same_topology():
+    mininet_topo = pytest.importorskip("mininet.topo")
+
+    class T(mininet_topo.Topo):
+        def build(self):
+            build_single(self, 3, bw=100)
+
+    ours = Topology.from_mininet(T(), name="t")
+    ref = single(k=3, bw=100)
+    assert [(a, ia, b, ib) for _, a, ia, b, ib in ours.interfaces()] == \
+           [(a, ia, b, ib) for _, a, ia, b, ib in ref.interfaces()]
+    assert ours.links[0].shaping == ref.links[0].shaping
+    assert ours.addresses() == ref.addresses()

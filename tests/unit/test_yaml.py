@@ -1,0 +1,79 @@
+import textwrap
+
+import pytest
+
+from nslab.errors import InputError
+from nslab.topo import Topology
+
+
+def write(tmp_path, text):
+    p = tmp_path / "t.yaml"
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def test_good_yaml_builds_the_described_topology(tmp_path):
+    path = write(tmp_path, """
+        name: demo
+        switch: ovs
+        nodes:
+          h1: {ip: 10.1.0.1/24}
+          h2: {ip: 10.1.0.2/24}
+          s1: {kind: switch}
+        links:
+          - [h1, s1]
+          - {a: h2, b: s1, bw: 100Mbit, framing: true}
+        """)
+    t = Topology.from_yaml(path)
+    assert t.name == "demo" and t.switch_type_of("s1") == "ovs"
+    assert t.addresses()[("h1", "h1-eth0")] == "10.1.0.1/24"
+    assert t.links[1].shaping.rate == 100_000_000 and t.links[1].shaping.overhead == 24
+    assert t.links[0].shaping is None
+
+
+def test_malformed_yaml_names_file_and_line(tmp_path):
+    path = write(tmp_path, """
+        nodes:
+          h1: {ip: 10.0.0.1/24
+          h2: {}
+        """)
+    with pytest.raises(InputError, match=r"t\.yaml:\d+: malformed YAML"):
+        Topology.from_yaml(path)
+
+
+def test_bad_node_name_names_its_line(tmp_path):
+    path = write(tmp_path, """
+        nodes:
+          h1: {}
+          "bad name": {}
+        links: []
+        """)
+    with pytest.raises(InputError, match=r"t\.yaml:4: .*not a safe interface name"):
+        Topology.from_yaml(path)
+
+
+def test_bad_link_names_its_line(tmp_path):
+    path = write(tmp_path, """
+        nodes:
+          h1: {}
+          h2: {}
+        links:
+          - [h1, h2]
+          - {a: h1, b: h2, bw: 10 parsecs}
+        """)
+    with pytest.raises(InputError, match=r"t\.yaml:7: bad rate"):
+        Topology.from_yaml(path)
+
+
+def test_unknown_top_level_key(tmp_path):
+    path = write(tmp_path, """
+        nodes: {h1: {}}
+        lnks: []
+        """)
+    with pytest.raises(InputError, match="unknown key.*lnks"):
+        Topology.from_yaml(path)
+
+
+def test_missing_file():
+    with pytest.raises(InputError, match="cannot read"):
+        Topology.from_yaml("/nonexistent/t.yaml")
