@@ -25,7 +25,7 @@ venv: $(STAMP)
 setup: system venv
 
 demo: setup
-	$(BIN)/nslab reproduce --quick
+	$(BIN)/nslab demo
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
