@@ -353,7 +353,7 @@ def _int_list(text: str, what: str) -> List[int]:
 
 
 #: Modules that add commands to the CLI (each has ``register(cli)``).
-PLUGINS: List[str] = []
+PLUGINS: List[str] = ["nslab.experiments.cli"]
 
 
 def _register_plugins() -> None:

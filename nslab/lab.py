@@ -21,7 +21,7 @@ from .clean import Inventory, block_sigint, process_start_time, remove, workdir,
 from .errors import InputError, LabError
 from .naming import ALIAS_PREFIX, check_run_id, new_run_id, ns_name, ovs_bridge, root_intf
 from .node import LabNode
-from .proc import Process, run
+from .proc import Process, run, stop_all
 from .topo import Topology
 
 log = logging.getLogger(__name__)
@@ -119,11 +119,10 @@ class Lab:
         if not self._started:
             return []
         with block_sigint():
-            for p in reversed(self.processes):
-                try:
-                    p.stop()
-                except Exception as exc:  # noqa: BLE001
-                    log.warning("stopping %s: %s", p.name, exc)
+            try:
+                stop_all(self.processes)
+            except Exception as exc:  # noqa: BLE001 - teardown goes on
+                log.warning("stopping processes: %s", exc)
             self.inventory.journal = self.journal
             problems = remove(self.inventory, self.hooks)
             self._started = False

@@ -141,6 +141,36 @@ class Process:
             return None
 
 
+def stop_all(procs: Sequence["Process"], grace: float = 2.0) -> None:
+    """Stop many processes at once: each signal of the ladder goes to every live
+    process group, then one shared wait, so N processes cost one grace period."""
+    live = [p for p in procs if p.popen.poll() is None]
+    for sig, wait in ((signal.SIGINT, grace / 2), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 5.0)):
+        for p in live:
+            try:
+                os.killpg(p.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while live and time.monotonic() < deadline:
+            live = [p for p in live if p.popen.poll() is None]
+            if live:
+                time.sleep(0.02)
+        if not live:
+            break
+    for p in procs:
+        try:
+            p.popen.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:  # pragma: no cover - unkillable
+            log.warning("process %s (%d) would not die", p.name, p.pid)
+        for stream in (p.popen.stdout, p.popen.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
 def kill_pids(pids: Sequence[int], grace: float = 1.0) -> None:
     """TERM then KILL a list of PIDs (ones found by tag, not our children)."""
     for sig in (signal.SIGTERM, signal.SIGKILL):

@@ -1,0 +1,154 @@
+"""``nslab run <study>``, ``nslab report`` and the alias study's two-box commands."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import List, Optional
+
+import click
+
+from nslab.errors import InputError
+
+
+def _ints(text: str, what: str) -> List[int]:
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise InputError(f"{what}: empty list")
+    return vals
+
+
+def _start(ctx: click.Context):
+    from nslab.cli import _sigterm, setup_logging
+    from nslab.naming import new_run_id
+    run_id = new_run_id()
+    setup_logging(ctx.obj, run_id)
+    signal.signal(signal.SIGTERM, _sigterm)
+    return run_id
+
+
+def _interrupted(store_dir: Optional[str], study: str) -> None:
+    if store_dir and os.path.isdir(store_dir):
+        click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
+                   f"`nslab run {study} --resume {store_dir}`", err=True)
+
+
+@click.group("run")
+def run_group() -> None:
+    """Run a study: alias, ecmp, rfc2544."""
+
+
+@run_group.command("alias")
+@click.option("--aliases", default=None, help="N values (default: the posts' 1,2,4,...,254).")
+@click.option("--duration", type=float, default=10, show_default=True, help="Seconds per point.")
+@click.option("--repeat", type=int, default=3, show_default=True, help="Repeats (order shuffled).")
+@click.option("--rate", default="1Gbit", show_default=True, help="Link rate ('none' = unshaped).")
+@click.option("--framing", is_flag=True, help="Count Ethernet framing: TCP tops out near GbE's 941.")
+@click.option("--switch", type=click.Choice(["none", "bridge", "ovs"]), default="none",
+              show_default=True, help="One veth, or through a Linux bridge / OVS.")
+@click.option("--mss", type=int, default=None, help="TCP MSS (iperf -M), e.g. 1448 as in post 2.")
+@click.option("--nodelay", is_flag=True, help="TCP_NODELAY (iperf -N).")
+@click.option("--cc", default=None, help="Congestion control (iperf -Z), e.g. bbr or cubic.")
+@click.option("--variants", default="alias,parallel", show_default=True,
+              help="alias (one client per alias, as the posts) and/or parallel (-P N to one address).")
+@click.option("--quick", is_flag=True, help="N = 1, 16, 254; one repeat; 3 s per point.")
+@click.option("--out", default=None, help="Results root (default: --results).")
+@click.option("--resume", default=None, help="Continue an interrupted run directory.")
+@click.pass_context
+def run_alias(ctx, aliases, duration, repeat, rate, framing, switch, mss, nodelay, cc, variants,
+              quick, out, resume) -> None:
+    """Throughput vs number of IP aliases (seeds 000, 001, 003)."""
+    from nslab.experiments import alias
+    cfg = alias.AliasConfig(
+        aliases=_ints(aliases, "--aliases") if aliases else
+        (list(alias.QUICK_ALIASES) if quick else list(alias.POST_ALIASES)),
+        duration=3 if quick and duration == 10 else duration,
+        repeat=1 if quick and repeat == 3 else repeat,
+        rate=rate, framing=framing, switch=switch, mss=mss, nodelay=nodelay, cc=cc,
+        modes=tuple(v.strip() for v in variants.split(",") if v.strip()))
+    if not resume:
+        cfg.validate()
+    run_id = _start(ctx)
+    root = out or ctx.obj.results
+    store_dir = resume or os.path.join(root, "alias", run_id)
+    try:
+        path = alias.run(cfg, root, run_id=run_id, resume=resume)
+    except KeyboardInterrupt:
+        _interrupted(store_dir, "alias")
+        raise
+    click.echo(f"results: {path}")
+    click.echo(open(os.path.join(path, "table.md")).read())
+    click.echo(f"comparison: {os.path.join(path, 'comparison.md')}; plot: {os.path.join(path, 'alias.png')}")
+
+
+@click.command("report")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+def report(run_dir: str) -> None:
+    """Redraw plots and tables of RUN_DIR from its stored results (no root needed)."""
+    from nslab.results import ResultStore
+    store = ResultStore.open(run_dir)
+    exp = store.provenance().get("experiment") or os.path.basename(os.path.dirname(run_dir.rstrip("/")))
+    writers = _report_writers()
+    if exp not in writers:
+        raise InputError(f"{run_dir}: no report for experiment {exp!r}")
+    for name, path in writers[exp](run_dir).items():
+        click.echo(f"{name}: {path}")
+
+
+def _report_writers():
+    from nslab.experiments.alias_report import write_report as alias_report
+    writers = {"alias": alias_report}
+    try:
+        from nslab.experiments.ecmp_report import write_report as ecmp_report
+        writers["ecmp"] = ecmp_report
+    except ImportError:
+        pass
+    try:
+        from nslab.experiments.rfc2544_report import write_report as rfc_report
+        writers["rfc2544"] = rfc_report
+    except ImportError:
+        pass
+    return writers
+
+
+# -- two-box mode ---------------------------------------------------------------------
+@click.group("alias")
+def alias_group() -> None:
+    """The alias study on two real machines (the posts' server.sh and client.sh)."""
+
+
+@alias_group.command("serve")
+@click.option("--iface", required=True, help="Interface to put the aliases on (e.g. eth1).")
+@click.option("--aliases", "n", type=int, required=True, help="Number of aliases N.")
+@click.option("--addr-template", default="192.168.2.%d", show_default=True)
+@click.option("--prefix", type=int, default=16, show_default=True)
+@click.option("--for", "hold", type=float, default=None, help="Serve this long (default: until Ctrl-C).")
+def alias_serve(iface: str, n: int, addr_template: str, prefix: int, hold: Optional[float]) -> None:
+    """Add N labelled aliases to IFACE and bind one iperf2 server to each; undo on exit."""
+    from nslab.experiments.twobox import serve
+    signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    serve(iface, n, addr_template, prefix, hold, echo=click.echo)
+
+
+@alias_group.command("client")
+@click.option("--addr-template", default="192.168.2.%d", show_default=True)
+@click.option("--workers", "n", type=int, required=True, help="Number of clients N (one per alias).")
+@click.option("--time", "duration", type=float, default=10, show_default=True)
+@click.option("--mss", type=int, default=None)
+@click.option("--nodelay", is_flag=True)
+def alias_client(addr_template: str, n: int, duration: float, mss: Optional[int], nodelay: bool) -> None:
+    """Run N synchronised iperf2 clients, client i to alias i; print the sum like client.sh."""
+    from nslab.experiments.twobox import client
+    res = client(addr_template, n, duration, mss=mss, nodelay=nodelay)
+    click.echo(f"clients reported: {res['reported']}/{n}")
+    click.echo(f"sum of the clients' reports: {res['sum_kbps']:.0f} Kbits/sec")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(run_group)
+    cli.add_command(report)
+    cli.add_command(alias_group)

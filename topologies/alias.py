@@ -1,0 +1,38 @@
+"""The alias study's two boxes: a client and a server joined by one link
+(directly, or through a Linux bridge or OVS), the server's interface named
+``eth1`` as in the posts, so aliases show as ``eth1:N``."""
+from __future__ import annotations
+
+from typing import Any
+
+from nslab.errors import InputError
+from nslab.topo import Topology
+
+from . import register
+
+SERVER_IP = "192.168.1.1/16"
+CLIENT_IP = "192.168.1.2/16"
+
+
+def alias_pair(switch: str = "none", bw: Any = "1Gbit", framing: bool = False) -> Topology:
+    """Client ``cl`` and server ``srv`` (eth1 192.168.1.1/16), joined directly
+    (``switch=none``) or through ``s1`` (``bridge``/``ovs``). The client's link
+    is shaped to ``bw`` (``none`` for unshaped)."""
+    if switch not in ("none", "bridge", "ovs"):
+        raise InputError(f"unknown switch {switch!r} for the alias study (use none, bridge or ovs)")
+    t = Topology(name=f"alias-{switch}", switch_type="bridge" if switch == "none" else switch,
+                 auto_ip=False)
+    t.add_host("cl")
+    t.add_host("srv")
+    shaping = {} if str(bw).lower() == "none" else {"bw": bw, "framing": framing}
+    if switch == "none":
+        t.add_link("cl", "srv", {"ip": CLIENT_IP, "intf": "eth1"}, {"ip": SERVER_IP, "intf": "eth1"},
+                   **shaping)
+    else:
+        t.add_switch("s1")
+        t.add_link("cl", "s1", {"ip": CLIENT_IP, "intf": "eth1"}, None, **shaping)
+        t.add_link("srv", "s1", {"ip": SERVER_IP, "intf": "eth1"}, None)
+    return t.validate()
+
+
+register("alias_pair", alias_pair)
