@@ -10,11 +10,11 @@ import os
 import time
 from typing import Callable, Dict, List, Optional
 
-from nslab.clean import process_start_time, read_journal, write_journal
+from nslab.clean import block_sigint, process_start_time, read_journal, write_journal
 from nslab.errors import InputError
 from nslab.iperf import client_argv, parse, server_argv
 from nslab.naming import new_run_id
-from nslab.proc import Process, run
+from nslab.proc import Process, run, stop_all
 
 from .alias import alias_addresses, alias_batch
 
@@ -38,8 +38,8 @@ def serve(iface: str, n: int, template: str, prefix: int, hold: Optional[float],
     journal = {"run": run_id, "pid": os.getpid(), "pid_start": process_start_time(os.getpid()),
                "created": time.time(), "topology": f"alias-serve {iface}",
                "restore": [{"what": f"remove {n} aliases from {iface}",
-                            "argv": [["ip", "-force", "-batch", "/dev/stdin"]] and
-                            [["ip", "addr", "del", f"{a}/{prefix}", "dev", iface] for a in addrs]}]}
+                            "argv": [["ip", "addr", "del", f"{a}/{prefix}", "dev", iface]
+                                     for a in addrs]}]}
     write_journal(run_id, journal)
     procs: List[Process] = []
     try:
@@ -60,11 +60,11 @@ def serve(iface: str, n: int, template: str, prefix: int, hold: Optional[float],
         except KeyboardInterrupt:
             pass
     finally:
-        echo("Taking aliases down...")
-        for p in procs:
-            p.stop()
-        remove(Inventory(run_id, journal=read_journal(run_id)))
-        echo("Stopped.")
+        with block_sigint():
+            echo("Taking aliases down...")
+            stop_all(procs)
+            remove(Inventory(run_id, journal=read_journal(run_id)))
+            echo("Stopped.")
 
 
 def client(template: str, n: int, duration: float, mss: Optional[int] = None,
@@ -87,6 +87,5 @@ def client(template: str, n: int, duration: float, mss: Optional[int] = None,
                 total += rep.streams[0].bps
                 reported += 1
     finally:
-        for p in procs:
-            p.stop()
+        stop_all(procs)
     return {"sum_kbps": total / 1e3, "reported": reported}

@@ -217,7 +217,8 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
 
 
 def block_sigint():
-    """Context manager: ignore SIGINT while tearing down (main thread only)."""
+    """Context manager: ignore SIGINT and SIGTERM while tearing down (main thread
+    only), so a second Ctrl-C or a supervisor's SIGTERM cannot cut teardown short."""
     import contextlib
     import threading
 
@@ -226,9 +227,10 @@ def block_sigint():
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             yield
         finally:
-            signal.signal(signal.SIGINT, old)
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
     return _cm()

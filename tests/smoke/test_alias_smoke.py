@@ -1,0 +1,98 @@
+"""The alias study end to end with tiny durations: real namespaces, iperf2 and ss."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.integration.conftest import needs
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+
+
+def netns_list():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+@needs("iperf", "ss")
+def test_alias_sweep_end_to_end(tmp_path):
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "alias", "--aliases", "1,8",
+                          "--duration", "2", "--repeat", "1"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    (run_dir,) = [os.path.join(tmp_path, "alias", d) for d in os.listdir(tmp_path / "alias")]
+    recs = [json.loads(l) for l in open(os.path.join(run_dir, "records.jsonl"))]
+    assert {(r["params"]["mode"], r["params"]["n"]) for r in recs} == \
+        {("alias", 1), ("alias", 8), ("parallel", 1), ("parallel", 8)}
+    for r in recs:
+        m = r["measurements"]
+        # A 1 Gbit/s link: the receiver window sees line-rate TCP, all streams up.
+        assert 850e6 < m["receiver_bps"] < 1000e6, m
+        assert m["sockets_at_window_start"] == r["params"]["n"]
+        assert m["clients_finished"] >= 1 and not m["late_start"]
+        assert os.path.exists(os.path.join(run_dir, r["raw"][0]))
+    prov = json.load(open(os.path.join(run_dir, "provenance.json")))
+    assert prov["n_aliases"] == 8 and prov["config"]["aliases"] == [1, 8]
+    for f in ("table.md", "comparison.md", "alias.png", "alias.svg"):
+        assert os.path.getsize(os.path.join(run_dir, f)) > 0
+
+
+@needs("iperf", "ss")
+def test_interrupted_sweep_keeps_points_and_resumes_without_repeating(tmp_path):
+    p = subprocess.Popen([NSLAB, "--results", str(tmp_path), "run", "alias", "--aliases",
+                          "1,2,4", "--duration", "2", "--repeat", "1", "--variants", "alias"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Wait for the first point to be stored, then interrupt like Ctrl-C.
+    deadline = time.time() + 120
+    records = None
+    while time.time() < deadline:
+        runs = os.listdir(tmp_path / "alias") if (tmp_path / "alias").exists() else []
+        if runs:
+            records = tmp_path / "alias" / runs[0] / "records.jsonl"
+            if records.exists() and records.read_text().count("\n") >= 1:
+                break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert "resume with" in err
+    run_dir = records.parent
+    assert not any(n.startswith(runs[0]) for n in netns_list())
+    kept = [json.loads(l)["params"]["n"] for l in records.read_text().splitlines()]
+    assert 1 <= len(kept) < 3
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "alias", "--resume",
+                          str(run_dir)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    done = [json.loads(l)["params"]["n"] for l in records.read_text().splitlines()]
+    assert sorted(done) == [1, 2, 4]  # none twice, none lost
+
+
+@needs("iperf")
+def test_two_box_serve_and_client_across_two_namespaces(make_lab, tmp_path):
+    """Two lab nodes stand in for the posts' server and client boxes."""
+    from nslab.topologies import pair
+    lab = make_lab(pair())
+    srv, cl = lab["h2"], lab["h1"]
+    serve = srv.popen([NSLAB, "alias", "serve", "--iface", "h2-eth0", "--aliases", "4",
+                       "--addr-template", "10.0.1.%d", "--prefix", "8", "--for", "30"])
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        addrs = srv.run(["ip", "-o", "addr", "show", "dev", "h2-eth0"]).stdout
+        listening = srv.run(["ss", "-Htln", "sport = :5001"]).stdout.count("\n")
+        if "h2-eth0:4" in addrs and listening >= 4:
+            break
+        time.sleep(0.2)
+    assert "10.0.1.4/8" in addrs and "h2-eth0:4" in addrs
+    res = cl.run([NSLAB, "alias", "client", "--addr-template", "10.0.1.%d", "--workers", "4",
+                  "--time", "2"], timeout=60)
+    assert "clients reported: 4/4" in res.stdout
+    kbps = float(res.stdout.split("sum of the clients' reports: ")[1].split()[0])
+    assert kbps > 100_000
+    serve.stop()
+    # The server box's interface is restored: no alias left.
+    addrs = srv.run(["ip", "-o", "addr", "show", "dev", "h2-eth0"]).stdout
+    assert "10.0.1." not in addrs and "10.0.0.2/8" in addrs
