@@ -85,6 +85,71 @@ def run_alias(ctx, aliases, duration, repeat, rate, framing, switch, mss, nodela
     click.echo(f"comparison: {os.path.join(path, 'comparison.md')}; plot: {os.path.join(path, 'alias.png')}")
 
 
+@run_group.command("ecmp")
+@click.option("--policy", "policies", default="0,1", show_default=True,
+              help="fib_multipath_hash_policy values (0 L3, 1 L4, 2 L3 inner, 3 custom).")
+@click.option("--trials", type=int, default=10, show_default=True, help="Trials per policy.")
+@click.option("--streams", type=int, default=3, show_default=True, help="iperf -P streams.")
+@click.option("--duration", type=float, default=10, show_default=True, help="Seconds per trial.")
+@click.option("--spines", type=int, default=2, show_default=True)
+@click.option("--link-rate", default="1Gbit", show_default=True, help="Rate of every fabric link.")
+@click.option("--framing", is_flag=True, help="Count Ethernet framing on the links.")
+@click.option("--quick", is_flag=True, help="3 trials per policy, 3 s each.")
+@click.option("--out", default=None, help="Results root (default: --results).")
+@click.option("--resume", default=None, help="Continue an interrupted run directory.")
+@click.pass_context
+def run_ecmp(ctx, policies, trials, streams, duration, spines, link_rate, framing, quick, out,
+             resume) -> None:
+    """L3 vs L4 ECMP hashing over a BGP-unnumbered clos (seed 002)."""
+    from nslab.experiments import ecmp
+    cfg = ecmp.EcmpConfig(policies=_ints(policies, "--policy"),
+                          trials=3 if quick and trials == 10 else trials, streams=streams,
+                          duration=3 if quick and duration == 10 else duration, spines=spines,
+                          link_rate=link_rate, framing=framing)
+    if not resume:
+        cfg.validate()
+    run_id = _start(ctx)
+    root = out or ctx.obj.results
+    store_dir = resume or os.path.join(root, "ecmp", run_id)
+    click.echo(f"the hash policy is set in {ecmp.SENDER}'s namespace: the sender is the only "
+               "node that chooses between equal-cost paths here", err=True)
+    try:
+        path = ecmp.run(cfg, root, run_id=run_id, resume=resume)
+    except KeyboardInterrupt:
+        _interrupted(store_dir, "ecmp")
+        raise
+    click.echo(f"results: {path}")
+    text = open(os.path.join(path, "report.md")).read()
+    click.echo(text.split("## Published")[0])
+    click.echo(f"report: {os.path.join(path, 'report.md')}; plot: {os.path.join(path, 'ecmp.png')}")
+
+
+@click.command("vtysh", context_settings={"ignore_unknown_options": True})
+@click.argument("node")
+@click.option("--run", "run_id", default=None, help="Run id (default: the only live run with NODE).")
+@click.option("-c", "commands", multiple=True, help="Command(s) to run; none = interactive.")
+def vtysh(node: str, run_id: Optional[str], commands) -> None:
+    """FRR's vtysh on NODE of a running lab, e.g. nslab vtysh server1 -c 'show bgp summary'."""
+    import subprocess
+
+    from nslab.clean import discover, run_is_live, workdir
+    from nslab.topo import check_name
+    check_name(node)
+    live = [r for r, inv in discover().items() if run_is_live(inv.journal)
+            and os.path.isdir(os.path.join(workdir(r), "frr", node))]
+    if run_id:
+        live = [r for r in live if r == run_id]
+    if not live:
+        raise InputError(f"no running lab has an FRR node {node!r}" + (f" in run {run_id}" if run_id else ""))
+    if len(live) > 1:
+        raise InputError(f"several runs have node {node!r} ({', '.join(live)}): give --run")
+    argv = ["ip", "netns", "exec", f"{live[0]}-{node}", "vtysh", "--vty_socket",
+            os.path.join(workdir(live[0]), "frr", node)]
+    for c in commands:
+        argv += ["-c", c]
+    sys.exit(subprocess.call(argv))
+
+
 @click.command("report")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 def report(run_dir: str) -> None:
@@ -152,3 +217,4 @@ def register(cli: click.Group) -> None:
     cli.add_command(run_group)
     cli.add_command(report)
     cli.add_command(alias_group)
+    cli.add_command(vtysh)

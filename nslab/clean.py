@@ -165,7 +165,11 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
     # Restore anything the run changed outside its own objects (e.g. an uplink NIC).
     for item in reversed(journal.get("restore", [])):
         stage(f"restore {item.get('what')}", lambda item=item: _restore(item))
-    stage("processes", lambda: kill_pids(sorted(set(inv.pids) | set(pids_with_tag(inv.run_id)))))
+    pids = sorted(set(inv.pids) | set(pids_with_tag(inv.run_id)))
+    stage("processes", lambda: kill_pids(pids))
+    # Files our processes left by pid (FRR's crash-log dirs): removed by those pids only.
+    from .frr.daemon import remove_frr_tmpdirs
+    stage("frr tmp dirs", lambda: remove_frr_tmpdirs(pids))
     if inv.bridges:
         from .ovs.bridge import del_bridge
         stage("ovs bridges", lambda: [del_bridge(b) for b in inv.bridges])

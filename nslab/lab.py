@@ -119,12 +119,18 @@ class Lab:
         if not self._started:
             return []
         with block_sigint():
+            problems = []
+            for hook in reversed(self.hooks):  # e.g. FRR daemons, by pid file, first
+                try:
+                    hook()
+                except Exception as exc:  # noqa: BLE001 - teardown goes on
+                    problems.append(f"hook: {exc}")
             try:
                 stop_all(self.processes)
             except Exception as exc:  # noqa: BLE001 - teardown goes on
-                log.warning("stopping processes: %s", exc)
+                problems.append(f"processes: {exc}")
             self.inventory.journal = self.journal
-            problems = remove(self.inventory, self.hooks)
+            problems += remove(self.inventory)
             self._started = False
         for prob in problems:
             log.warning("teardown of %s: %s", self.run_id, prob)
@@ -142,6 +148,14 @@ class Lab:
         ns_list = [n.netns for n in self.nodes.values() if n.netns]
         self.inventory.namespaces = list(ns_list)
         _ip_batch([f"netns add {ns}" for ns in ns_list], where="creating namespaces")
+        for name, lnode in self.nodes.items():
+            node = topo.nodes[name]
+            sysctls = dict(node.params.get("sysctls", {}) or {})
+            if node.kind == "router":
+                sysctls.setdefault("net.ipv4.ip_forward", 1)
+                sysctls.setdefault("net.ipv6.conf.all.forwarding", 1)
+            if sysctls and lnode.netns:
+                lnode.set_sysctls(sysctls)
 
         # 2. Links: veth pairs created directly in their namespaces.
         creates: List[str] = []
@@ -198,6 +212,9 @@ class Lab:
                 continue
             node = topo.nodes[name]
             lines = ["link set dev lo up"]
+            if node.params.get("loopback"):
+                lines.append(f"addr add {node.params['loopback']} dev lo")
+                lnode.addrs["lo"] = node.params["loopback"]
             if node.is_switch:
                 stp = " stp_state 1" if node.params.get("stp") else ""
                 lines.append(f"link add name {name} type bridge{stp}")
@@ -207,12 +224,6 @@ class Lab:
             for route in node.params.get("routes", []) or []:
                 lines.append("route add " + _route_line(route, name))
             _ip_batch(lines, netns=lnode.netns, where=f"configuring {name}")
-            sysctls = dict(node.params.get("sysctls", {}) or {})
-            if node.kind == "router":
-                sysctls.setdefault("net.ipv4.ip_forward", 1)
-                sysctls.setdefault("net.ipv6.conf.all.forwarding", 1)
-            if sysctls:
-                lnode.set_sysctls(sysctls)
 
         # 4. Shaping.
         for ns, dev in per_frame:
@@ -241,6 +252,11 @@ class Lab:
                 # stalls unless the veths attached to it compute them in software.
                 for ns, dev in offload_off:
                     _ethtool(ns, dev, ["tx", "off"])
+
+        # 6. Routing daemons, where the topology asks for them.
+        if any(n.params.get("bgp") for n in topo.nodes.values()):
+            from .frr import start_frr
+            start_frr(self)
 
     # -- helpers ------------------------------------------------------------------
     def describe(self) -> List[Tuple[str, str, str, str]]:

@@ -1,0 +1,160 @@
+"""FRR daemons as small classes (after IPMininet): name, start order, rendered
+config, a dry-run check before anything starts, explicit paths for everything.
+
+Each daemon of a node runs inside the node's namespace with its config, pid
+file, zebra socket and vty socket in the node's own directory
+(``/run/nslab/<run>/frr/<node>/``, owned by ``frr``), and no TCP vty port.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional
+
+import jinja2
+
+from nslab.errors import LabError
+from nslab.proc import Process, run
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nslab.node import LabNode
+
+log = logging.getLogger(__name__)
+
+FRR_DIR = "/usr/lib/frr"
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__),
+                                                                      "templates")),
+                          undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+
+
+class DaemonCheckError(LabError):
+    """A daemon's configuration failed FRR's dry-run check (``-C``)."""
+
+
+class Daemon:
+    """One FRR daemon of one node."""
+
+    NAME: ClassVar[str] = ""
+    ORDER: ClassVar[int] = 0
+
+    def __init__(self, node: "LabNode", directory: str, context: Dict[str, Any]) -> None:
+        self.node = node
+        self.dir = directory
+        self.context = context
+        self.process: Optional[Process] = None
+
+    @property
+    def binary(self) -> str:
+        return os.path.join(FRR_DIR, self.NAME)
+
+    @property
+    def config_path(self) -> str:
+        return os.path.join(self.dir, f"{self.NAME}.conf")
+
+    @property
+    def pid_path(self) -> str:
+        return os.path.join(self.dir, f"{self.NAME}.pid")
+
+    @property
+    def zserv_path(self) -> str:
+        return os.path.join(self.dir, "zserv.api")
+
+    def render(self) -> str:
+        return _ENV.get_template(f"{self.NAME}.conf.j2").render(dir=self.dir, **self.context)
+
+    def write_config(self) -> None:
+        with open(self.config_path, "w") as f:
+            f.write(self.render())
+        os.chmod(self.config_path, 0o640)
+        _chown_frr(self.config_path)
+
+    def argv(self, dry_run: bool = False) -> List[str]:
+        argv = [self.binary, "-f", self.config_path, "-i", self.pid_path, "-z", self.zserv_path,
+                "--vty_socket", self.dir, "-P", "0", "-u", "frr", "-g", "frr"]
+        argv += self.extra_args()
+        if dry_run:
+            argv.append("-C")
+        return argv
+
+    def extra_args(self) -> List[str]:
+        return []
+
+    def check(self) -> None:
+        """Dry-run the config (``-C``); raise naming node, daemon, file and FRR's message."""
+        proc = self.node.popen(self.argv(dry_run=True), name=f"{self.NAME}-check")
+        try:
+            res = proc.wait(timeout=30)
+        finally:
+            remove_frr_tmpdirs([proc.pid])  # -C leaves its crash-log dir behind
+        if res.returncode != 0:
+            msg = (res.stderr or res.stdout).strip().splitlines()
+            raise DaemonCheckError(f"{self.node.name}: {self.NAME} rejected {self.config_path}: "
+                                   f"{msg[-1] if msg else 'exit ' + str(res.returncode)}")
+
+    def start(self) -> None:
+        log_path = os.path.join(self.dir, f"{self.NAME}.stdout")
+        out = open(log_path, "w")
+        self.process = self.node.popen(self.argv(), stdout=out, stderr=out, name=self.NAME)
+
+    def stop(self) -> None:
+        """Stop by pid file (falls back to our child process), before the namespace goes,
+        then remove the crash-log directory FRR keeps for that pid."""
+        from nslab.proc import kill_pids
+        pid = _read_pid(self.pid_path)
+        if pid:
+            kill_pids([pid], grace=2.0)
+        if self.process is not None:
+            self.process.stop(grace=2.0)
+            pid = pid or self.process.pid
+        if pid:
+            remove_frr_tmpdirs([pid])
+
+
+class Zebra(Daemon):
+    NAME = "zebra"
+    ORDER = 0
+
+    def extra_args(self) -> List[str]:
+        return ["--log", f"file:{self.dir}/zebra.log"]
+
+
+class Bgpd(Daemon):
+    NAME = "bgpd"
+    ORDER = 1
+
+    def extra_args(self) -> List[str]:
+        return ["--log", f"file:{self.dir}/bgpd.log"]
+
+
+FRR_TMP = "/var/tmp/frr"
+
+
+def remove_frr_tmpdirs(pids) -> None:
+    """Remove ``/var/tmp/frr/<daemon>.<pid>`` of daemons we started (by pid only)."""
+    import shutil
+    try:
+        entries = os.listdir(FRR_TMP)
+    except OSError:
+        return
+    want = {str(p) for p in pids}
+    for entry in entries:
+        name, _, pid = entry.rpartition(".")
+        if pid in want and name in ("zebra", "bgpd", "staticd", "watchfrr", "ospfd"):
+            shutil.rmtree(os.path.join(FRR_TMP, entry), ignore_errors=True)
+
+
+def _read_pid(path: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _chown_frr(path: str) -> None:
+    import grp
+    import pwd
+    try:
+        os.chown(path, pwd.getpwnam("frr").pw_uid, grp.getgrnam("frr").gr_gid)
+    except KeyError:  # pragma: no cover - frr user missing: the daemons will say so
+        pass

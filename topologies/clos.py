@@ -1,0 +1,93 @@
+"""A BGP clos (seed 002): spines and servers (or leaves with hosts), eBGP
+unnumbered over IPv6 link-local on every fabric link, ECMP in the kernel.
+
+* ``clos(spines=2, servers=2)``: the post's fabric. Server N has loopback
+  ``10.0.200.N/32`` and a link to every spine.
+* ``clos(spines=2, leaves=4, hosts_per_leaf=2)``: leaves with hosts behind
+  them on a rack switch ``torL`` (Linux bridge); leaf L serves ``10.1.L.0/24``
+  (gateway ``.254``), host H is ``10.1.L.H``.
+
+Spines share AS 65000; leaf/server N is AS 65000+N. Timers are fast
+(keepalive 1 s, hold 3 s, advertisement interval 0, coalesce 100 ms) so the
+fabric converges in about a second.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from nslab.errors import InputError
+from nslab.topo import Topology
+
+from . import register
+
+SPINE_ASN = 65000
+MAX_SPINES = 16
+MAX_LEAVES = 200
+MAX_HOSTS = 200
+#: Sysctls every fabric node gets: forwarding, and no IPv6 DAD delay on link-locals.
+FABRIC_SYSCTLS = {"net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1,
+                  "net.ipv6.conf.default.accept_dad": 0, "net.ipv6.conf.all.accept_dad": 0}
+
+
+def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] = None,
+         hosts_per_leaf: int = 0, link_rate: Any = "1Gbit", framing: bool = False) -> Topology:
+    """Spines × servers (or leaves with hosts), each server/leaf linked to every spine."""
+    spines = int(spines)
+    if servers is not None and leaves is not None:
+        raise InputError("clos: give either --servers or --leaves, not both")
+    n = int(servers if servers is not None else (leaves if leaves is not None else 2))
+    hosts_per_leaf = int(hosts_per_leaf)
+    if not 1 <= spines <= MAX_SPINES:
+        raise InputError(f"clos: --spines {spines} is out of range 1..{MAX_SPINES}")
+    if not 1 <= n <= MAX_LEAVES:
+        raise InputError(f"clos: {n} servers/leaves is out of range 1..{MAX_LEAVES} "
+                         "(the address plan gives 10.0.200.N and 10.1.N.0/24)")
+    if not 0 <= hosts_per_leaf <= MAX_HOSTS:
+        raise InputError(f"clos: --hosts-per-leaf {hosts_per_leaf} is out of range 0..{MAX_HOSTS}")
+    prefix = "server" if servers is not None or leaves is None else "leaf"
+    shaping: Dict[str, Any] = {}
+    if str(link_rate).lower() != "none":
+        shaping = {"bw": link_rate, "framing": framing}
+    t = Topology(name=f"clos-{spines}x{n}" + (f"x{hosts_per_leaf}" if hosts_per_leaf else ""),
+                 auto_ip=False)
+    spine_names = [f"spine{s}" for s in range(1, spines + 1)]
+    for s, name in enumerate(spine_names, 1):
+        t.add_router(name, sysctls=dict(FABRIC_SYSCTLS),
+                     bgp={"asn": SPINE_ASN, "router_id": f"10.0.100.{s}",
+                          "unnumbered": [f"{name}-eth{i}" for i in range(n)], "networks": []})
+    for i in range(1, n + 1):
+        name = f"{prefix}{i}"
+        lo = f"10.0.200.{i}/32"
+        nets = [lo] + ([f"10.1.{i}.0/24"] if hosts_per_leaf else [])
+        t.add_router(name, sysctls=dict(FABRIC_SYSCTLS), loopback=lo,
+                     bgp={"asn": SPINE_ASN + i, "router_id": f"10.0.200.{i}",
+                          "unnumbered": [f"{name}-eth{s}" for s in range(spines)],
+                          "networks": nets})
+    for s, spine in enumerate(spine_names):
+        for i in range(1, n + 1):
+            leaf = f"{prefix}{i}"
+            t.add_link(leaf, spine, {"intf": f"{leaf}-eth{s}"}, {"intf": f"{spine}-eth{i - 1}"},
+                       **shaping)
+    for i in range(1, n + 1):
+        if not hosts_per_leaf:
+            continue
+        leaf, tor = f"{prefix}{i}", f"tor{i}"
+        t.add_switch(tor, type="bridge")
+        t.add_link(leaf, tor, {"ip": f"10.1.{i}.254/24", "intf": f"{leaf}-h"}, None)
+        for h in range(1, hosts_per_leaf + 1):
+            host = f"h{i}x{h}"
+            t.add_host(host, routes=[f"default via 10.1.{i}.254"])
+            t.add_link(host, tor, {"ip": f"10.1.{i}.{h}/24"}, None)
+    return t.validate()
+
+
+def expected_routes(t: Topology) -> Dict[str, Dict[str, int]]:
+    """What converged means: every server/leaf reaches every other's networks over
+    all spines."""
+    spines = [n for n in t.nodes if n.startswith("spine")]
+    leaves = [n for n, node in t.nodes.items() if node.params.get("bgp") and n not in spines]
+    nets = {n: t.nodes[n].params["bgp"]["networks"] for n in leaves}
+    return {n: {p: len(spines) for m in leaves if m != n for p in nets[m]} for n in leaves}
+
+
+register("clos", clos)
