@@ -86,10 +86,13 @@ class Daemon:
             res = proc.wait(timeout=30)
         finally:
             remove_frr_tmpdirs([proc.pid])  # -C leaves its crash-log dir behind
-        if res.returncode != 0:
-            msg = (res.stderr or res.stdout).strip().splitlines()
+        # FRR 8.4's -C exits 0 even when lines fail; it logs "... on config line N: ...".
+        bad = [l for l in (res.stderr + res.stdout).splitlines() if "on config line" in l]
+        if res.returncode != 0 or bad:
+            msg = bad or (res.stderr or res.stdout).strip().splitlines()
+            detail = msg[0].split("] ", 1)[-1] if msg else f"exit {res.returncode}"
             raise DaemonCheckError(f"{self.node.name}: {self.NAME} rejected {self.config_path}: "
-                                   f"{msg[-1] if msg else 'exit ' + str(res.returncode)}")
+                                   f"{detail}")
 
     def start(self) -> None:
         log_path = os.path.join(self.dir, f"{self.NAME}.stdout")

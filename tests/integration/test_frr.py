@@ -1,0 +1,59 @@
+"""Real FRR daemons in lab namespaces."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nslab import Lab
+from nslab.frr import DaemonCheckError, wait_for_ecmp
+from nslab.topologies.clos import clos, expected_routes
+
+from .conftest import needs
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+pytestmark = pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")
+
+
+def frr_tmp():
+    try:
+        return set(os.listdir("/var/tmp/frr"))
+    except OSError:
+        return set()
+
+
+def test_clos_converges_with_ecmp_and_vtysh_reaches_a_node(make_lab):
+    before = frr_tmp()
+    t = clos(spines=2, servers=2)
+    lab = make_lab(t)
+    seconds = wait_for_ecmp(lab, expected_routes(t), timeout=30)
+    assert seconds < 30
+    route = lab["server2"].run(["ip", "route", "show", "10.0.200.1"]).stdout
+    assert route.count("nexthop via inet6 fe80::") == 2 and "proto bgp" in route
+    lab["server2"].run(["ping", "-c", "1", "-W", "2", "-I", "10.0.200.2", "10.0.200.1"])
+    res = subprocess.run([NSLAB, "vtysh", "server1", "--run", lab.run_id, "-c", "show bgp summary"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0 and "spine1(server1-eth0)" in res.stdout
+    workdir = lab.workdir
+    lab.stop()
+    assert not os.path.exists(workdir)
+    assert frr_tmp() <= before  # no crash-log dirs of ours left behind
+    assert not os.listdir("/run/frr") if os.path.isdir("/run/frr") else True
+
+
+def test_a_bad_bgp_config_is_refused_naming_node_daemon_and_file():
+    t = clos(spines=1, servers=1)
+    t.nodes["server1"].params["bgp"]["networks"] = ["not-a-prefix"]
+    lab = Lab(t)
+    with pytest.raises(DaemonCheckError, match=r"server1: bgpd rejected .*/frr/server1/bgpd.conf: "
+                       r"No such command on config line \d+:\s+network not-a-prefix"):
+        lab.start()
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert lab.run_id not in out
+
+
+def test_leaves_with_hosts_route_between_racks(make_lab):
+    t = clos(spines=2, leaves=2, hosts_per_leaf=2)
+    lab = make_lab(t)
+    wait_for_ecmp(lab, expected_routes(t), timeout=30)
+    lab["h1x1"].run(["ping", "-c", "1", "-W", "2", "10.1.2.2"])

@@ -1,0 +1,36 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.conftest import needs
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+
+
+@needs("iperf", "tcpdump")
+@pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")
+def test_ecmp_policies_end_to_end(tmp_path):
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "ecmp", "--trials", "2",
+                          "--duration", "2"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    (run,) = (tmp_path / "ecmp").iterdir()
+    recs = [json.loads(l) for l in open(run / "records.jsonl")]
+    assert len(recs) == 4
+    for r in recs:
+        m = r["measurements"]
+        assert m["unassigned_streams"] == 0 and len(m["streams"]) == 3
+        if r["params"]["policy"] == 0:
+            # L3 hashing: one (src, dst) pair, so one link for all three streams.
+            assert m["split"] == "3+0"
+            assert 850 < m["sum_bps"] / 1e6 < 1000
+    assert (run / "report.md").exists() and (run / "ecmp.png").exists()
+
+
+def test_an_unknown_policy_is_one_line_before_anything_is_built(tmp_path):
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "ecmp", "--policy", "0,9"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "--policy 9" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1

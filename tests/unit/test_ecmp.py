@@ -1,0 +1,110 @@
+"""ECMP study logic, FRR config rendering, and the report from a captured run."""
+import os
+import shutil
+from collections import Counter
+
+import pytest
+
+from nslab.errors import InputError
+from nslab.experiments.ecmp import (EcmpConfig, assign_links, chance, parse_tcpdump_ports, points,
+                                    split_label)
+from nslab.experiments.ecmp_report import distribution, post_format, write_report
+from nslab.results import ResultStore
+from nslab.topologies.clos import clos, expected_routes
+from tests.conftest import data
+
+
+def test_chance_of_splits():
+    assert chance(3, 2) == {"2+1": 0.75, "3+0": 0.25}
+    c = chance(4, 2)
+    assert c["4+0"] == pytest.approx(2 / 16) and c["3+1"] == pytest.approx(8 / 16)
+    assert sum(chance(3, 3).values()) == pytest.approx(1.0)
+
+
+def test_split_labels():
+    assert split_label([1, 2]) == "2+1" and split_label([0, 3]) == "3+0"
+
+
+def test_tcpdump_parser_and_link_assignment_on_captured_output():
+    text = open(data("ecmp_run", "raw", "p1-t0-captures.txt")).read()
+    parts = text.split("### capture on ")[1:]
+    caps = {p.splitlines()[0].strip(): parse_tcpdump_ports(p) for p in parts}
+    assert set(caps) == {"server2-eth0", "server2-eth1"}
+    links = assign_links(caps)
+    assert len(links) == 3
+    assert sorted(Counter(links.values()).values()) == [1, 2]  # that trial was a 2+1 split
+
+
+def test_link_assignment_takes_the_majority():
+    assert assign_links({"a": Counter({1: 50, 2: 1}), "b": Counter({2: 40})}) == {1: "a", 2: "b"}
+
+
+def test_points_interleave_policies():
+    assert points(EcmpConfig(trials=2)) == [{"policy": 0, "trial": 0}, {"policy": 1, "trial": 0},
+                                             {"policy": 0, "trial": 1}, {"policy": 1, "trial": 1}]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"policies": [0, 7]}, "--policy 7"), ({"policies": [1, 1]}, "twice"),
+    ({"trials": 0}, "--trials"), ({"streams": 0}, "--streams"), ({"spines": 0}, "--spines"),
+    ({"link_rate": "10 parsecs"}, "bad rate"), ({"duration": 1}, "too short"),
+])
+def test_config_validation(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        EcmpConfig(**kwargs).validate()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"spines": 0}, "--spines 0"), ({"servers": 0}, "out of range"), ({"servers": 300}, "address plan"),
+    ({"servers": 2, "leaves": 2}, "not both"), ({"link_rate": "fast"}, "bad rate"),
+])
+def test_clos_bad_input(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        clos(**kwargs)
+
+
+def test_clos_shape_addresses_and_expected_routes():
+    t = clos(spines=2, servers=2)
+    assert sorted(t.nodes) == ["server1", "server2", "spine1", "spine2"]
+    assert t.nodes["server1"].params["loopback"] == "10.0.200.1/32"
+    assert t.nodes["server2"].params["bgp"]["unnumbered"] == ["server2-eth0", "server2-eth1"]
+    assert t.nodes["spine1"].params["bgp"]["asn"] == 65000
+    assert expected_routes(t) == {"server1": {"10.0.200.2/32": 2}, "server2": {"10.0.200.1/32": 2}}
+    big = clos(spines=4, leaves=3, hosts_per_leaf=2)
+    assert "h3x2" in big.nodes and "tor1" in big.nodes
+    assert expected_routes(big)["leaf1"]["10.1.3.0/24"] == 4
+
+
+def test_bgp_config_renders_unnumbered_peers_ecmp_and_fast_timers(tmp_path):
+    from nslab.frr.daemon import Bgpd, Zebra
+    from nslab.frr.router import DEFAULTS
+
+    class FakeNode:
+        name = "server1"
+    bgp = {**DEFAULTS, **clos().nodes["server1"].params["bgp"]}
+    ctx = {"node": "server1", "run_id": "nl0000", "interfaces": ["server1-eth0"], "bgp": bgp}
+    text = Bgpd(FakeNode(), str(tmp_path), ctx).render()
+    assert "router bgp 65001" in text and "bgp router-id 10.0.200.1" in text
+    assert " neighbor server1-eth0 interface peer-group fabric" in text
+    assert " neighbor fabric remote-as external" in text
+    assert "timers bgp 1 3" in text and "advertisement-interval 0" in text
+    assert "coalesce-time 100" in text and "maximum-paths 64" in text
+    assert "  network 10.0.200.1/32" in text
+    z = Zebra(FakeNode(), str(tmp_path), ctx)
+    assert "interface server1-eth0" in z.render()
+    argv = z.argv()
+    assert argv[:2] == ["/usr/lib/frr/zebra", "-f"] and "-P" in argv and "0" in argv
+    assert ["--vty_socket", str(tmp_path)] == argv[argv.index("--vty_socket"):argv.index("--vty_socket") + 2]
+    assert z.argv(dry_run=True)[-1] == "-C"
+
+
+def test_report_redraws_from_a_captured_run(tmp_path):
+    run = tmp_path / "ecmp" / "nle9b7"
+    shutil.copytree(data("ecmp_run"), run)
+    paths = write_report(str(run))
+    text = open(paths["report"]).read()
+    assert "| 0 | 3+0 | 3 | 100 % | 25 % |" in text
+    assert "published" in text and os.path.getsize(paths["plot_png"]) > 0
+    recs = ResultStore.open(str(run)).records()
+    assert distribution(recs)[0] == Counter({"3+0": 3})
+    assert "[SUM]" in post_format(recs[0]) and "via server2-eth" in post_format(recs[0])
