@@ -100,3 +100,46 @@ def bench_build(ks: List[int], switch: str, repeat: int, with_mininet: bool,
         json.dump(out, f, indent=1)
     console.print(f"saved {path}")
     return out
+
+
+def bench_clos(shapes: List[tuple], repeat: int, results_root: str) -> Dict[str, object]:
+    """From FRR daemon start to ECMP routes on every server/leaf, per fabric shape."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from . import caps
+    from .frr import wait_for_ecmp
+    from .lab import Lab
+    from .topologies.clos import clos, expected_routes
+    caps.require_root("nslab bench clos")
+    caps.require(["frr", "ecmp"], "nslab bench clos")
+    console = Console()
+    rows = []
+    for spines, leaves in shapes:
+        conv, build = [], []
+        for _ in range(repeat):
+            t = clos(spines=spines, servers=leaves)
+            with Lab(t) as lab:
+                conv.append(wait_for_ecmp(lab, expected_routes(t), timeout=120))
+                build.append(lab.build_seconds)
+        rows.append({"spines": spines, "servers": leaves, "convergence_s": statistics.median(conv),
+                     "convergence_all": conv, "build_s": statistics.median(build)})
+        console.print(f"{spines}x{leaves}: converged {rows[-1]['convergence_s']:.2f} s after FRR start")
+    t = Table(title=f"BGP-unnumbered clos: FRR start to ECMP routes everywhere (median of {repeat})")
+    for col in ("spines x servers", "nodes", "lab build (s)", "convergence (s)", "min-max (s)"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(f"{r['spines']} x {r['servers']}", str(r["spines"] + r["servers"]),
+                  f"{r['build_s']:.2f}", f"{r['convergence_s']:.2f}",
+                  f"{min(r['convergence_all']):.2f}-{max(r['convergence_all']):.2f}")
+    console.print(t)
+    out = {"benchmark": "clos", "repeat": repeat, "rows": rows,
+           "timers": "keepalive 1, hold 3, advertisement-interval 0, coalesce-time 100",
+           "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+           "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    path = os.path.join(results_root, "bench", f"clos-{int(time.time())}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1)
+    console.print(f"saved {path}")
+    return out

@@ -337,9 +337,26 @@ def bench_build(ctx: click.Context, sizes: str, switch: str, repeat: int, no_min
     """Build+teardown time of `single,k` for nslab vs plain Mininet (`mn --test none`)."""
     from .bench import bench_build as run_bench
     ks = _int_list(sizes, "--sizes")
-    run_id = "bench"
     setup_logging(ctx.obj, f"bench-build-{int(time.time())}")
     run_bench(ks, switch, repeat, not no_mininet, ctx.obj.results)
+
+
+@bench.command("clos")
+@click.option("--shapes", default="2x2,4x8", show_default=True, help="SPINESxSERVERS list.")
+@click.option("--repeat", type=int, default=3, show_default=True)
+@click.pass_context
+def bench_clos_cmd(ctx: click.Context, shapes: str, repeat: int) -> None:
+    """Time from FRR start to ECMP routes installed everywhere, per clos size."""
+    from .bench import bench_clos
+    parsed = []
+    for item in shapes.split(","):
+        try:
+            s, n = (int(x) for x in item.lower().split("x"))
+        except ValueError:
+            raise InputError(f"--shapes: {item!r} is not SPINESxSERVERS (e.g. 2x2)") from None
+        parsed.append((s, n))
+    setup_logging(ctx.obj, f"bench-clos-{int(time.time())}")
+    bench_clos(parsed, repeat, ctx.obj.results)
 
 
 def _int_list(text: str, what: str) -> List[int]:
