@@ -258,7 +258,29 @@ class Lab:
             from .frr import start_frr
             start_frr(self)
 
-    # -- helpers ------------------------------------------------------------------
+    # -- helpers -----------------------------------------------------------------
+    def static_arp(self) -> int:
+        """Permanent neighbour entries between every pair of addresses that share a
+        subnet (Mininet's ``autoStaticArp``): no ARP at the start of a trial.
+        Returns the number of entries added."""
+        import ipaddress
+        ends = []  # (node, intf, interface address, mac)
+        for node in self.nodes.values():
+            for intf, cidr in node.addrs.items():
+                if intf == "lo" or node.netns is None:
+                    continue
+                mac = node.run(["cat", f"/sys/class/net/{intf}/address"]).stdout.strip()
+                ends.append((node, intf, ipaddress.ip_interface(cidr), mac))
+        added = 0
+        for node, intf, iface, _ in ends:
+            lines = [f"neigh replace {peer.ip} lladdr {mac} dev {intf} nud permanent"
+                     for other, _, peer, mac in ends
+                     if other is not node and peer.ip in iface.network]
+            if lines:
+                _ip_batch(lines, netns=node.netns, where=f"static ARP on {node.name}")
+                added += len(lines)
+        return added
+
     def describe(self) -> List[Tuple[str, str, str, str]]:
         """Rows ``(node, kind, interfaces/addresses, how to enter)``."""
         rows = []

@@ -1,0 +1,459 @@
+"""Study 3: RFC 2544 throughput, latency and frame loss of a Linux bridge, a
+Linux router (and OVS) as the device under test (seed 004).
+
+CPU model: the generator and the sink run on CPU0; Receive Packet Steering
+sends the DUT's receive processing (forwarding, its egress shaper) to CPU1,
+and the sink's back to CPU0, so CPU1's busy time is the DUT's occupancy. A
+DUT "cost" knob, a chain of N never-matching u32 filters on the DUT's ingress,
+adds per-packet work to emulate a slower machine (the paper's 1.3 GHz Duron):
+without it a veth DUT costs under 1 us per packet here and a single-core
+generator cannot overload it below line rate.
+
+Loss is counted with kernel counters (frames the generator put on the wire,
+frames the DUT sent, frames the sink's interface received, backlog drops on
+the DUT's CPU), latency from timestamps in every frame (one clock for all
+namespaces), both over the trial after a warm-up.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from nslab.errors import CapabilityError, InputError, LabError
+from nslab.shaping import frame_rate, parse_rate
+
+log = logging.getLogger(__name__)
+
+FRAME_SIZES = [64, 128, 256, 512, 1024, 1280, 1518]
+#: The paper's Table 3 input rates (frames/s, 64-byte frames).
+PAPER_FPS = [100, 1000, 10000, 20000, 40000, 50000, 55556, 58824, 62500, 64516, 65574, 66225,
+             66667, 100000]
+LOAD_PCT = [10, 20, 40, 60, 80, 90, 100, 110]
+TESTS = ("throughput", "latency", "loss")
+GEN_CPU, DUT_CPU = 0, 1
+NOMINAL_FPS = 1000
+PORT = 9
+#: Calibrated on the development machine: 700 filters put the 64-byte knee
+#: between 66 and 80 kfps (the paper's: ~66 kfps). ``--dut-cost 0`` = bare veth.
+DEFAULT_DUT_COST = 700
+
+
+@dataclass
+class Rfc2544Config:
+    duts: List[str] = field(default_factory=lambda: ["bridge", "router"])
+    frame_sizes: List[int] = field(default_factory=lambda: list(FRAME_SIZES))
+    link_rate: str = "100Mbit"
+    tests: List[str] = field(default_factory=lambda: list(TESTS))
+    trial: float = 2.0
+    warmup: float = 0.5
+    loss_tolerance: float = 0.0
+    resolution: float = 0.02
+    repeat: int = 1
+    dut_cost: int = DEFAULT_DUT_COST
+    loads_pct: List[int] = field(default_factory=lambda: list(LOAD_PCT))
+    paper_rates: bool = True
+    mtu: int = 1500
+
+    def line_bps(self) -> float:
+        return parse_rate(self.link_rate)
+
+    def validate(self) -> "Rfc2544Config":
+        from nslab.topologies.rfc2544 import DUTS
+        for d in self.duts:
+            if d not in DUTS:
+                raise InputError(f"unknown DUT {d!r} (use {', '.join(DUTS)})")
+        if not self.duts:
+            raise InputError("--dut: empty list")
+        for f in self.frame_sizes:
+            if f < 64:
+                raise InputError(f"frame size {f} is under Ethernet's minimum of 64 bytes")
+            if f > self.mtu + 18:
+                raise InputError(f"frame size {f} is over what an MTU of {self.mtu} allows "
+                                 f"({self.mtu + 18} bytes with header and FCS)")
+        for t in self.tests:
+            if t not in TESTS:
+                raise InputError(f"unknown test {t!r} (use {', '.join(TESTS)})")
+        if self.trial < 0.5:
+            raise InputError(f"--trial {self.trial:g} s is too short (at least 0.5 s)")
+        if not 0 <= self.loss_tolerance < 100:
+            raise InputError(f"--loss-tolerance {self.loss_tolerance} % is out of range 0..100")
+        if not 0 < self.resolution <= 0.5:
+            raise InputError(f"--resolution {self.resolution} must be a fraction of line rate in (0, 0.5]")
+        if self.dut_cost < 0 or self.dut_cost > 5000:
+            raise InputError(f"--dut-cost {self.dut_cost} is out of range 0..5000 filters")
+        if self.repeat < 1:
+            raise InputError("--repeat must be >= 1")
+        self.line_bps()
+        for p in self.loads_pct:
+            if p <= 0 or p > 200:
+                raise InputError(f"load {p} % is out of range (0, 200]")
+        return self
+
+
+def theory_table(link_bps: float, sizes: List[int]) -> List[Tuple[int, float, float]]:
+    """(frame size, max frames/s, max bit/s of frames) on a link of ``link_bps``."""
+    return [(s, frame_rate(link_bps, s), frame_rate(link_bps, s) * s * 8) for s in sizes]
+
+
+def pktgen_path() -> str:
+    """The generator built by setup (``make setup``), next to this Python."""
+    cand = os.path.join(os.path.dirname(sys.executable), "nslab-pktgen")
+    if os.path.exists(cand):
+        return cand
+    import shutil
+    found = shutil.which("nslab-pktgen")
+    if found:
+        return found
+    raise CapabilityError("the packet generator nslab-pktgen is not built: run `make setup` "
+                          "(needs gcc)")
+
+
+# -- counters -------------------------------------------------------------------------
+def link_stats(node, intf: str) -> Dict[str, int]:
+    data = json.loads(node.run(["ip", "-s", "-j", "link", "show", "dev", intf]).stdout)[0]
+    st = data["stats64"]
+    return {"rx_packets": st["rx"]["packets"], "rx_dropped": st["rx"]["dropped"],
+            "tx_packets": st["tx"]["packets"], "tx_dropped": st["tx"]["dropped"]}
+
+
+def qdisc_drops(node, intf: str) -> int:
+    data = json.loads(node.run(["tc", "-s", "-j", "qdisc", "show", "dev", intf]).stdout or "[]")
+    return sum(q.get("drops", 0) for q in data if q.get("root"))
+
+
+def softnet_drops() -> List[int]:
+    with open("/proc/net/softnet_stat") as f:
+        return [int(l.split()[1], 16) for l in f]
+
+
+def cpu_times() -> List[Tuple[int, int]]:
+    """(busy, total) jiffies per CPU."""
+    out = []
+    with open("/proc/stat") as f:
+        for line in f:
+            if line.startswith("cpu") and line[3] != " ":
+                v = [int(x) for x in line.split()[1:]]
+                idle = v[3] + v[4]
+                out.append((sum(v) - idle, sum(v)))
+    return out
+
+
+def busy_pct(a: List[Tuple[int, int]], b: List[Tuple[int, int]], cpu: int) -> float:
+    db, dt = b[cpu][0] - a[cpu][0], b[cpu][1] - a[cpu][1]
+    return 100.0 * db / dt if dt > 0 else 0.0
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSplitLock:
+    """One RFC 2544 run at a time owns the CPU split (generator CPU0, DUT CPU1)."""
+
+    PATH = "/run/nslab/cpu-split.lock"
+
+    def __enter__(self) -> "CpuSplitLock":
+        os.makedirs(os.path.dirname(self.PATH), exist_ok=True)
+        self.f = open(self.PATH, "a+")
+        try:
+            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.f.seek(0)
+            owner = self.f.read().strip() or "?"
+            self.f.close()
+            raise CapabilityError(f"another RFC 2544 run ({owner}) holds the CPU split "
+                                  "(generator on CPU0, DUT on CPU1): run one at a time") from None
+        self.f.seek(0)
+        self.f.truncate()
+        self.f.write(f"pid {os.getpid()}")
+        self.f.flush()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        fcntl.flock(self.f, fcntl.LOCK_UN)
+        self.f.close()
+
+
+class Rfc2544Runner:
+    """One DUT's test bed and its trials."""
+
+    def __init__(self, lab, cfg: Rfc2544Config, dut: str, store) -> None:
+        from nslab.topologies.rfc2544 import roles
+        self.lab, self.cfg, self.dut, self.store = lab, cfg, dut, store
+        self.gen, self.sink, self.dutn = lab["gen"], lab["sink"], lab["dut"]
+        self.sink_ip, self.dut_in = roles(dut)
+        self.dut_out = "dut-eth1" if dut == "router" else "dut-eth2"
+        self.pg = pktgen_path()
+        self.baseline_busy = 0.0
+        self.ceiling_pps: Dict[int, float] = {}
+        self.ovs_pid: Optional[int] = None
+        self._ceiling_path = False
+
+    # -- setup ----------------------------------------------------------------
+    def setup(self) -> Dict[str, Any]:
+        info: Dict[str, Any] = {"dut": self.dut, "static_arp": self.lab.static_arp()}
+        if self.dut == "ovs":
+            info["cpu_model"] = "ovs-vswitchd CPU time (userspace datapath); RPS and cost knob n/a"
+            self.ovs_pid = int(open("/var/run/openvswitch/ovs-vswitchd.pid").read().strip())
+            self.dut_in = self.lab["dut"].intfs[1]
+            self.dut_out = self.lab["dut"].intfs[2]
+        else:
+            self._rps(self.dutn, self.dut_in, 1 << DUT_CPU)
+            self._rps(self.sink, "sink-eth0", 1 << GEN_CPU)
+            info["rps"] = {f"dut:{self.dut_in}": DUT_CPU, "sink:sink-eth0": GEN_CPU}
+            if self.cfg.dut_cost:
+                self._cost(self.cfg.dut_cost)
+            info["dut_cost_filters"] = self.cfg.dut_cost
+        time.sleep(0.3)
+        a = cpu_times()
+        time.sleep(1.0)
+        self.baseline_busy = busy_pct(a, cpu_times(), DUT_CPU)
+        info["baseline_busy_pct"] = self.baseline_busy
+        return info
+
+    def _rps(self, node, intf: str, mask: int) -> None:
+        node.run(["tee", f"/sys/class/net/{intf}/queues/rx-0/rps_cpus"], input=f"{mask:x}\n")
+
+    def _cost(self, n: int) -> None:
+        self.dutn.run(["tc", "qdisc", "add", "dev", self.dut_in, "handle", "ffff:", "ingress"])
+        lines = [f"filter add dev {self.dut_in} parent ffff: protocol ip prio {i} u32 match u32 "
+                 f"0xdeadbeef 0xffffffff at 0 flowid 1:1" for i in range(1, n + 1)]
+        self.dutn.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", timeout=300)
+
+    def measure_ceiling(self, size: int) -> float:
+        """The generator's own ceiling on its CPU: as fast as it can, over a private
+        unshaped veth in the generator's namespace whose receive side is steered to
+        the other CPU (the frames are dropped there: nothing owns their address)."""
+        if size in self.ceiling_pps:
+            return self.ceiling_pps[size]
+        if not self._ceiling_path:
+            self.gen.run(["ip", "-batch", "-"], input="\n".join([
+                "link add name gceil0 type veth peer name gceil1",
+                "link set dev gceil0 up", "link set dev gceil1 up",
+                "addr add 10.255.0.1/30 dev gceil0",
+                "neigh replace 10.255.0.2 lladdr 02:00:00:00:00:99 dev gceil0 nud permanent"]) + "\n")
+            self._rps(self.gen, "gceil1", 1 << DUT_CPU)
+            self._ceiling_path = True
+        res = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", "10.255.0.2",
+                            "--port", str(PORT), "--size", str(size), "--rate", "0",
+                            "--duration", "1"], timeout=30)
+        pps = json.loads(res.stdout)["pps"]
+        self.ceiling_pps[size] = pps
+        return pps
+
+    # -- one trial ------------------------------------------------------------
+    def trial(self, size: int, fps: float, seconds: Optional[float] = None,
+              tag: str = "") -> Dict[str, Any]:
+        """Offer ``fps`` frames/s of ``size`` bytes for warm-up + trial; count everything."""
+        cfg = self.cfg
+        seconds = seconds or cfg.trial
+        total = cfg.warmup + seconds
+        sink = self.sink.popen(["taskset", "-c", str(GEN_CPU), self.pg, "recv", "--port", str(PORT),
+                                "--duration", f"{total + 1.5:.3f}", "--warmup", f"{cfg.warmup:.3f}"],
+                               name="pktgen-recv")
+        if "ready" not in (sink.popen.stdout.readline() or ""):
+            raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
+        cpre = self._counters()
+        gen = self.gen.popen(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
+                              "--port", str(PORT), "--size", str(size), "--rate", f"{fps:.3f}",
+                              "--duration", f"{total:.3f}"], name="pktgen-send")
+        t_start = time.monotonic()
+        time.sleep(cfg.warmup)
+        c0 = self._counters()
+        time.sleep(max(0.0, seconds - (time.monotonic() - t_start - cfg.warmup)))
+        c1 = self._counters()
+        g = gen.wait(timeout=total + 30)
+        time.sleep(0.5)  # RFC 2544 waits for frames in flight before the final count
+        c2 = self._counters()
+        s = sink.wait(timeout=total + 30)
+        gj = json.loads(g.stdout.strip().splitlines()[-1])
+        sj = json.loads(s.stdout.strip().splitlines()[-1])
+        window = c1["t"] - c0["t"]
+        # Loss as RFC 2544 counts it: every frame put on the wire during the whole
+        # trial against every frame the sink's interface received, after a drain.
+        sent_all = c2["gen_tx"] - cpre["gen_tx"]
+        recv_all = c2["sink_rx"] - cpre["sink_rx"]
+        lost = max(0, sent_all - recv_all)
+        offered = c1["gen_tx"] - c0["gen_tx"]
+        received = c1["sink_rx"] - c0["sink_rx"]
+        dut_busy = busy_pct(c0["cpu"], c1["cpu"], DUT_CPU)
+        if self.ovs_pid:
+            dut_busy = 100.0 * (c1["ovs_cpu"] - c0["ovs_cpu"]) / window
+        occ = max(0.0, dut_busy - self.baseline_busy)
+        fwd_pps = (c1["dut_tx"] - c0["dut_tx"]) / window
+        m = {
+            "frame": size, "target_fps": fps, "window_s": window,
+            "offered_fps": offered / window, "offered_bps": offered / window * size * 8,
+            "received_fps": max(0, received) / window,
+            "throughput_bps": max(0, received) / window * size * 8,
+            "frames_sent": sent_all, "frames_received": recv_all,
+            "lost": lost, "loss_pct": 100.0 * lost / sent_all if sent_all else 0.0,
+            "dut_forwarded_fps": fwd_pps,
+            "dut_backlog_drops": c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU] if not self.ovs_pid else None,
+            "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
+            "gen_qdisc_drops": c1["gen_qdrops"] - c0["gen_qdrops"],
+            "gen_sent": gj["sent"], "gen_errors": gj["errors"], "gen_pps": gj["pps"],
+            "latency_us": sj["latency_us"], "latency_samples": sj["in_window"],
+            "dut_busy_pct": dut_busy, "dut_occupancy_pct": occ,
+            "us_per_packet": (occ / 100.0) * 1e6 / fwd_pps if fwd_pps > 0 else None,
+        }
+        ceiling = self.ceiling_pps.get(size)
+        m["generator_limited"] = bool(ceiling and fps > 0.9 * ceiling)
+        return m
+
+    def _counters(self) -> Dict[str, Any]:
+        c = {"t": time.monotonic(), "cpu": cpu_times(), "softnet": softnet_drops()}
+        gs = link_stats(self.gen, "gen-eth0")
+        # veth counts a frame the next hop's backlog refused as the sender's
+        # tx_dropped, not tx_packets: offered = both.
+        c["gen_tx"] = gs["tx_packets"] + gs["tx_dropped"]
+        c["sink_rx"] = link_stats(self.sink, "sink-eth0")["rx_packets"]
+        c["gen_qdrops"] = qdisc_drops(self.gen, "gen-eth0")
+        if self.dut == "ovs":
+            from nslab.proc import run
+            c["dut_tx"] = int(run(["cat", f"/sys/class/net/{self.dut_out}/statistics/tx_packets"]).stdout)
+            c["dut_qdrops"] = 0
+            c["ovs_cpu"] = proc_cpu_seconds(self.ovs_pid) if self.ovs_pid else 0.0
+        else:
+            c["dut_tx"] = link_stats(self.dutn, self.dut_out)["tx_packets"]
+            c["dut_qdrops"] = qdisc_drops(self.dutn, self.dut_out)
+        return c
+
+    # -- RFC 2544 tests ---------------------------------------------------------
+    def throughput(self, size: int) -> Dict[str, Any]:
+        """Binary search for the highest rate with loss <= tolerance, then confirm."""
+        cfg = self.cfg
+        line = frame_rate(cfg.line_bps(), size)
+        ceiling = self.measure_ceiling(size)
+        hi = min(line, ceiling)
+        lo = 0.0
+        probes = []
+
+        def ok(fps: float, seconds: Optional[float] = None) -> bool:
+            m = self.trial(size, fps, seconds)
+            probes.append({k: m[k] for k in ("target_fps", "offered_fps", "received_fps",
+                                             "loss_pct", "dut_occupancy_pct")})
+            return m["loss_pct"] <= cfg.loss_tolerance
+
+        if ok(hi):
+            lo = hi
+        else:
+            step = cfg.resolution * line
+            while hi - lo > step:
+                mid = (lo + hi) / 2
+                if ok(mid):
+                    lo = mid
+                else:
+                    hi = mid
+        confirmed = lo > 0 and ok(lo, cfg.trial * 2)
+        if lo > 0 and not confirmed:
+            lo = max(0.0, lo - cfg.resolution * line)
+            confirmed = lo > 0 and ok(lo, cfg.trial * 2)
+        return {"throughput_fps": lo, "throughput_bps": lo * size * 8, "line_fps": line,
+                "generator_ceiling_fps": ceiling, "generator_limited": lo >= 0.9 * ceiling,
+                "confirmed": confirmed, "probes": probes, "pct_of_line": 100 * lo / line}
+
+    def loads(self, size: int) -> List[float]:
+        line = frame_rate(self.cfg.line_bps(), size)
+        if size == 64 and self.cfg.paper_rates:
+            return [float(f) for f in PAPER_FPS]
+        return [round(line * p / 100.0, 1) for p in self.cfg.loads_pct]
+
+
+def run(cfg: Rfc2544Config, results_root: str = "results", run_id: Optional[str] = None,
+        resume: Optional[str] = None, progress: bool = True) -> str:
+    """All DUTs, frame sizes and tests; one lab per DUT. Returns the run dir."""
+    import dataclasses
+
+    from nslab import caps
+    from nslab.experiment import Progress
+    from nslab.lab import Lab
+    from nslab.naming import new_run_id
+    from nslab.results import ResultStore, collect_provenance, point_key
+    from nslab.topologies.rfc2544 import dut_chain
+
+    from .rfc2544_report import write_report
+    if resume:
+        store = ResultStore.open(resume)
+        saved = store.provenance().get("config")
+        if not saved:
+            raise InputError(f"{resume}: no saved configuration to resume")
+        cfg = Rfc2544Config(**saved)
+    cfg.validate()
+    need = ["htb", "tbf"]
+    if any(d != "ovs" for d in cfg.duts):
+        need.append("rps")
+        if cfg.dut_cost:
+            need.append("u32")
+    found = caps.probe()
+    for n in need:
+        if n == "u32" and not found["u32"].ok:
+            # The probe tests u32 with an action; the knob needs the classifier only.
+            continue
+        caps.require([n], "the RFC 2544 study")
+    if (os.cpu_count() or 1) < 2:
+        raise CapabilityError("the RFC 2544 CPU model needs 2 CPUs (generator and DUT apart)")
+    pktgen_path()
+    run_id = run_id or new_run_id()
+    if not resume:
+        store = ResultStore(results_root, "rfc2544", run_id)
+    done = store.done_keys()
+    plan = []
+    for rep in range(cfg.repeat):
+        for dut in cfg.duts:
+            for size in cfg.frame_sizes:
+                for test in cfg.tests:
+                    plan.append({"dut": dut, "frame": size, "test": test, "repeat": rep})
+    todo = [p for p in plan if point_key(p) not in done]
+    prog = Progress(len(todo), enabled=progress)
+    prog.start()
+    setups = {}
+    with CpuSplitLock():
+        for dut in cfg.duts:
+            mine = [p for p in todo if p["dut"] == dut]
+            if not mine:
+                continue
+            topo = dut_chain(dut, link_rate=cfg.link_rate, framing=True)
+            with Lab(topo, run_id=new_run_id()) as lab:
+                runner = Rfc2544Runner(lab, cfg, dut, store)
+                setups[dut] = runner.setup()
+                if not store.provenance() or dut == cfg.duts[0]:
+                    store.write_provenance(collect_provenance(
+                        lab, extra={"config": dataclasses.asdict(cfg), "setups": setups}))
+                for p in mine:
+                    m, summary = _measure(runner, p)
+                    store.append(p, m)
+                    prog.point(p, summary)
+        prov = store.provenance()
+        prov["setups"] = {**prov.get("setups", {}), **setups}
+        store.write_provenance({k: v for k, v in prov.items()
+                                if k not in ("schema_version", "experiment", "run_id")})
+    write_report(store.path)
+    return store.path
+
+
+def _measure(runner: Rfc2544Runner, p: Dict[str, Any]) -> Tuple[Dict[str, Any], str]:
+    size, test = p["frame"], p["test"]
+    if test == "throughput":
+        m = runner.throughput(size)
+        return m, (f"throughput {m['throughput_fps']:.0f} fps ({m['pct_of_line']:.0f} % of line)"
+                   + (" [generator-limited]" if m["generator_limited"] else ""))
+    if test == "latency":
+        trials = [runner.trial(size, NOMINAL_FPS)]
+        line = frame_rate(runner.cfg.line_bps(), size)
+        trials.append(runner.trial(size, 0.9 * line))
+        m = {"trials": trials}
+        return m, (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at {NOMINAL_FPS} fps, "
+                   f"{trials[1]['latency_us']['avg']:.0f} us at 90 % of line")
+    trials = [runner.trial(size, fps) for fps in runner.loads(size)]
+    worst = max(trials, key=lambda t: t["loss_pct"])
+    return {"trials": trials}, (f"{len(trials)} loads; worst loss {worst['loss_pct']:.1f} % at "
+                                f"{worst['target_fps']:.0f} fps")
