@@ -20,7 +20,12 @@ $(STAMP): setup.py
 	$(BIN)/pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-venv: $(STAMP)
+PKTGEN  := $(BIN)/nslab-pktgen
+
+$(PKTGEN): nslab/csrc/pktgen.c $(STAMP)
+	gcc -O2 -Wall -Wextra -o $@ nslab/csrc/pktgen.c -lm
+
+venv: $(STAMP) $(PKTGEN)
 
 setup: system venv
 

@@ -124,6 +124,79 @@ def run_ecmp(ctx, policies, trials, streams, duration, spines, link_rate, framin
     click.echo(f"report: {os.path.join(path, 'report.md')}; plot: {os.path.join(path, 'ecmp.png')}")
 
 
+@run_group.command("rfc2544")
+@click.option("--dut", "duts", default="bridge,router", show_default=True,
+              help="DUTs: bridge, router, ovs.")
+@click.option("--frame-sizes", default="64,128,256,512,1024,1280,1518", show_default=True)
+@click.option("--link-rate", default="100Mbit", show_default=True,
+              help="Rate of both links, framing counted (100Mbit as the paper, 1Gbit, ...).")
+@click.option("--tests", default="throughput,latency,loss", show_default=True)
+@click.option("--trial", type=float, default=2.0, show_default=True, help="Seconds per trial.")
+@click.option("--loss-tolerance", type=float, default=0.0, show_default=True, help="Percent.")
+@click.option("--resolution", type=float, default=0.02, show_default=True,
+              help="Throughput search stops within this fraction of line rate.")
+@click.option("--repeat", type=int, default=1, show_default=True)
+@click.option("--dut-cost", type=int, default=None,
+              help="u32 filters on the DUT's ingress to emulate a slower CPU (default 700, "
+                   "calibrated here to put the 64-byte knee near the paper's; 0 = bare veth).")
+@click.option("--quick", is_flag=True, help="bridge and router, 64 and 1518 bytes, short trials.")
+@click.option("--out", default=None)
+@click.option("--resume", default=None)
+@click.pass_context
+def run_rfc2544(ctx, duts, frame_sizes, link_rate, tests, trial, loss_tolerance, resolution,
+                repeat, dut_cost, quick, out, resume) -> None:
+    """RFC 2544 of a Linux bridge vs a Linux router (and OVS) as DUT (seed 004)."""
+    from nslab.experiments import rfc2544 as r
+    cfg = r.Rfc2544Config(
+        duts=[d.strip() for d in duts.split(",") if d.strip()],
+        frame_sizes=_ints(frame_sizes, "--frame-sizes"), link_rate=link_rate,
+        tests=[t.strip() for t in tests.split(",") if t.strip()], trial=trial,
+        loss_tolerance=loss_tolerance, resolution=resolution, repeat=repeat,
+        dut_cost=r.DEFAULT_DUT_COST if dut_cost is None else dut_cost)
+    if quick:
+        cfg.frame_sizes = [64, 1518] if frame_sizes == "64,128,256,512,1024,1280,1518" else cfg.frame_sizes
+        cfg.trial = 0.5 if trial == 2.0 else trial
+        cfg.warmup = 0.2
+        cfg.resolution = 0.05 if resolution == 0.02 else resolution
+        cfg.quick_loads = True
+    if not resume:
+        cfg.validate()
+    run_id = _start(ctx)
+    root = out or ctx.obj.results
+    store_dir = resume or os.path.join(root, "rfc2544", run_id)
+    try:
+        path = r.run(cfg, root, run_id=run_id, resume=resume)
+    except KeyboardInterrupt:
+        _interrupted(store_dir, "rfc2544")
+        raise
+    click.echo(f"results: {path}")
+    text = open(os.path.join(path, "report.md")).read()
+    click.echo(text.split("## Published")[0])
+    click.echo(f"report: {os.path.join(path, 'report.md')}; plot: {os.path.join(path, 'rfc2544.png')}")
+
+
+@click.group("rfc2544")
+def rfc2544_group() -> None:
+    """RFC 2544 helpers."""
+
+
+@rfc2544_group.command("theory")
+@click.option("--link-rate", default="100Mbit", show_default=True)
+@click.option("--frame-sizes", default="64,128,256,512,1024,1280,1518", show_default=True)
+def rfc2544_theory(link_rate: str, frame_sizes: str) -> None:
+    """The theoretical maximum frame rate per frame size (preamble, gap and FCS counted)."""
+    from nslab.experiments.rfc2544 import theory_table
+    from nslab.shaping import parse_rate
+    rate = parse_rate(link_rate)
+    sizes = _ints(frame_sizes, "--frame-sizes")
+    for s in sizes:
+        if s < 64:
+            raise InputError(f"frame size {s} is under Ethernet's minimum of 64 bytes")
+    click.echo(f"{'frame (bytes)':>14} {'max frames/s':>14} {'Mbit/s of frames':>17}")
+    for size, fps, bps in theory_table(rate, sizes):
+        click.echo(f"{size:>14} {fps:>14,.0f} {bps / 1e6:>17.2f}")
+
+
 @click.command("vtysh", context_settings={"ignore_unknown_options": True})
 @click.argument("node")
 @click.option("--run", "run_id", default=None, help="Run id (default: the only live run with NODE).")
@@ -218,3 +291,4 @@ def register(cli: click.Group) -> None:
     cli.add_command(report)
     cli.add_command(alias_group)
     cli.add_command(vtysh)
+    cli.add_command(rfc2544_group)

@@ -34,6 +34,8 @@ FRAME_SIZES = [64, 128, 256, 512, 1024, 1280, 1518]
 #: The paper's Table 3 input rates (frames/s, 64-byte frames).
 PAPER_FPS = [100, 1000, 10000, 20000, 40000, 50000, 55556, 58824, 62500, 64516, 65574, 66225,
              66667, 100000]
+QUICK_FPS = [1000, 20000, 40000, 55556, 62500, 66667, 100000]
+QUICK_LOAD_PCT = [10, 50, 90, 110]
 LOAD_PCT = [10, 20, 40, 60, 80, 90, 100, 110]
 TESTS = ("throughput", "latency", "loss")
 GEN_CPU, DUT_CPU = 0, 1
@@ -58,6 +60,7 @@ class Rfc2544Config:
     dut_cost: int = DEFAULT_DUT_COST
     loads_pct: List[int] = field(default_factory=lambda: list(LOAD_PCT))
     paper_rates: bool = True
+    quick_loads: bool = False
     mtu: int = 1500
 
     def line_bps(self) -> float:
@@ -364,8 +367,9 @@ class Rfc2544Runner:
     def loads(self, size: int) -> List[float]:
         line = frame_rate(self.cfg.line_bps(), size)
         if size == 64 and self.cfg.paper_rates:
-            return [float(f) for f in PAPER_FPS]
-        return [round(line * p / 100.0, 1) for p in self.cfg.loads_pct]
+            return [float(f) for f in (QUICK_FPS if self.cfg.quick_loads else PAPER_FPS)]
+        pcts = QUICK_LOAD_PCT if self.cfg.quick_loads else self.cfg.loads_pct
+        return [round(line * p / 100.0, 1) for p in pcts]
 
 
 def run(cfg: Rfc2544Config, results_root: str = "results", run_id: Optional[str] = None,

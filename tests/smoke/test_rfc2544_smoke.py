@@ -1,0 +1,39 @@
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+
+
+def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick",
+                          "--frame-sizes", "64", "--tests", "latency,loss"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = (tmp_path / "rfc2544").iterdir()
+    recs = [json.loads(l) for l in open(run / "records.jsonl")]
+    assert {(r["params"]["dut"], r["params"]["test"]) for r in recs} == {
+        ("bridge", "latency"), ("bridge", "loss"), ("router", "latency"), ("router", "loss")}
+    for r in recs:
+        for t in r["measurements"]["trials"]:
+            assert t["frames_sent"] > 0 and t["latency_samples"] > 0
+            if t["target_fps"] <= 1000:
+                # Far below any knee: nothing lost, sub-millisecond latency.
+                assert t["loss_pct"] == 0 and t["latency_us"]["avg"] < 1000
+    prov = json.load(open(run / "provenance.json"))
+    assert set(prov["setups"]) == {"bridge", "router"}
+    assert (run / "report.md").exists() and (run / "rfc2544.png").exists()
+
+
+def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
+    from nslab.experiments.rfc2544 import CpuSplitLock
+    with CpuSplitLock():
+        res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick"],
+                             capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1 and "holds the CPU split" in res.stderr
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "-gen" not in out and "-dut" not in out
