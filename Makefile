@@ -30,7 +30,7 @@ venv: $(STAMP) $(PKTGEN)
 setup: system venv
 
 demo: setup
-	$(BIN)/nslab demo
+	$(BIN)/nslab reproduce --quick
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

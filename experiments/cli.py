@@ -228,6 +228,11 @@ def vtysh(node: str, run_id: Optional[str], commands) -> None:
 def report(run_dir: str) -> None:
     """Redraw plots and tables of RUN_DIR from its stored results (no root needed)."""
     from nslab.results import ResultStore
+    if os.path.exists(os.path.join(run_dir, "mode")):  # a `nslab reproduce` directory
+        from nslab.reproduce import write_report
+        for name, path in write_report(run_dir).items():
+            click.echo(f"{name}: {path}")
+        return
     store = ResultStore.open(run_dir)
     exp = store.provenance().get("experiment") or os.path.basename(os.path.dirname(run_dir.rstrip("/")))
     writers = _report_writers()

@@ -370,7 +370,7 @@ def _int_list(text: str, what: str) -> List[int]:
 
 
 #: Modules that add commands to the CLI (each has ``register(cli)``).
-PLUGINS: List[str] = ["nslab.experiments.cli"]
+PLUGINS: List[str] = ["nslab.experiments.cli", "nslab.reproduce"]
 
 
 def _register_plugins() -> None:
