@@ -23,11 +23,11 @@ def _ints(text: str, what: str) -> List[int]:
 
 
 def _start(ctx: click.Context):
-    from nslab.cli import _sigterm, setup_logging
+    from nslab.cli import install_signals, setup_logging
     from nslab.naming import new_run_id
     run_id = new_run_id()
     setup_logging(ctx.obj, run_id)
-    signal.signal(signal.SIGTERM, _sigterm)
+    install_signals()
     return run_id
 
 

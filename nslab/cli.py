@@ -47,6 +47,12 @@ def _sigterm(signum, frame):  # noqa: ANN001
     raise KeyboardInterrupt
 
 
+def install_signals() -> None:
+    """SIGTERM and SIGHUP (terminal closed) end a command like Ctrl-C: through teardown."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _sigterm)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="nslab")
 @click.option("--results", default=lambda: os.environ.get(RESULTS_ENV, "results"),
@@ -234,7 +240,7 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
     t = load_topology(topology, opts)
     run_id = new_run_id()
     setup_logging(ctx.obj, run_id)
-    signal.signal(signal.SIGTERM, _sigterm)
+    install_signals()
     with Lab(t, run_id=run_id) as lab:
         _print_lab(lab)
         if with_cli:
@@ -302,7 +308,7 @@ def demo(ctx: click.Context, switch: str, bw: str, duration: float) -> None:
     t = single(k=2, switch=switch, bw=bw)
     run_id = new_run_id()
     setup_logging(ctx.obj, run_id)
-    signal.signal(signal.SIGTERM, _sigterm)
+    install_signals()
     with Lab(t, run_id=run_id) as lab:
         _print_lab(lab)
         h1, h2 = lab["h1"], lab["h2"]

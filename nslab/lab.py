@@ -99,6 +99,7 @@ class Lab:
         write_journal(self.run_id, self.journal)
         os.makedirs(self.workdir, exist_ok=True)
         self._started = True
+        self._install_signal_handlers()
         t0 = time.monotonic()
         try:
             self._build(topo, uses_ovs)
@@ -132,10 +133,30 @@ class Lab:
             self.inventory.journal = self.journal
             problems += remove(self.inventory)
             self._started = False
+        self._restore_signal_handlers()
         for prob in problems:
             log.warning("teardown of %s: %s", self.run_id, prob)
         log.info("lab %s torn down", self.run_id)
         return problems
+
+    def _install_signal_handlers(self) -> None:
+        """SIGTERM and SIGHUP (a closed terminal) tear the lab down like Ctrl-C:
+        they raise KeyboardInterrupt in the main thread, so ``with Lab(...)`` exits
+        through teardown. Handlers someone else installed are left alone."""
+        import signal
+        import threading
+        self._old_handlers = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) in (signal.SIG_DFL, None):
+                self._old_handlers[sig] = signal.signal(sig, _raise_interrupt)
+
+    def _restore_signal_handlers(self) -> None:
+        import signal
+        for sig, old in getattr(self, "_old_handlers", {}).items():
+            signal.signal(sig, old)
+        self._old_handlers = {}
 
     # -- build --------------------------------------------------------------------
     def _build(self, topo: Topology, uses_ovs: bool) -> None:
@@ -291,6 +312,10 @@ class Lab:
             addrs = ", ".join(f"{i} {node.addrs[i]}" if i in node.addrs else i for i in node.intfs)
             rows.append((node.name, kind, addrs, node.enter_hint()))
         return rows
+
+
+def _raise_interrupt(signum, frame):  # noqa: ANN001
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _route_line(route, node: str) -> str:

@@ -41,8 +41,32 @@ def run_cli(lab: "Lab", script: Any = None) -> None:
             return super()._popen(["ip", "netns", "exec", self.nslab_netns] + list(cmd),
                                   env=env, **params)
 
+    class LabMininet(Mininet):
+        """Mininet's network object over the lab. ``iperf`` is replaced: Mininet's
+        runs ``killall -9 iperf``, which would kill every iperf on the machine."""
+
+        def iperf(self, hosts=None, l4Type="TCP", udpBw="10M", fmt=None, seconds=5, port=5001):
+            from mininet.log import output
+
+            from .iperf import run_client, start_server, wait_listening
+            hosts = hosts or [self.hosts[0], self.hosts[-1]]
+            client, server = (lab[h.name] for h in hosts)
+            udp = l4Type == "UDP"
+            output(f"*** Iperf: testing {l4Type} bandwidth between {client.name} and {server.name}\n")
+            srv = start_server(server, udp=udp, port=port)
+            try:
+                wait_listening(server, port, udp=udp)
+                rep = run_client(client, server.ip, time=seconds, udp=udp,
+                                 rate=udpBw if udp else None, port=port)
+            finally:
+                srv.stop()
+            rate = rep.server_reports[0].bps if rep.server_reports else rep.total_bps
+            result = [f"{rate / 1e6:.1f} Mbits/sec", f"{rep.total_bps / 1e6:.1f} Mbits/sec"]
+            output(f"*** Results: {result}\n")
+            return result
+
     setLogLevel("info")
-    net = Mininet(topo=None, build=False, controller=None)
+    net = LabMininet(topo=None, build=False, controller=None)
     shells = []
     try:
         for node in lab:

@@ -300,7 +300,7 @@ def reproduce_cmd(ctx: click.Context, mode: str, only: str, resume: Optional[str
     """Reproduce the three studies and write one report (HTML + Markdown)."""
     import signal
 
-    from .cli import _sigterm, setup_logging
+    from .cli import install_signals, setup_logging
     studies = tuple(s.strip() for s in only.split(",") if s.strip())
     for s in studies:
         if s not in STUDIES:
@@ -308,7 +308,7 @@ def reproduce_cmd(ctx: click.Context, mode: str, only: str, resume: Optional[str
     if resume and os.path.exists(os.path.join(resume, "mode")):
         mode = open(os.path.join(resume, "mode")).read().strip()
     setup_logging(ctx.obj, f"reproduce-{time.strftime('%Y%m%d-%H%M%S')}")
-    signal.signal(signal.SIGTERM, _sigterm)
+    install_signals()
     try:
         path = reproduce(mode, ctx.obj.results, resume=resume, studies=studies,
                          echo=lambda m: click.echo(m, err=True))

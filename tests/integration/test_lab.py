@@ -216,3 +216,47 @@ def test_topology_files_load_in_plain_mininet_without_nslab():
                          capture_output=True, text=True, timeout=60, cwd="/")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "['h1', 'h2', 'h3'] ['s1'] 3"
+
+
+@needs("iperf", "ping")
+def test_mininet_cli_runs_on_lab_namespaces_without_broad_kills(tmp_path):
+    """Mininet's own CLI drives the lab; its iperf uses our tagged runner
+    (Mininet's would run `killall -9 iperf`), so an unrelated iperf survives."""
+    bystander = subprocess.Popen(["iperf", "-s", "-p", "5998"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+    script = tmp_path / "cli.txt"
+    script.write_text("h1 ping -c1 h2\npingall\niperf h1 h2\n")
+    code = textwrap.dedent(f"""
+        from nslab import Lab
+        from nslab.topologies import single
+        from nslab.mncli import run_cli
+        with Lab(single(k=2)) as lab:
+            run_cli(lab, script={str(script)!r})
+    """)
+    try:
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, cwd=ROOT)
+        out = res.stdout + res.stderr
+        assert res.returncode == 0, out[-2000:]
+        assert "1 received" in out and "0% dropped (2/2 received)" in out
+        assert "*** Results: [" in out and "Mbits/sec" in out
+        assert bystander.poll() is None
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_closing_the_terminal_tears_the_lab_down(tmp_path):
+    nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
+    p = subprocess.Popen([nslab, "--results", str(tmp_path), "topo", "up", "pair"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_id = None
+    deadline = time.time() + 20
+    while time.time() < deadline and run_id is None:
+        line = p.stdout.readline()
+        if "lab nl" in line:
+            run_id = line.split("lab ", 1)[1].split(":")[0].strip()
+    assert run_id
+    p.send_signal(signal.SIGHUP)
+    p.communicate(timeout=30)
+    assert not any(n.startswith(run_id) for n in netns_list())
