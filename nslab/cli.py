@@ -376,7 +376,7 @@ def _int_list(text: str, what: str) -> List[int]:
 
 
 #: Modules that add commands to the CLI (each has ``register(cli)``).
-PLUGINS: List[str] = ["nslab.experiments.cli", "nslab.reproduce"]
+PLUGINS: List[str] = ["nslab.experiments.cli", "nslab.reproduce", "nslab.ovs.cli"]
 
 
 def _register_plugins() -> None:

@@ -49,6 +49,7 @@ class Lab:
         self.datapath: Optional[str] = None
         self.journal: dict = {}
         self.build_seconds = 0.0
+        self.uplinks: Dict[str, dict] = {}
         self._started = False
 
     # -- context manager ----------------------------------------------------------
@@ -92,6 +93,14 @@ class Lab:
         caps.require_root("building a lab")
         caps.require(topo.needs(), f"topology {topo.name!r}")
         uses_ovs = any(topo.switch_type_of(s) == "ovs" for s in topo.switches())
+        uplinks = {s: topo.nodes[s].params["uplink"] for s in topo.switches()
+                   if topo.nodes[s].params.get("uplink")}
+        if uplinks:
+            from .ovs.uplink import check_uplink
+            for sw, iface in uplinks.items():
+                if topo.switch_type_of(sw) != "ovs":
+                    raise InputError(f"switch {sw}: uplinks attach to OVS bridges (use --switch ovs)")
+                check_uplink(iface, force=bool(topo.nodes[sw].params.get("force")))
         self.journal = {"run": self.run_id, "pid": os.getpid(),
                         "pid_start": process_start_time(os.getpid()),
                         "created": time.time(), "topology": topo.name, "uses_ovs": uses_ovs,
@@ -138,6 +147,15 @@ class Lab:
             log.warning("teardown of %s: %s", self.run_id, prob)
         log.info("lab %s torn down", self.run_id)
         return problems
+
+    def _attach_uplink(self, sw: str, br: str, iface: str) -> None:
+        """Journal how to restore the NIC, then attach it (see nslab.ovs.uplink)."""
+        from .ovs.uplink import attach, restore_argv, snapshot
+        snap = snapshot(iface)
+        self.record_restore(f"uplink {iface} (from {br})", restore_argv(snap, br))
+        self.uplinks[iface] = snap
+        attach(iface, br, self.datapath or "netdev")
+        self.nodes[sw].intfs.append(iface)
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM and SIGHUP (a closed terminal) tear the lab down like Ctrl-C:
@@ -268,6 +286,8 @@ class Lab:
                            dpid=int(params["dpid"]) if params.get("dpid") is not None else None,
                            controller=params.get("controller"))
                 self.nodes[sw].bridge = br  # type: ignore[attr-defined]
+                if params.get("uplink"):
+                    self._attach_uplink(sw, br, params["uplink"])
             if self.datapath == "netdev":
                 # The userspace datapath does not complete partial checksums: TCP
                 # stalls unless the veths attached to it compute them in software.

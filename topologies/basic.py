@@ -39,14 +39,21 @@ def build_pair(t: Any, **link: Any) -> None:
 
 
 def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None,
-           loss: Any = None, framing: bool = False) -> Topology:
-    """k hosts (10.0.0.1..k/8) on switch s1 (``bridge`` or ``ovs``)."""
+           loss: Any = None, framing: bool = False, uplink: Optional[str] = None,
+           force: bool = False) -> Topology:
+    """k hosts (10.0.0.1..k/8) on switch s1 (``bridge`` or ``ovs``); ``uplink``
+    attaches a physical NIC to s1 (OVS only; ``force`` to allow the NIC of the
+    default route or SSH session)."""
     from nslab.errors import InputError
     from nslab.topo import Topology
     if int(k) < 1 or int(k) > 250:
         raise InputError(f"single: k={k} is out of range 1..250")
+    if uplink and switch != "ovs":
+        raise InputError("an uplink attaches to an OVS bridge: add --switch ovs")
     t = Topology(name=f"single-{k}", switch_type=switch)
     build_single(t, k, bw=bw, delay=delay, loss=loss, framing=framing)
+    if uplink:
+        t.nodes["s1"].params.update(uplink=uplink, force=bool(force))
     return t.validate()
 
 

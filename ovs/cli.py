@@ -1,0 +1,192 @@
+"""``nslab ovs``: the OVS toolbelt (seed 003) and ``nslab ethtool``."""
+from __future__ import annotations
+
+import subprocess
+from typing import Optional, Tuple
+
+import click
+
+from nslab.errors import CapabilityError, InputError
+
+
+def _need_ovs() -> None:
+    import shutil
+    if not shutil.which("ovs-vsctl"):
+        raise CapabilityError("Open vSwitch is not installed (apt install openvswitch-switch)")
+
+
+@click.group("ovs")
+def ovs_group() -> None:
+    """Open vSwitch toolbelt: daemons, bridges, dpid, STP, controller, pass-throughs."""
+
+
+@ovs_group.command("start")
+@click.option("--datapath", type=click.Choice(["auto", "kernel", "user"]), default="auto",
+              show_default=True)
+def start(datapath: str) -> None:
+    """Create the database if missing and start ovsdb-server and ovs-vswitchd."""
+    from nslab import caps
+    from nslab.ovs.daemon import datapath_type, ensure_running
+    _need_ovs()
+    caps.require_root("nslab ovs start")
+    if datapath == "kernel" and datapath_type() != "system":
+        raise CapabilityError("the kernel datapath needs the openvswitch kernel module, which this "
+                              "kernel lacks: use --datapath user")
+    started = ensure_running()
+    dp = "kernel (system)" if datapath_type() == "system" and datapath != "user" else "userspace (netdev)"
+    click.echo(("started" if started else "already running") + f"; bridges nslab creates use the {dp} datapath")
+
+
+@ovs_group.command("stop")
+def stop() -> None:
+    """Stop the OVS daemons, only if nslab started them."""
+    from nslab import caps
+    from nslab.ovs.daemon import started_by_nslab, stop_if_ours
+    _need_ovs()
+    caps.require_root("nslab ovs stop")
+    if not started_by_nslab():
+        click.echo("OVS was not started by nslab: leaving it running")
+        return
+    click.echo("stopped" if stop_if_ours() else "left running: it has bridges nslab did not create")
+
+
+@ovs_group.command("status")
+def status() -> None:
+    """Daemons, version, datapath types, bridges (tagged with their nslab run or not)."""
+    from nslab import caps
+    from nslab.ovs.bridge import _bridges
+    from nslab.ovs.daemon import datapath_type, started_by_nslab
+    _need_ovs()
+    if not caps.ovs_running():
+        click.echo("ovsdb-server/ovs-vswitchd: not running (nslab ovs start)")
+        return
+    from nslab.ovs.toolbelt import vsctl
+    click.echo(f"running (OVS {vsctl(['get', 'Open_vSwitch', '.', 'ovs_version']).strip(chr(34))}), "
+               f"{'started by nslab' if started_by_nslab() else 'not started by nslab'}")
+    click.echo(f"datapath for new bridges: {datapath_type()}")
+    for b in _bridges():
+        tag = b["external_ids"].get("nslab-run")
+        click.echo(f"  bridge {b['name']}" + (f" (nslab run {tag})" if tag else " (not nslab's)"))
+
+
+@ovs_group.command("vsctl", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def vsctl_cmd(args: Tuple[str, ...]) -> None:
+    """ovs-vsctl ARGS... (pass-through, no shell).
+
+    Start ARGS with -- when they contain -- themselves (the first -- is taken by
+    the option parser): nslab ovs vsctl -- add-br br0 -- set Bridge br0 stp_enable=true
+    """
+    _need_ovs()
+    raise SystemExit(subprocess.call(["ovs-vsctl", *args]))
+
+
+@ovs_group.command("ofctl", context_settings={"ignore_unknown_options": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def ofctl_cmd(args: Tuple[str, ...]) -> None:
+    """ovs-ofctl ARGS... (pass-through, no shell), e.g. nslab ovs ofctl dump-flows br0."""
+    _need_ovs()
+    raise SystemExit(subprocess.call(["ovs-ofctl", *args]))
+
+
+@ovs_group.command("get-dpid")
+@click.argument("bridge")
+def get_dpid(bridge: str) -> None:
+    """Print the bridge's datapath id (16 hex digits)."""
+    from nslab.ovs import toolbelt
+    _need_ovs()
+    click.echo(toolbelt.get_dpid(bridge))
+
+
+@ovs_group.command("set-dpid")
+@click.argument("bridge")
+@click.argument("dpid")
+def set_dpid(bridge: str, dpid: str) -> None:
+    """Set the datapath id: decimal, 0x-hex or 16 hex digits."""
+    from nslab.ovs import toolbelt
+    _need_ovs()
+    click.echo(toolbelt.set_dpid(bridge, dpid))
+
+
+@ovs_group.command("get-stp")
+@click.argument("bridge")
+def get_stp(bridge: str) -> None:
+    from nslab.ovs import toolbelt
+    _need_ovs()
+    click.echo(toolbelt.get_stp(bridge))
+
+
+@ovs_group.command("set-stp")
+@click.argument("bridge")
+@click.argument("state", type=click.Choice(["true", "false"]))
+def set_stp(bridge: str, state: str) -> None:
+    from nslab.ovs import toolbelt
+    _need_ovs()
+    toolbelt.set_stp(bridge, state == "true")
+
+
+@ovs_group.command("get-controller")
+@click.argument("bridge")
+def get_controller(bridge: str) -> None:
+    from nslab.ovs import toolbelt
+    _need_ovs()
+    click.echo(toolbelt.get_controller(bridge) or "(none)")
+
+
+@ovs_group.command("set-controller")
+@click.argument("bridge")
+@click.argument("target")
+def set_controller(bridge: str, target: str) -> None:
+    """Point BRIDGE at an OpenFlow controller, e.g. tcp:127.0.0.1:6653."""
+    from nslab.ovs import toolbelt
+    _need_ovs()
+    toolbelt.set_controller(bridge, target)
+
+
+@ovs_group.command("del-controller")
+@click.argument("bridge")
+def del_controller(bridge: str) -> None:
+    from nslab.ovs import toolbelt
+    _need_ovs()
+    toolbelt.del_controller(bridge)
+
+
+@ovs_group.command("ethtool-help")
+def ethtool_help() -> None:
+    """The speed/duplex/autoneg cheat sheet with the advertise bitmask table."""
+    from nslab.ovs.toolbelt import ETHTOOL_HELP
+    click.echo(ETHTOOL_HELP, nl=False)
+
+
+@click.command("ethtool")
+@click.argument("iface")
+@click.option("--speed", type=int, default=None, help="Mbit/s, e.g. 10, 100, 1000.")
+@click.option("--duplex", type=click.Choice(["half", "full"]), default=None)
+@click.option("--autoneg", type=click.Choice(["on", "off"]), default=None)
+def ethtool_cmd(iface: str, speed: Optional[int], duplex: Optional[str], autoneg: Optional[str]) -> None:
+    """Show (or set, then show) what IFACE actually negotiated."""
+    import os
+
+    from nslab.ovs.uplink import IFNAME_RE, parse_ethtool
+    from nslab.proc import run
+    if not IFNAME_RE.match(iface) or not os.path.isdir(f"/sys/class/net/{iface}"):
+        raise InputError(f"no interface {iface!r} here")
+    if speed or duplex or autoneg:
+        argv = ["ethtool", "-s", iface]
+        if speed:
+            argv += ["speed", str(speed)]
+        if duplex:
+            argv += ["duplex", duplex]
+        if autoneg:
+            argv += ["autoneg", autoneg]
+        run(argv, where=iface)
+    state = parse_ethtool(run(["ethtool", iface], check=False).stdout)
+    for k, v in state.items():
+        click.echo(f"{k:8} {v if v is not None else '(not reported)'}")
+    if speed and state.get("speed") and not state["speed"].startswith(str(speed)):
+        raise InputError(f"{iface} negotiated {state['speed']}, not {speed}Mb/s")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(ovs_group)
+    cli.add_command(ethtool_cmd)

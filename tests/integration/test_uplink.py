@@ -1,0 +1,146 @@
+"""Physical-NIC uplinks, with a veth pair standing in for the NIC: its far end
+sits in a namespace that plays the remote box."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from nslab import Lab
+from nslab.errors import InputError
+from nslab.topologies import single
+
+from .conftest import needs
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NIC, FAR, REMOTE = "nsltnic0", "nsltnic1", "nsltremote"
+
+
+def sh(*argv, check=True):
+    return subprocess.run(list(argv), capture_output=True, text=True, check=check)
+
+
+def nic_state():
+    link = json.loads(sh("ip", "-j", "addr", "show", "dev", NIC).stdout)[0]
+    off = sh("ethtool", "-k", NIC).stdout
+    return {"mtu": link["mtu"], "up": "UP" in link["flags"],
+            "addrs": sorted(f"{a['local']}/{a['prefixlen']}" for a in link["addr_info"]
+                            if a["family"] == "inet"),
+            "routes": sh("ip", "route", "show", "dev", NIC).stdout,
+            "tx": [l for l in off.splitlines() if l.startswith("tx-checksumming")],
+            "master": os.path.exists(f"/sys/class/net/{NIC}/master"),
+            "in_ovs": sh("ovs-vsctl", "port-to-br", NIC, check=False).returncode == 0}
+
+
+@pytest.fixture
+def stand_in_nic():
+    sh("ip", "netns", "add", REMOTE)
+    sh("ip", "link", "add", "name", NIC, "type", "veth", "peer", "name", FAR, "netns", REMOTE)
+    sh("ip", "addr", "add", "192.168.77.1/24", "dev", NIC)
+    sh("ip", "link", "set", "dev", NIC, "mtu", "1400", "up")
+    sh("ip", "route", "add", "198.51.100.0/24", "via", "192.168.77.254", "dev", NIC)
+    sh("ip", "-n", REMOTE, "addr", "add", "192.168.1.1/16", "dev", FAR)
+    sh("ip", "-n", REMOTE, "link", "set", "dev", FAR, "mtu", "1400", "up")
+    sh("ip", "-n", REMOTE, "link", "set", "dev", "lo", "up")
+    sh("ip", "netns", "exec", REMOTE, "ethtool", "-K", FAR, "tx", "off")
+    before = nic_state()
+    yield before
+    sh("ip", "link", "del", NIC, check=False)
+    sh("ip", "netns", "del", REMOTE, check=False)
+
+
+def uplink_topology():
+    t = single(k=1, switch="ovs", uplink=NIC)
+    t.nodes["h1"].params["ip"] = "192.168.1.2/16"
+    return t
+
+
+@needs("iperf", "ovs-vsctl")
+def test_alias_study_across_the_uplink_and_exact_restore(stand_in_nic):
+    before = stand_in_nic
+    serve = subprocess.Popen(["ip", "netns", "exec", REMOTE, NSLAB, "alias", "serve", "--iface", FAR,
+                              "--aliases", "4", "--addr-template", "192.168.2.%d", "--for", "60"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with Lab(uplink_topology()) as lab:
+            assert lab.uplinks[NIC]["addrs"] == ["192.168.77.1/24"]
+            during = nic_state()
+            assert during["in_ovs"] and during["addrs"] == []
+            lab["h1"].run(["ip", "link", "set", "dev", "h1-eth0", "mtu", "1400"])
+            deadline = time.time() + 20
+            while "Started" not in (serve.stdout.readline() or "") and time.time() < deadline:
+                pass
+            res = lab["h1"].run([NSLAB, "alias", "client", "--addr-template", "192.168.2.%d",
+                                 "--workers", "4", "--time", "2"], timeout=60)
+            assert "clients reported: 4/4" in res.stdout, res.stdout + res.stderr
+            kbps = float(res.stdout.split("reports: ")[1].split()[0])
+            assert kbps > 50_000
+            # A plain host-to-host iperf to the remote box's base address too.
+            from nslab.iperf import run_client
+            rep = run_client(lab["h1"], "192.168.2.1", time=1)
+            assert rep.total_bps > 50e6
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=30)
+    assert nic_state() == before
+
+
+@needs("ovs-vsctl")
+def test_a_crashed_lab_with_an_uplink_is_restored_by_clean(stand_in_nic):
+    before = stand_in_nic
+    code = textwrap.dedent(f"""
+        import time
+        from nslab import Lab
+        from nslab.topologies import single
+        lab = Lab(single(k=1, switch="ovs", uplink={NIC!r}))
+        lab.start()
+        print(lab.run_id, flush=True)
+        time.sleep(600)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    run_id = p.stdout.readline().strip()
+    assert nic_state()["in_ovs"]
+    p.kill()
+    p.wait()
+    res = sh(NSLAB, "clean", "--run", run_id)
+    assert f"restore uplink {NIC}" in res.stdout
+    assert nic_state() == before
+
+
+@pytest.mark.parametrize("iface, extra, message", [
+    ("nsltnone", {}, "no interface 'nsltnone'"),
+    ("lo", {}, "loopback"),
+])
+def test_bad_uplinks_are_refused_before_anything_changes(iface, extra, message):
+    with pytest.raises(InputError, match=message):
+        Lab(single(k=1, switch="ovs", uplink=iface, **extra)).start()
+
+
+def test_uplink_in_another_bridge_or_on_the_default_route_is_refused(stand_in_nic):
+    before = stand_in_nic
+    sh("ip", "link", "add", "name", "nsltbr0", "type", "bridge")
+    try:
+        sh("ip", "link", "set", "dev", NIC, "master", "nsltbr0")
+        with pytest.raises(InputError, match="already in nsltbr0"):
+            Lab(single(k=1, switch="ovs", uplink=NIC)).start()
+    finally:
+        sh("ip", "link", "del", "nsltbr0")
+    sh("ip", "link", "set", "dev", NIC, "up")
+    routes = json.loads(sh("ip", "-j", "route", "show", "default").stdout)
+    if routes:
+        dev = routes[0]["dev"]
+        res = sh(NSLAB, "topo", "up", "single", "--switch", "ovs", "--uplink", dev, "--for", "0",
+                 check=False)
+        assert res.returncode == 2 and "carries the default route" in res.stderr
+        assert sh("ovs-vsctl", "port-to-br", dev, check=False).returncode != 0
+    assert nic_state()["addrs"] == before["addrs"]
+
+
+def test_uplink_needs_an_ovs_switch():
+    with pytest.raises(InputError, match="add --switch ovs"):
+        single(k=1, switch="bridge", uplink="eth0")
