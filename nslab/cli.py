@@ -365,6 +365,51 @@ def bench_clos_cmd(ctx: click.Context, shapes: str, repeat: int) -> None:
     bench_clos(parsed, repeat, ctx.obj.results)
 
 
+@bench.command("aliases")
+@click.option("--n", "n", type=int, default=254, show_default=True)
+@click.option("--repeat", type=int, default=3, show_default=True)
+@click.pass_context
+def bench_aliases_cmd(ctx: click.Context, n: int, repeat: int) -> None:
+    """N aliases in one ip -batch vs one ip addr add each."""
+    from .bench import bench_aliases
+    setup_logging(ctx.obj, f"bench-aliases-{int(time.time())}")
+    bench_aliases(n, repeat, ctx.obj.results)
+
+
+@bench.command("generator")
+@click.option("--sizes", default="64,512,1518", show_default=True)
+@click.pass_context
+def bench_generator_cmd(ctx: click.Context, sizes: str) -> None:
+    """The RFC 2544 generator's ceiling vs iperf2 UDP and line rates."""
+    from .bench import bench_generator
+    setup_logging(ctx.obj, f"bench-generator-{int(time.time())}")
+    bench_generator(_int_list(sizes, "--sizes"), ctx.obj.results)
+
+
+@bench.command("dataplane")
+@click.option("--seconds", type=float, default=3, show_default=True)
+@click.option("--repeat", type=int, default=3, show_default=True)
+@click.pass_context
+def bench_dataplane_cmd(ctx: click.Context, seconds: float, repeat: int) -> None:
+    """TCP through the lab's pair vs two bare namespaces on one veth (the lab's overhead)."""
+    from .bench import bench_dataplane
+    setup_logging(ctx.obj, f"bench-dataplane-{int(time.time())}")
+    bench_dataplane(seconds, repeat, ctx.obj.results)
+
+
+@bench.command("all")
+@click.pass_context
+def bench_all_cmd(ctx: click.Context) -> None:
+    """Every benchmark, one after the other, each side by side in itself."""
+    from . import bench as b
+    setup_logging(ctx.obj, f"bench-all-{int(time.time())}")
+    b.bench_build([2, 8, 32, 64], "bridge", 3, True, ctx.obj.results)
+    b.bench_aliases(254, 3, ctx.obj.results)
+    b.bench_clos([(2, 2), (4, 8)], 3, ctx.obj.results)
+    b.bench_generator([64, 512, 1518], ctx.obj.results)
+    b.bench_dataplane(3, 3, ctx.obj.results)
+
+
 def _int_list(text: str, what: str) -> List[int]:
     try:
         vals = [int(x) for x in text.split(",") if x.strip()]
