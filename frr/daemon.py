@@ -82,6 +82,7 @@ class Daemon:
     def check(self) -> None:
         """Dry-run the config (``-C``); raise naming node, daemon, file and FRR's message."""
         proc = self.node.popen(self.argv(dry_run=True), name=f"{self.NAME}-check")
+        self.node.lab.note_pid("frr_pids", proc.pid)
         try:
             res = proc.wait(timeout=30)
         finally:
@@ -98,6 +99,7 @@ class Daemon:
         log_path = os.path.join(self.dir, f"{self.NAME}.stdout")
         out = open(log_path, "w")
         self.process = self.node.popen(self.argv(), stdout=out, stderr=out, name=self.NAME)
+        self.node.lab.note_pid("frr_pids", self.process.pid)
 
     def stop(self) -> None:
         """Stop by pid file (falls back to our child process), before the namespace goes,

@@ -169,7 +169,7 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
     stage("processes", lambda: kill_pids(pids))
     # Files our processes left by pid (FRR's crash-log dirs): removed by those pids only.
     from .frr.daemon import remove_frr_tmpdirs
-    stage("frr tmp dirs", lambda: remove_frr_tmpdirs(pids))
+    stage("frr tmp dirs", lambda: remove_frr_tmpdirs(pids + journal.get("frr_pids", [])))
     if inv.bridges:
         from .ovs.bridge import del_bridge
         stage("ovs bridges", lambda: [del_bridge(b) for b in inv.bridges])

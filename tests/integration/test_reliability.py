@@ -1,0 +1,86 @@
+"""Reliability checks: random SIGKILLs then `nslab clean`; two experiments at once."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nslab.clean import discover
+
+from .conftest import needs
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+MINE_NS, MINE_BR = "usertest-keep", "usertest-keepbr"
+
+
+def netns_list():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+@needs("iperf", "ovs-vsctl")
+def test_twenty_random_sigkills_leave_nothing_tagged_and_spare_the_rest(tmp_path):
+    subprocess.run(["ip", "netns", "add", MINE_NS], check=True)
+    subprocess.run(["ovs-vsctl", "--may-exist", "add-br", MINE_BR, "--", "set", "Bridge", MINE_BR,
+                    "datapath_type=netdev"], check=True)
+    mine = subprocess.Popen(["ip", "netns", "exec", MINE_NS, "iperf", "-s", "-p", "5997"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    def frr_tmp():
+        try:
+            return set(os.listdir("/var/tmp/frr"))
+        except OSError:
+            return set()
+    frr_before = frr_tmp()
+    rng = random.Random(2544)
+    commands = [
+        ["topo", "up", "single", "--k", "4", "--switch", "bridge"],
+        ["topo", "up", "single", "--k", "4", "--switch", "ovs"],
+        ["run", "alias", "--aliases", "1,8", "--duration", "2", "--repeat", "1"],
+        ["topo", "up", "clos", "--spines", "2", "--servers", "2"],
+    ]
+    try:
+        for i in range(20):
+            argv = [NSLAB, "--results", str(tmp_path), *commands[i % len(commands)]]
+            p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.05, 2.5))
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            res = subprocess.run([NSLAB, "clean"], capture_output=True, text=True, timeout=120)
+            assert res.returncode == 0, res.stderr
+            left = {r: inv.describe() for r, inv in discover().items() if not inv.empty}
+            assert not left, f"kill {i} ({' '.join(argv[3:])}): left {left}"
+            assert frr_tmp() <= frr_before, f"kill {i}: FRR left {frr_tmp() - frr_before}"
+            assert MINE_NS in netns_list()
+            brs = subprocess.run(["ovs-vsctl", "list-br"], capture_output=True, text=True).stdout
+            assert MINE_BR in brs.split()
+            assert mine.poll() is None
+    finally:
+        mine.kill()
+        mine.wait()
+        subprocess.run(["ovs-vsctl", "--if-exists", "del-br", MINE_BR])
+        subprocess.run(["ip", "netns", "del", MINE_NS])
+
+
+@needs("iperf")
+@pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")
+def test_two_experiments_at_once_both_finish_apart(tmp_path):
+    a = subprocess.Popen([NSLAB, "--results", str(tmp_path / "a"), "run", "alias", "--aliases",
+                          "1,4", "--duration", "2", "--repeat", "1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    b = subprocess.Popen([NSLAB, "--results", str(tmp_path / "b"), "run", "ecmp", "--trials", "1",
+                          "--duration", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out_a, err_a = a.communicate(timeout=300)
+    out_b, err_b = b.communicate(timeout=300)
+    assert a.returncode == 0, err_a[-2000:]
+    assert b.returncode == 0, err_b[-2000:]
+    (ra,) = (tmp_path / "a" / "alias").iterdir()
+    (rb,) = (tmp_path / "b" / "ecmp").iterdir()
+    recs_a = [json.loads(l) for l in open(ra / "records.jsonl")]
+    recs_b = [json.loads(l) for l in open(rb / "records.jsonl")]
+    assert len(recs_a) == 4 and {r["experiment"] for r in recs_a} == {"alias"}
+    assert len(recs_b) == 2 and {r["experiment"] for r in recs_b} == {"ecmp"}
+    assert recs_a[0]["run_id"] != recs_b[0]["run_id"]
