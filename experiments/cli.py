@@ -53,8 +53,9 @@ def run_group() -> None:
 @click.option("--mss", type=int, default=None, help="TCP MSS (iperf -M), e.g. 1448 as in post 2.")
 @click.option("--nodelay", is_flag=True, help="TCP_NODELAY (iperf -N).")
 @click.option("--cc", default=None, help="Congestion control (iperf -Z), e.g. bbr or cubic.")
-@click.option("--variants", default="alias,parallel", show_default=True,
-              help="alias (one client per alias, as the posts) and/or parallel (-P N to one address).")
+@click.option("--variants", default=None,
+              help="alias (one client per alias, as the posts) and/or parallel (-P N to one "
+                   "address, the control). Default: alias; --quick: alias,parallel.")
 @click.option("--quick", is_flag=True, help="N = 1, 16, 254; one repeat; 3 s per point.")
 @click.option("--out", default=None, help="Results root (default: --results).")
 @click.option("--resume", default=None, help="Continue an interrupted run directory.")
@@ -69,7 +70,8 @@ def run_alias(ctx, aliases, duration, repeat, rate, framing, switch, mss, nodela
         duration=3 if quick and duration == 10 else duration,
         repeat=1 if quick and repeat == 3 else repeat,
         rate=rate, framing=framing, switch=switch, mss=mss, nodelay=nodelay, cc=cc,
-        modes=tuple(v.strip() for v in variants.split(",") if v.strip()))
+        modes=tuple(v.strip() for v in (variants or ("alias,parallel" if quick else "alias"))
+                    .split(",") if v.strip()))
     if not resume:
         cfg.validate()
     run_id = _start(ctx)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import re
 import time
 from collections import Counter
@@ -191,6 +192,18 @@ class EcmpRunner:
         return m, [raw, raw_cap], f"{rates}; SUM {rep.total_bps / 1e6:.0f} Mbit/s; split {m['split']}"
 
 
+def keep_frr_logs(lab, store) -> None:
+    """Copy every node's FRR logs and configs into the run directory before teardown."""
+    import glob
+    import shutil
+    for path in glob.glob(os.path.join(lab.workdir, "frr", "*", "*")):
+        if path.endswith((".log", ".conf", ".stdout")):
+            node = os.path.basename(os.path.dirname(path))
+            dest = os.path.join(store.raw_dir, "frr", node)
+            os.makedirs(dest, exist_ok=True)
+            shutil.copy(path, dest)
+
+
 def points(cfg: EcmpConfig) -> List[Dict[str, Any]]:
     """Trials interleaved across policies (policy 0, 1, 0, 1, ...) so drift hits both."""
     return [{"policy": p, "trial": t} for t in range(cfg.trials) for p in cfg.policies]
@@ -229,6 +242,9 @@ def run(cfg: EcmpConfig, results_root: str = "results", run_id: Optional[str] = 
             extra={"config": dataclasses.asdict(cfg), "convergence_s": runner.convergence_s,
                    "policy_set_in": SENDER,
                    "routes": {n: lab[n].run(["ip", "route"]).stdout for n in (SENDER, SERVER)}}))
-        Sweep(store, points(cfg), runner.measure, progress=progress).run()
+        try:
+            Sweep(store, points(cfg), runner.measure, progress=progress).run()
+        finally:
+            keep_frr_logs(lab, store)
     write_report(store.path)
     return store.path

@@ -63,7 +63,10 @@ class Rfc2544Config:
     quick_loads: bool = False
     mtu: int = 1500
 
-    def line_bps(self) -> float:
+    def line_bps(self) -> Optional[float]:
+        """The shaped rate, or None for unshaped links."""
+        if str(self.link_rate).lower() == "none":
+            return None
         return parse_rate(self.link_rate)
 
     def validate(self) -> "Rfc2544Config":
@@ -334,7 +337,7 @@ class Rfc2544Runner:
     def throughput(self, size: int) -> Dict[str, Any]:
         """Binary search for the highest rate with loss <= tolerance, then confirm."""
         cfg = self.cfg
-        line = frame_rate(cfg.line_bps(), size)
+        line = self.line_fps(size)
         ceiling = self.measure_ceiling(size)
         hi = min(line, ceiling)
         lo = 0.0
@@ -364,10 +367,17 @@ class Rfc2544Runner:
                 "generator_ceiling_fps": ceiling, "generator_limited": lo >= 0.9 * ceiling,
                 "confirmed": confirmed, "probes": probes, "pct_of_line": 100 * lo / line}
 
+    def line_fps(self, size: int) -> float:
+        """Frames/s the link allows; unshaped links: the generator's ceiling."""
+        bps = self.cfg.line_bps()
+        return frame_rate(bps, size) if bps else self.measure_ceiling(size)
+
     def loads(self, size: int) -> List[float]:
-        line = frame_rate(self.cfg.line_bps(), size)
+        line = self.line_fps(size)
         if size == 64 and self.cfg.paper_rates:
-            return [float(f) for f in (QUICK_FPS if self.cfg.quick_loads else PAPER_FPS)]
+            # The paper's rates, then past line rate.
+            return [float(f) for f in (QUICK_FPS if self.cfg.quick_loads else PAPER_FPS)] + \
+                [round(1.1 * line, 1)]
         pcts = QUICK_LOAD_PCT if self.cfg.quick_loads else self.cfg.loads_pct
         return [round(line * p / 100.0, 1) for p in pcts]
 
@@ -452,8 +462,7 @@ def _measure(runner: Rfc2544Runner, p: Dict[str, Any]) -> Tuple[Dict[str, Any], 
                    + (" [generator-limited]" if m["generator_limited"] else ""))
     if test == "latency":
         trials = [runner.trial(size, NOMINAL_FPS)]
-        line = frame_rate(runner.cfg.line_bps(), size)
-        trials.append(runner.trial(size, 0.9 * line))
+        trials.append(runner.trial(size, 0.9 * runner.line_fps(size)))
         m = {"trials": trials}
         return m, (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at {NOMINAL_FPS} fps, "
                    f"{trials[1]['latency_us']['avg']:.0f} us at 90 % of line")

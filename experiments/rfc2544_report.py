@@ -38,7 +38,8 @@ def write_report(run_dir: str) -> Dict[str, str]:
     cfg = prov.get("config", {})
     pub = load_published("rfc2544")
     duts = sorted({r["params"]["dut"] for r in recs}, key=["bridge", "router", "ovs"].index)
-    line_bps = parse_rate(cfg.get("link_rate", "100Mbit"))
+    rate = cfg.get("link_rate", "100Mbit")
+    line_bps = None if str(rate).lower() == "none" else parse_rate(rate)
     L = ["# RFC 2544: Linux bridge vs Linux router" + (" vs OVS" if "ovs" in duts else ""), ""]
     L.append(f"Measured on {prov.get('host', '?')} (kernel {prov.get('kernel', '?')}, "
              f"{prov.get('cpus', '?')} CPUs, {prov.get('cpu_model', '?')}). Links "
@@ -160,7 +161,8 @@ def plot(run_dir, recs, duts, pub, line_bps) -> Dict[str, str]:
             ax.plot(*zip(*sorted(lo)), marker="s", ls="--", color=colors[dut], label=f"{dut}, low input rate")
             ax.plot(*zip(*sorted(hi)), marker="o", color=colors[dut], label=f"{dut}, highest input rate")
     ax.scatter([1500], [96], marker="*", s=120, color="grey", label="paper: bridge 96 Mbit/s at 1500 B")
-    ax.axhline(line_bps / 1e6, color="k", lw=0.6, ls=":", label="link rate")
+    if line_bps:
+        ax.axhline(line_bps / 1e6, color="k", lw=0.6, ls=":", label="link rate")
     ax.set(title="Throughput vs frame size (cf. Fig. 11, 14)", xlabel="frame size (bytes)",
            ylabel="throughput (Mbit/s of frames)")
     ax.legend(fontsize=7)
@@ -174,7 +176,8 @@ def plot(run_dir, recs, duts, pub, line_bps) -> Dict[str, str]:
     t3 = pub["table3_bridge_overload_64B"]["rows"]
     ax.plot([r[0] for r in t3], [r[2] for r in t3], marker="s", ls=":", color="grey",
             label="paper: bridge (Table 3)")
-    ax.axvline(frame_rate(line_bps, 64), color="k", lw=0.6, ls=":", label="64 B line rate")
+    if line_bps:
+        ax.axvline(frame_rate(line_bps, 64), color="k", lw=0.6, ls=":", label="64 B line rate")
     ax.set(xscale="log", yscale="log", title="Latency vs offered load, 64-byte frames",
            xlabel="offered frames/s", ylabel="latency (us)")
     ax.legend(fontsize=7)

@@ -260,3 +260,19 @@ def test_closing_the_terminal_tears_the_lab_down(tmp_path):
     p.send_signal(signal.SIGHUP)
     p.communicate(timeout=30)
     assert not any(n.startswith(run_id) for n in netns_list())
+
+
+@pytest.mark.parametrize("args", [
+    ["alias_pair"], ["rfc2544", "--dut", "router"], ["rfc2544", "--dut", "bridge"],
+    ["clos", "--spines", "2", "--servers", "2"], ["single", "--k", "3", "--switch", "ovs"],
+    [os.path.join(ROOT, "examples", "two-hosts.yaml")],
+    [os.path.join(ROOT, "topologies", "basic.py") + ":nslab_pair"],
+])
+def test_every_topology_the_docs_use_builds_from_the_cli(tmp_path, args):
+    if args[0] == "clos" and not os.path.exists("/usr/lib/frr/bgpd"):
+        pytest.skip("needs frr")
+    nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
+    res = subprocess.run([nslab, "--results", str(tmp_path), "topo", "up", *args, "--for", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "torn down" in res.stdout and "ip netns exec" in res.stdout

@@ -69,7 +69,7 @@ def test_twenty_random_sigkills_leave_nothing_tagged_and_spare_the_rest(tmp_path
 @pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")
 def test_two_experiments_at_once_both_finish_apart(tmp_path):
     a = subprocess.Popen([NSLAB, "--results", str(tmp_path / "a"), "run", "alias", "--aliases",
-                          "1,4", "--duration", "2", "--repeat", "1"],
+                          "1,4", "--duration", "2", "--repeat", "1", "--variants", "alias,parallel"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     b = subprocess.Popen([NSLAB, "--results", str(tmp_path / "b"), "run", "ecmp", "--trials", "1",
                           "--duration", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

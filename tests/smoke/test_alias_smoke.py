@@ -21,8 +21,8 @@ def netns_list():
 @needs("iperf", "ss")
 def test_alias_sweep_end_to_end(tmp_path):
     res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "alias", "--aliases", "1,8",
-                          "--duration", "2", "--repeat", "1"], capture_output=True, text=True,
-                         timeout=300)
+                          "--duration", "2", "--repeat", "1", "--variants", "alias,parallel"],
+                         capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     (run_dir,) = [os.path.join(tmp_path, "alias", d) for d in os.listdir(tmp_path / "alias")]
     recs = [json.loads(l) for l in open(os.path.join(run_dir, "records.jsonl"))]
