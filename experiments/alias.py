@@ -276,25 +276,17 @@ def run(cfg: AliasConfig, results_root: str = "results", run_id: Optional[str] =
     """Build the lab, run the sweep (or resume one), write the report. Returns the run dir."""
     import dataclasses
 
-    from nslab.experiment import Sweep
+    from nslab.experiment import Sweep, open_store
     from nslab.lab import Lab
     from nslab.naming import new_run_id
-    from nslab.results import ResultStore, collect_provenance
+    from nslab.results import collect_provenance
     from nslab.topologies.alias import alias_pair
 
     from .alias_report import write_report
-    if resume:
-        store = ResultStore.open(resume)
-        saved = store.provenance().get("config")
-        if not saved:
-            raise InputError(f"{resume}: no saved configuration to resume")
-        saved["modes"] = tuple(saved["modes"])
-        cfg = AliasConfig(**saved)
-    cfg.validate()
     run_id = run_id or new_run_id()
+    store, cfg = open_store("alias", cfg, results_root, run_id, resume)
+    cfg.validate()
     topo = alias_pair(switch=cfg.switch, bw=cfg.rate, framing=cfg.framing)
-    if not resume:
-        store = ResultStore(results_root, "alias", run_id)
     with Lab(topo, run_id=run_id) as lab:
         runner = AliasRunner(lab, cfg, store)
         runner.setup()

@@ -2,7 +2,6 @@
 posts' format, a written comparison and the plot (PNG + SVG)."""
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from typing import Any, Dict, List, Optional, Tuple

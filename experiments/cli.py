@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 from typing import List, Optional
 
 import click
@@ -13,13 +12,8 @@ from nslab.errors import InputError
 
 
 def _ints(text: str, what: str) -> List[int]:
-    try:
-        vals = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise InputError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise InputError(f"{what}: empty list")
-    return vals
+    from nslab.cli import _int_list
+    return _int_list(text, what)
 
 
 def _start(ctx: click.Context):
@@ -31,10 +25,26 @@ def _start(ctx: click.Context):
     return run_id
 
 
-def _interrupted(store_dir: Optional[str], study: str) -> None:
-    if store_dir and os.path.isdir(store_dir):
-        click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
-                   f"`nslab run {study} --resume {store_dir}`", err=True)
+def _run_study(ctx: click.Context, study: str, fn, cfg, out: Optional[str],
+               resume: Optional[str], report: str, plot: str, head: Optional[str] = None) -> None:
+    """Validate, run ``fn`` with logging and signals set up, keep what was measured on
+    Ctrl-C (and say how to resume), then print where the results are."""
+    if not resume:
+        cfg.validate()
+    run_id = _start(ctx)
+    root = out or ctx.obj.results
+    store_dir = resume or os.path.join(root, study, run_id)
+    try:
+        path = fn(cfg, root, run_id=run_id, resume=resume)
+    except KeyboardInterrupt:
+        if os.path.isdir(store_dir):
+            click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
+                       f"`nslab run {study} --resume {store_dir}`", err=True)
+        raise
+    click.echo(f"results: {path}")
+    text = open(os.path.join(path, head or report)).read()
+    click.echo(text.split("## Published")[0])
+    click.echo(f"report: {os.path.join(path, report)}; plot: {os.path.join(path, plot)}")
 
 
 @click.group("run")
@@ -72,19 +82,8 @@ def run_alias(ctx, aliases, duration, repeat, rate, framing, switch, mss, nodela
         rate=rate, framing=framing, switch=switch, mss=mss, nodelay=nodelay, cc=cc,
         modes=tuple(v.strip() for v in (variants or ("alias,parallel" if quick else "alias"))
                     .split(",") if v.strip()))
-    if not resume:
-        cfg.validate()
-    run_id = _start(ctx)
-    root = out or ctx.obj.results
-    store_dir = resume or os.path.join(root, "alias", run_id)
-    try:
-        path = alias.run(cfg, root, run_id=run_id, resume=resume)
-    except KeyboardInterrupt:
-        _interrupted(store_dir, "alias")
-        raise
-    click.echo(f"results: {path}")
-    click.echo(open(os.path.join(path, "table.md")).read())
-    click.echo(f"comparison: {os.path.join(path, 'comparison.md')}; plot: {os.path.join(path, 'alias.png')}")
+    _run_study(ctx, "alias", alias.run, cfg, out, resume, "comparison.md", "alias.png",
+               head="table.md")
 
 
 @run_group.command("ecmp")
@@ -110,20 +109,9 @@ def run_ecmp(ctx, policies, trials, streams, duration, spines, link_rate, framin
                           link_rate=link_rate, framing=framing)
     if not resume:
         cfg.validate()
-    run_id = _start(ctx)
-    root = out or ctx.obj.results
-    store_dir = resume or os.path.join(root, "ecmp", run_id)
     click.echo(f"the hash policy is set in {ecmp.SENDER}'s namespace: the sender is the only "
                "node that chooses between equal-cost paths here", err=True)
-    try:
-        path = ecmp.run(cfg, root, run_id=run_id, resume=resume)
-    except KeyboardInterrupt:
-        _interrupted(store_dir, "ecmp")
-        raise
-    click.echo(f"results: {path}")
-    text = open(os.path.join(path, "report.md")).read()
-    click.echo(text.split("## Published")[0])
-    click.echo(f"report: {os.path.join(path, 'report.md')}; plot: {os.path.join(path, 'ecmp.png')}")
+    _run_study(ctx, "ecmp", ecmp.run, cfg, out, resume, "report.md", "ecmp.png")
 
 
 @run_group.command("rfc2544")
@@ -161,20 +149,7 @@ def run_rfc2544(ctx, duts, frame_sizes, link_rate, tests, trial, loss_tolerance,
         cfg.warmup = 0.2
         cfg.resolution = 0.05 if resolution == 0.02 else resolution
         cfg.quick_loads = True
-    if not resume:
-        cfg.validate()
-    run_id = _start(ctx)
-    root = out or ctx.obj.results
-    store_dir = resume or os.path.join(root, "rfc2544", run_id)
-    try:
-        path = r.run(cfg, root, run_id=run_id, resume=resume)
-    except KeyboardInterrupt:
-        _interrupted(store_dir, "rfc2544")
-        raise
-    click.echo(f"results: {path}")
-    text = open(os.path.join(path, "report.md")).read()
-    click.echo(text.split("## Published")[0])
-    click.echo(f"report: {os.path.join(path, 'report.md')}; plot: {os.path.join(path, 'rfc2544.png')}")
+    _run_study(ctx, "rfc2544", r.run, cfg, out, resume, "report.md", "rfc2544.png")
 
 
 @click.group("rfc2544")

@@ -17,7 +17,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from nslab.errors import CommandError, InputError, LabError
 
@@ -215,25 +215,18 @@ def run(cfg: EcmpConfig, results_root: str = "results", run_id: Optional[str] = 
     import dataclasses
 
     from nslab import caps
-    from nslab.experiment import Sweep
+    from nslab.experiment import Sweep, open_store
     from nslab.lab import Lab
     from nslab.naming import new_run_id
-    from nslab.results import ResultStore, collect_provenance
+    from nslab.results import collect_provenance
     from nslab.topologies.clos import clos
 
     from .ecmp_report import write_report
-    if resume:
-        store = ResultStore.open(resume)
-        saved = store.provenance().get("config")
-        if not saved:
-            raise InputError(f"{resume}: no saved configuration to resume")
-        cfg = EcmpConfig(**saved)
+    run_id = run_id or new_run_id()
+    store, cfg = open_store("ecmp", cfg, results_root, run_id, resume)
     cfg.validate()
     caps.require(["ecmp", "frr", "tool:tcpdump"], "the ECMP study")
-    run_id = run_id or new_run_id()
     topo = clos(spines=cfg.spines, servers=2, link_rate=cfg.link_rate, framing=cfg.framing)
-    if not resume:
-        store = ResultStore(results_root, "ecmp", run_id)
     with Lab(topo, run_id=run_id) as lab:
         runner = EcmpRunner(lab, cfg, store)
         runner.setup()

@@ -184,6 +184,12 @@ class CpuSplitLock:
         return self
 
     def __exit__(self, *exc) -> None:
+        # Remove the file while still holding the lock: a run that opened it
+        # before finds it locked and refuses; one that comes later makes a new one.
+        try:
+            os.unlink(self.PATH)
+        except FileNotFoundError:
+            pass
         fcntl.flock(self.f, fcntl.LOCK_UN)
         self.f.close()
 
@@ -388,19 +394,15 @@ def run(cfg: Rfc2544Config, results_root: str = "results", run_id: Optional[str]
     import dataclasses
 
     from nslab import caps
-    from nslab.experiment import Progress
+    from nslab.experiment import Progress, open_store
     from nslab.lab import Lab
     from nslab.naming import new_run_id
-    from nslab.results import ResultStore, collect_provenance, point_key
+    from nslab.results import collect_provenance, point_key
     from nslab.topologies.rfc2544 import dut_chain
 
     from .rfc2544_report import write_report
-    if resume:
-        store = ResultStore.open(resume)
-        saved = store.provenance().get("config")
-        if not saved:
-            raise InputError(f"{resume}: no saved configuration to resume")
-        cfg = Rfc2544Config(**saved)
+    run_id = run_id or new_run_id()
+    store, cfg = open_store("rfc2544", cfg, results_root, run_id, resume)
     cfg.validate()
     need = ["htb", "tbf"]
     if any(d != "ovs" for d in cfg.duts):
@@ -416,9 +418,6 @@ def run(cfg: Rfc2544Config, results_root: str = "results", run_id: Optional[str]
     if (os.cpu_count() or 1) < 2:
         raise CapabilityError("the RFC 2544 CPU model needs 2 CPUs (generator and DUT apart)")
     pktgen_path()
-    run_id = run_id or new_run_id()
-    if not resume:
-        store = ResultStore(results_root, "rfc2544", run_id)
     done = store.done_keys()
     plan = []
     for rep in range(cfg.repeat):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional
 import jinja2
 
 from nslab.errors import LabError
-from nslab.proc import Process, run
+from nslab.proc import Process
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.node import LabNode

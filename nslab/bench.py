@@ -91,14 +91,8 @@ def bench_build(ks: List[int], switch: str, repeat: int, with_mininet: bool,
                   f"{r['mininet_s']:.2f}" if "mininet_s" in r else "-",
                   f"{r['ratio']:.1f}x" if "ratio" in r else "-")
     console.print(t)
-    out = {"benchmark": "build", "switch": switch, "repeat": repeat, "rows": rows,
-           "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
-           "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    path = os.path.join(results_root, "bench", f"build-{switch}-{int(time.time())}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-    console.print(f"saved {path}")
+    out = {"benchmark": "build", "switch": switch, "repeat": repeat, "rows": rows}
+    console.print(f"saved {_save(results_root, f'build-{switch}', out)}")
     return out
 
 
@@ -134,14 +128,8 @@ def bench_clos(shapes: List[tuple], repeat: int, results_root: str) -> Dict[str,
                   f"{min(r['convergence_all']):.2f}-{max(r['convergence_all']):.2f}")
     console.print(t)
     out = {"benchmark": "clos", "repeat": repeat, "rows": rows,
-           "timers": "keepalive 1, hold 3, advertisement-interval 0, coalesce-time 100",
-           "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
-           "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    path = os.path.join(results_root, "bench", f"clos-{int(time.time())}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-    console.print(f"saved {path}")
+           "timers": "keepalive 1, hold 3, advertisement-interval 0, coalesce-time 100"}
+    console.print(f"saved {_save(results_root, 'clos', out)}")
     return out
 
 

@@ -13,7 +13,7 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from .errors import CapabilityError, NotRootError
 from .naming import new_run_id

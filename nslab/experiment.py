@@ -60,6 +60,22 @@ class Progress:
         sys.stderr.flush()
 
 
+def open_store(experiment: str, cfg: Any, results_root: str, run_id: str,
+               resume: Optional[str] = None):
+    """The run's :class:`ResultStore` and configuration: a new directory, or on
+    resume the existing one with the configuration it was started with."""
+    if not resume:
+        return ResultStore(results_root, experiment, run_id), cfg
+    from .errors import InputError
+    store = ResultStore.open(resume)
+    saved = store.provenance().get("config")
+    if not saved:
+        raise InputError(f"{resume}: no saved configuration to resume")
+    fields = getattr(type(cfg), "__dataclass_fields__", {})
+    return store, type(cfg)(**{k: (tuple(v) if isinstance(getattr(cfg, k, None), tuple) else v)
+                               for k, v in saved.items() if k in fields})
+
+
 class Sweep:
     """Run ``measure(point) -> (measurements, raw_paths, summary)`` over points."""
 

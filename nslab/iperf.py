@@ -9,7 +9,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
-from .errors import InputError, LabError
+from .errors import InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .node import LabNode

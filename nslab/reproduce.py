@@ -9,7 +9,6 @@ from __future__ import annotations
 import html
 import logging
 import os
-import statistics
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -82,7 +81,6 @@ def alias_findings(run_dir: str) -> List[Block]:
     from nslab.experiments.alias_report import rise, summarize
     recs = ResultStore.open(run_dir).records("point")
     s = summarize(recs)
-    pub = load_published("alias")
     reps = max((r["params"]["repeat"] for r in recs), default=0) + 1
     rec = s.get(("alias", "receiver_bps"), {})
     cs = s.get(("alias", "clients_sum_bps"), {})
@@ -298,7 +296,6 @@ def _md_to_html(md: str) -> str:
 @click.pass_context
 def reproduce_cmd(ctx: click.Context, mode: str, only: str, resume: Optional[str]) -> None:
     """Reproduce the three studies and write one report (HTML + Markdown)."""
-    import signal
 
     from .cli import install_signals, setup_logging
     studies = tuple(s.strip() for s in only.split(",") if s.strip())

@@ -11,7 +11,7 @@ lacks it (see :mod:`nslab.caps`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional, Union
 
 from .errors import InputError

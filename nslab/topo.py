@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from .errors import InputError, TopologyError
+from .errors import TopologyError
 from .shaping import Shaping
 
 #: Node names become interface names (``<node>-eth<N>``, 15 characters at most).

@@ -14,7 +14,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional
 
-from nslab.errors import CapabilityError, InputError
+from nslab.errors import InputError
 from nslab.proc import run
 
 IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")

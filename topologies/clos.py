@@ -13,7 +13,7 @@ fabric converges in about a second.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from nslab.errors import InputError
 from nslab.topo import Topology

@@ -9,7 +9,6 @@ from nslab import Lab
 from nslab.frr import DaemonCheckError, wait_for_ecmp
 from nslab.topologies.clos import clos, expected_routes
 
-from .conftest import needs
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 pytestmark = pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")

@@ -10,7 +10,7 @@ import pytest
 
 from nslab import Lab
 from nslab.clean import discover
-from nslab.errors import CapabilityError, CommandError, InputError
+from nslab.errors import CapabilityError, CommandError
 from nslab.iperf import run_client, start_server, wait_listening
 from nslab.topo import Topology
 from nslab.topologies import pair, single

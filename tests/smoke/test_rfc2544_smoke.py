@@ -2,9 +2,7 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-import pytest
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
@@ -37,3 +35,4 @@ def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
     assert res.returncode == 1 and "holds the CPU split" in res.stderr
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "-gen" not in out and "-dut" not in out
+    assert not os.path.exists(CpuSplitLock.PATH)  # nothing left once the holder is done

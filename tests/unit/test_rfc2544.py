@@ -3,8 +3,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
 
 import pytest
 
