@@ -43,7 +43,7 @@ def run_cli(lab: "Lab", script: Any = None) -> None:
 
     class LabMininet(Mininet):
         """Mininet's network object over the lab. ``iperf`` is replaced: Mininet's
-        runs ``killall -9 iperf``, which would kill every iperf on the machine."""
+        kills every process named iperf on the machine, not only the lab's."""
 
         def iperf(self, hosts=None, l4Type="TCP", udpBw="10M", fmt=None, seconds=5, port=5001):
             from mininet.log import output

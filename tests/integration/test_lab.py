@@ -221,7 +221,7 @@ def test_topology_files_load_in_plain_mininet_without_nslab():
 @needs("iperf", "ping")
 def test_mininet_cli_runs_on_lab_namespaces_without_broad_kills(tmp_path):
     """Mininet's own CLI drives the lab; its iperf uses our tagged runner
-    (Mininet's would run `killall -9 iperf`), so an unrelated iperf survives."""
+    (Mininet's kills every process named iperf), so an unrelated iperf survives."""
     bystander = subprocess.Popen(["iperf", "-s", "-p", "5998"], stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
     script = tmp_path / "cli.txt"
