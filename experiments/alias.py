@@ -54,6 +54,8 @@ class AliasConfig:
     modes: Tuple[str, ...] = ("alias", "parallel")
     addr_template: str = ADDR_TEMPLATE
     prefix: int = 16
+    uplink: Optional[str] = None
+    force: bool = False
 
     def validate(self) -> "AliasConfig":
         if not self.aliases:
@@ -71,6 +73,8 @@ class AliasConfig:
         for m in self.modes:
             if m not in MODES:
                 raise InputError(f"unknown variant {m!r} (use {', '.join(MODES)})")
+        if self.uplink and self.switch not in ("none", "ovs"):
+            raise InputError("--uplink puts the client behind OVS: drop --switch or use ovs")
         if self.switch not in ("none", "bridge", "ovs"):
             raise InputError(f"unknown --switch {self.switch!r} (use none, bridge or ovs)")
         if self.mss is not None and not 88 <= self.mss <= 9000:
@@ -115,11 +119,19 @@ def add_aliases(node: LabNode, iface: str, addresses: Sequence[str], prefix: int
 
 
 _BYTES_RX_RE = re.compile(r"bytes_received:(\d+)")
+_BYTES_ACKED_RE = re.compile(r"bytes_acked:(\d+)")
 
 
 def parse_ss_bytes_received(text: str) -> Tuple[int, int]:
     """Sum ``bytes_received`` over the sockets in ``ss -tin`` output; also count them."""
     vals = [int(x) for x in _BYTES_RX_RE.findall(text)]
+    return sum(vals), len(vals)
+
+
+def parse_ss_bytes_acked(text: str) -> Tuple[int, int]:
+    """Sum ``bytes_acked`` (payload the far end acknowledged, i.e. received) over
+    the sender's sockets in ``ss -tin`` output; also count them."""
+    vals = [int(x) for x in _BYTES_ACKED_RE.findall(text)]
     return sum(vals), len(vals)
 
 
@@ -143,15 +155,18 @@ class Sample:
     cpu_total: int
 
 
-def sample(server: LabNode, iface: str, port: int = PORT) -> Sample:
-    """Server-side counters at one instant: socket payload, interface bytes, CPU."""
+def sample(node: LabNode, iface: str, port: int = PORT, sender: bool = False) -> Sample:
+    """Counters at one instant: payload received by the server's sockets (or, at
+    the sender, payload the far end acknowledged), interface bytes, CPU."""
     t0 = time.time()
-    ss = server.run(["ss", "-tinH", "state", "established", f"( sport = :{port} )"]).stdout
-    link = server.run(["cat", f"/sys/class/net/{iface}/statistics/rx_bytes"]).stdout
+    filt = f"( dport = :{port} )" if sender else f"( sport = :{port} )"
+    ss = node.run(["ss", "-tinH", "state", "established", filt]).stdout
+    counter = "tx_bytes" if sender else "rx_bytes"
+    link = node.run(["cat", f"/sys/class/net/{iface}/statistics/{counter}"]).stdout
     t1 = time.time()
     with open("/proc/stat") as f:
         busy, total = parse_proc_stat(f.read())
-    payload, socks = parse_ss_bytes_received(ss)
+    payload, socks = (parse_ss_bytes_acked if sender else parse_ss_bytes_received)(ss)
     return Sample((t0 + t1) / 2, payload, socks, int(link.strip()), busy, total)
 
 
@@ -173,13 +188,25 @@ class AliasRunner:
         self.cfg = cfg
         self.store = store
         self.client: LabNode = lab["cl"]
-        self.server: LabNode = lab["srv"]
+        # Two-box mode: the server is the other machine; measure at the sender.
+        self.remote = bool(cfg.uplink)
+        self.server: Optional[LabNode] = None if self.remote else lab["srv"]
         self.addresses = alias_addresses(cfg.addr_template, max(cfg.aliases), cfg.prefix)
         self.servers_started = False
         self.alias_setup_s = 0.0
 
     def setup(self) -> None:
-        """Aliases in one batch, one iperf2 server bound to each, started once per run."""
+        """Aliases in one batch, one iperf2 server bound to each, started once per run.
+        In two-box mode, check that the other box serves the first and last alias."""
+        if self.remote:
+            for addr in (self.addresses[0], self.addresses[-1]):
+                res = self.client.run(["ping", "-c", "1", "-W", "2", addr], check=False)
+                if not res.ok:
+                    raise InputError(
+                        f"no alias server answers at {addr} through {self.cfg.uplink}: run "
+                        f"`nslab alias serve --iface IFACE --aliases {len(self.addresses)} "
+                        f"--addr-template {self.cfg.addr_template}` on the other box")
+            return
         self.alias_setup_s = add_aliases(self.server, SERVER_IFACE, self.addresses, self.cfg.prefix)
         log.info("%d aliases on %s:%s in %.3f s", len(self.addresses), self.server.name,
                  SERVER_IFACE, self.alias_setup_s)
@@ -213,10 +240,11 @@ class AliasRunner:
                                            name="iperf-cP"))
             spawned.append(time.time())
         warm, cool = min(1.0, 0.1 * dur), min(0.5, 0.05 * dur)
+        at = (self.client, "eth1", True) if self.remote else (self.server, SERVER_IFACE, False)
         _sleep_until(start + warm)
-        s0 = sample(self.server, SERVER_IFACE)
+        s0 = sample(at[0], at[1], sender=at[2])
         _sleep_until(start + dur - cool)
-        s1 = sample(self.server, SERVER_IFACE)
+        s1 = sample(at[0], at[1], sender=at[2])
         outputs, finished = [], 0
         for p in procs:
             try:
@@ -251,6 +279,8 @@ class AliasRunner:
             "start_margin_s": start - spawned[-1],
             "late_start": spawned[-1] > start,
             "cpu_busy_pct": 100.0 * (s1.cpu_busy - s0.cpu_busy) / max(1, s1.cpu_total - s0.cpu_total),
+            "receiver_measured_at": "sender, bytes acked by the far end" if self.remote
+                                    else "receiver sockets, bytes received",
             "start_time": start,
         }
         summary = (f"receiver {m['receiver_bps'] / 1e6:.1f} Mbit/s, clients' sum "
@@ -280,21 +310,26 @@ def run(cfg: AliasConfig, results_root: str = "results", run_id: Optional[str] =
     from nslab.lab import Lab
     from nslab.naming import new_run_id
     from nslab.results import collect_provenance
-    from nslab.topologies.alias import alias_pair
+    from nslab.topologies.alias import alias_client_uplink, alias_pair
 
     from .alias_report import write_report
     run_id = run_id or new_run_id()
     store, cfg = open_store("alias", cfg, results_root, run_id, resume)
     cfg.validate()
-    topo = alias_pair(switch=cfg.switch, bw=cfg.rate, framing=cfg.framing)
+    if cfg.uplink:
+        topo = alias_client_uplink(cfg.uplink, force=cfg.force, bw=cfg.rate, framing=cfg.framing)
+    else:
+        topo = alias_pair(switch=cfg.switch, bw=cfg.rate, framing=cfg.framing)
     with Lab(topo, run_id=run_id) as lab:
         runner = AliasRunner(lab, cfg, store)
         runner.setup()
+        extra = {"config": dataclasses.asdict(cfg), "alias_setup_s": runner.alias_setup_s,
+                 "n_aliases": len(runner.addresses)}
+        if cfg.uplink:
+            extra["uplink"] = lab.uplinks.get(cfg.uplink)  # its negotiated speed/duplex too
         store.write_provenance(collect_provenance(
             lab, sysctls=["net.ipv4.tcp_congestion_control", "net.core.rmem_max",
-                          "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"],
-            extra={"config": dataclasses.asdict(cfg), "alias_setup_s": runner.alias_setup_s,
-                   "n_aliases": len(runner.addresses)}))
+                          "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"], extra=extra))
         Sweep(store, points(cfg), runner.measure, progress=progress).run()
     write_report(store.path)
     return store.path

@@ -66,12 +66,16 @@ def run_group() -> None:
 @click.option("--variants", default=None,
               help="alias (one client per alias, as the posts) and/or parallel (-P N to one "
                    "address, the control). Default: alias; --quick: alias,parallel.")
+@click.option("--uplink", default=None,
+              help="Two-box mode: the client behind OVS with this NIC as uplink; the server is "
+                   "the other box running `nslab alias serve`.")
+@click.option("--force", is_flag=True, help="Allow the NIC of the default route or SSH session.")
 @click.option("--quick", is_flag=True, help="N = 1, 16, 254; one repeat; 3 s per point.")
 @click.option("--out", default=None, help="Results root (default: --results).")
 @click.option("--resume", default=None, help="Continue an interrupted run directory.")
 @click.pass_context
 def run_alias(ctx, aliases, duration, repeat, rate, framing, switch, mss, nodelay, cc, variants,
-              quick, out, resume) -> None:
+              uplink, force, quick, out, resume) -> None:
     """Throughput vs number of IP aliases (seeds 000, 001, 003)."""
     from nslab.experiments import alias
     cfg = alias.AliasConfig(
@@ -80,6 +84,7 @@ def run_alias(ctx, aliases, duration, repeat, rate, framing, switch, mss, nodela
         duration=3 if quick and duration == 10 else duration,
         repeat=1 if quick and repeat == 3 else repeat,
         rate=rate, framing=framing, switch=switch, mss=mss, nodelay=nodelay, cc=cc,
+        uplink=uplink, force=force,
         modes=tuple(v.strip() for v in (variants or ("alias,parallel" if quick else "alias"))
                     .split(",") if v.strip()))
     _run_study(ctx, "alias", alias.run, cfg, out, resume, "comparison.md", "alias.png",

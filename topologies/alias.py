@@ -35,4 +35,17 @@ def alias_pair(switch: str = "none", bw: Any = "1Gbit", framing: bool = False) -
     return t.validate()
 
 
+def alias_client_uplink(uplink: str, force: bool = False, bw: Any = "1Gbit",
+                        framing: bool = False) -> Topology:
+    """Two-box mode: only the client box (``cl``, eth1 192.168.1.2/16) on an OVS
+    bridge whose uplink is a physical NIC; the server box is the other machine,
+    running ``nslab alias serve``."""
+    t = Topology(name="alias-uplink", switch_type="ovs", auto_ip=False)
+    t.add_host("cl")
+    t.add_switch("s1", uplink=uplink, force=bool(force))
+    shaping = {} if str(bw).lower() == "none" else {"bw": bw, "framing": framing}
+    t.add_link("cl", "s1", {"ip": CLIENT_IP, "intf": "eth1"}, None, **shaping)
+    return t.validate()
+
+
 register("alias_pair", alias_pair)

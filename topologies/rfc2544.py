@@ -16,6 +16,10 @@ from nslab.topo import Topology
 from . import register
 
 DUTS = ("bridge", "router", "ovs")
+#: An IPv4-only test bed: IPv6 neighbour discovery and MLD frames would be
+#: counted as offered frames that a router never forwards (measured: 3 of 703
+#: frames at 1000 fps showed up as "loss").
+NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": 1, "net.ipv6.conf.default.disable_ipv6": 1}
 
 
 def dut_chain(dut: str = "bridge", link_rate: Any = "100Mbit", framing: bool = True) -> Topology:
@@ -27,15 +31,15 @@ def dut_chain(dut: str = "bridge", link_rate: Any = "100Mbit", framing: bool = T
         shaping = {"bw": link_rate, "framing": framing}
     t = Topology(name=f"rfc2544-{dut}", auto_ip=False)
     if dut == "router":
-        t.add_host("gen", routes=["default via 192.168.1.1"])
-        t.add_host("sink", routes=["default via 192.168.2.1"])
-        t.add_router("dut")
+        t.add_host("gen", routes=["default via 192.168.1.1"], sysctls=dict(NO_IPV6))
+        t.add_host("sink", routes=["default via 192.168.2.1"], sysctls=dict(NO_IPV6))
+        t.add_router("dut", sysctls=dict(NO_IPV6))
         t.add_link("gen", "dut", {"ip": "192.168.1.10/24"}, {"ip": "192.168.1.1/24"}, **shaping)
         t.add_link("dut", "sink", {"ip": "192.168.2.1/24"}, {"ip": "192.168.2.10/24"}, **shaping)
     else:
-        t.add_host("gen")
-        t.add_host("sink")
-        t.add_switch("dut", type=dut)
+        t.add_host("gen", sysctls=dict(NO_IPV6))
+        t.add_host("sink", sysctls=dict(NO_IPV6))
+        t.add_switch("dut", type=dut, sysctls=dict(NO_IPV6))
         t.add_link("gen", "dut", {"ip": "192.168.1.10/24"}, None, **shaping)
         t.add_link("dut", "sink", None, {"ip": "192.168.1.20/24"}, **shaping)
     return t.validate()

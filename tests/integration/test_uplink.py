@@ -144,3 +144,42 @@ def test_uplink_in_another_bridge_or_on_the_default_route_is_refused(stand_in_ni
 def test_uplink_needs_an_ovs_switch():
     with pytest.raises(InputError, match="add --switch ovs"):
         single(k=1, switch="bridge", uplink="eth0")
+
+
+@needs("iperf", "ovs-vsctl")
+def test_run_alias_across_the_uplink_measures_at_the_sender(stand_in_nic, tmp_path):
+    """`nslab run alias --uplink NIC`: the lab is the client box; the remote box
+    serves the aliases; the receiver figure comes from bytes the far end acked."""
+    before = stand_in_nic
+    serve = subprocess.Popen(["ip", "netns", "exec", REMOTE, NSLAB, "alias", "serve", "--iface", FAR,
+                              "--aliases", "4", "--for", "120"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 20
+        while "Started" not in (serve.stdout.readline() or "") and time.time() < deadline:
+            pass
+        res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "alias", "--uplink", NIC,
+                              "--aliases", "1,4", "--duration", "2", "--repeat", "1"],
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.communicate(timeout=30)
+    (run,) = (tmp_path / "alias").iterdir()
+    recs = [json.loads(l) for l in open(run / "records.jsonl")]
+    assert [r["params"]["n"] for r in recs] == [1, 4]
+    for r in recs:
+        m = r["measurements"]
+        assert m["receiver_measured_at"].startswith("sender")
+        assert m["receiver_bps"] > 50e6 and m["sockets_at_window_start"] == r["params"]["n"]
+    prov = json.load(open(run / "provenance.json"))
+    assert prov["uplink"]["iface"] == NIC and "speed" in prov["uplink"]["ethtool"]
+    assert nic_state() == before
+
+
+def test_run_alias_across_an_uplink_without_a_server_says_what_to_do(stand_in_nic, tmp_path):
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "alias", "--uplink", NIC,
+                          "--aliases", "1", "--duration", "2", "--repeat", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "nslab alias serve" in res.stderr
+    assert nic_state() == stand_in_nic

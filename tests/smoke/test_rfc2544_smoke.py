@@ -19,6 +19,8 @@ def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
     for r in recs:
         for t in r["measurements"]["trials"]:
             assert t["frames_sent"] > 0 and t["latency_samples"] > 0
+            # Only test frames cross the bed (IPv4-only): sent is what the generator sent.
+            assert t["frames_sent"] == t["gen_sent"]
             if t["target_fps"] <= 1000:
                 # Far below any knee: nothing lost, sub-millisecond latency.
                 assert t["loss_pct"] == 0 and t["latency_us"]["avg"] < 1000
