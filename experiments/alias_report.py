@@ -7,6 +7,7 @@ import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.published import load_published
+from nslab.plotting import save_figure
 from nslab.results import ResultStore
 
 METHODS = [
@@ -202,11 +203,4 @@ def plot(run_dir: str, summary, pub, cfg) -> Dict[str, str]:
     h1, l1 = ax2.get_legend_handles_labels()
     h2, l2 = ax3.get_legend_handles_labels()
     ax2.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
-    fig.tight_layout()
-    out = {}
-    for ext in ("png", "svg"):
-        path = os.path.join(run_dir, f"alias.{ext}")
-        fig.savefig(path, dpi=110)
-        out[f"plot_{ext}"] = path
-    plt.close(fig)
-    return out
+    return save_figure(fig, run_dir, "alias")

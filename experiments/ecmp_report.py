@@ -8,6 +8,7 @@ from collections import Counter
 from typing import Any, Dict, List
 
 from nslab.published import load_published
+from nslab.plotting import save_figure
 from nslab.results import ResultStore
 
 from .ecmp import chance
@@ -135,11 +136,4 @@ def plot(run_dir: str, recs, cfg, pub) -> Dict[str, str]:
     ax.set_title("SUM per trial")
     ax.legend(fontsize=7)
     ax.grid(True, axis="y")
-    fig.tight_layout()
-    out = {}
-    for ext in ("png", "svg"):
-        p = os.path.join(run_dir, f"ecmp.{ext}")
-        fig.savefig(p, dpi=110)
-        out[f"plot_{ext}"] = p
-    plt.close(fig)
-    return out
+    return save_figure(fig, run_dir, "ecmp")

@@ -8,6 +8,7 @@ import statistics
 from typing import Any, Dict, List
 
 from nslab.published import load_published
+from nslab.plotting import save_figure
 from nslab.results import ResultStore
 from nslab.shaping import frame_rate, parse_rate
 
@@ -194,11 +195,4 @@ def plot(run_dir, recs, duts, pub, line_bps) -> Dict[str, str]:
            ylabel="occupancy (%)")
     ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.4)
-    fig.tight_layout()
-    out = {}
-    for ext in ("png", "svg"):
-        p = os.path.join(run_dir, f"rfc2544.{ext}")
-        fig.savefig(p, dpi=100)
-        out[f"plot_{ext}"] = p
-    plt.close(fig)
-    return out
+    return save_figure(fig, run_dir, "rfc2544", dpi=100)
