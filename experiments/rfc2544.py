@@ -409,12 +409,7 @@ def run(cfg: Rfc2544Config, results_root: str = "results", run_id: Optional[str]
         need.append("rps")
         if cfg.dut_cost:
             need.append("u32")
-    found = caps.probe()
-    for n in need:
-        if n == "u32" and not found["u32"].ok:
-            # The probe tests u32 with an action; the knob needs the classifier only.
-            continue
-        caps.require([n], "the RFC 2544 study")
+    caps.require(need, "the RFC 2544 study")
     if (os.cpu_count() or 1) < 2:
         raise CapabilityError("the RFC 2544 CPU model needs 2 CPUs (generator and DUT apart)")
     pktgen_path()

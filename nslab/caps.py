@@ -129,8 +129,9 @@ def _kernel_probes() -> Dict[str, Capability]:
                                    "missing: link delay, jitter and loss are unavailable", False,
                                    "a kernel with sch_netem")
         caps["u32"] = Capability("u32", veth and t(tcn + ["qdisc", "add", "dev", "p1", "handle", "ffff:", "ingress"])
-                                 and t(tcn + ["filter", "add", "dev", "p1", "parent", "ffff:", "prio", "1", "u32",
-                                              "match", "u32", "0", "0", "action", "pass"]),
+                                 and t(tcn + ["filter", "add", "dev", "p1", "parent", "ffff:", "protocol", "ip",
+                                              "prio", "1", "u32", "match", "u32", "0xdeadbeef",
+                                              "0xffffffff", "at", "0", "flowid", "1:1"]),
                                  "ingress u32 filters (RFC 2544 DUT cost knob)", False, "cls_u32")
         ecmp = veth and t(ipn + ["addr", "add", "10.9.0.1/24", "dev", "p0"]) and \
             t(ipn + ["addr", "add", "10.9.1.1/24", "dev", "p1"]) and \
