@@ -125,12 +125,16 @@ def run_ecmp(ctx, policies, trials, streams, duration, spines, link_rate, framin
 @click.option("--frame-sizes", default="64,128,256,512,1024,1280,1518", show_default=True)
 @click.option("--link-rate", default="100Mbit", show_default=True,
               help="Rate of both links, framing counted (100Mbit as the paper, 1Gbit, ...).")
-@click.option("--tests", default="throughput,latency,loss", show_default=True)
+@click.option("--tests", default="throughput,latency,loss", show_default=True,
+              help="Any of throughput, latency, loss, back-to-back.")
 @click.option("--trial", type=float, default=2.0, show_default=True, help="Seconds per trial.")
 @click.option("--loss-tolerance", type=float, default=0.0, show_default=True, help="Percent.")
 @click.option("--resolution", type=float, default=0.02, show_default=True,
-              help="Throughput search stops within this fraction of line rate.")
+              help="Throughput search stops within this fraction of line rate; back-to-back "
+                   "within this fraction of its bracket.")
 @click.option("--repeat", type=int, default=1, show_default=True)
+@click.option("--b2b-repeat", type=int, default=3, show_default=True,
+              help="Back-to-back searches per frame size (RFC 2544 asks for 50); --quick: 1.")
 @click.option("--dut-cost", type=int, default=None,
               help="u32 filters on the DUT's ingress to emulate a slower CPU (default 700, "
                    "calibrated here to put the 64-byte knee near the paper's; 0 = bare veth).")
@@ -139,7 +143,7 @@ def run_ecmp(ctx, policies, trials, streams, duration, spines, link_rate, framin
 @click.option("--resume", default=None)
 @click.pass_context
 def run_rfc2544(ctx, duts, frame_sizes, link_rate, tests, trial, loss_tolerance, resolution,
-                repeat, dut_cost, quick, out, resume) -> None:
+                repeat, b2b_repeat, dut_cost, quick, out, resume) -> None:
     """RFC 2544 of a Linux bridge vs a Linux router (and OVS) as DUT (seed 004)."""
     from nslab.experiments import rfc2544 as r
     cfg = r.Rfc2544Config(
@@ -147,13 +151,14 @@ def run_rfc2544(ctx, duts, frame_sizes, link_rate, tests, trial, loss_tolerance,
         frame_sizes=_ints(frame_sizes, "--frame-sizes"), link_rate=link_rate,
         tests=[t.strip() for t in tests.split(",") if t.strip()], trial=trial,
         loss_tolerance=loss_tolerance, resolution=resolution, repeat=repeat,
-        dut_cost=r.DEFAULT_DUT_COST if dut_cost is None else dut_cost)
+        b2b_repeat=b2b_repeat, dut_cost=r.DEFAULT_DUT_COST if dut_cost is None else dut_cost)
     if quick:
         cfg.frame_sizes = [64, 1518] if frame_sizes == "64,128,256,512,1024,1280,1518" else cfg.frame_sizes
         cfg.trial = 0.5 if trial == 2.0 else trial
         cfg.warmup = 0.2
         cfg.resolution = 0.05 if resolution == 0.02 else resolution
         cfg.quick_loads = True
+        cfg.b2b_repeat = 1 if b2b_repeat == 3 else b2b_repeat
     _run_study(ctx, "rfc2544", r.run, cfg, out, resume, "report.md", "rfc2544.png")
 
 

@@ -38,6 +38,8 @@ QUICK_FPS = [1000, 20000, 40000, 55556, 62500, 66667, 100000]
 QUICK_LOAD_PCT = [10, 50, 90, 110]
 LOAD_PCT = [10, 20, 40, 60, 80, 90, 100, 110]
 TESTS = ("throughput", "latency", "loss")
+#: Every test the runner knows; back-to-back is opt-in (``--tests ...,back-to-back``).
+ALL_TESTS = TESTS + ("back-to-back",)
 GEN_CPU, DUT_CPU = 0, 1
 NOMINAL_FPS = 1000
 PORT = 9
@@ -57,6 +59,8 @@ class Rfc2544Config:
     loss_tolerance: float = 0.0
     resolution: float = 0.02
     repeat: int = 1
+    #: Back-to-back searches per frame size (RFC 2544 asks for 50; each is a binary search).
+    b2b_repeat: int = 3
     dut_cost: int = DEFAULT_DUT_COST
     loads_pct: List[int] = field(default_factory=lambda: list(LOAD_PCT))
     paper_rates: bool = True
@@ -83,8 +87,12 @@ class Rfc2544Config:
                 raise InputError(f"frame size {f} is over what an MTU of {self.mtu} allows "
                                  f"({self.mtu + 18} bytes with header and FCS)")
         for t in self.tests:
-            if t not in TESTS:
-                raise InputError(f"unknown test {t!r} (use {', '.join(TESTS)})")
+            if t not in ALL_TESTS:
+                raise InputError(f"unknown test {t!r} (use {', '.join(ALL_TESTS)})")
+        if not self.tests:
+            raise InputError("--tests: empty list")
+        if self.b2b_repeat < 1:
+            raise InputError("--b2b-repeat must be >= 1")
         if self.trial < 0.5:
             raise InputError(f"--trial {self.trial:g} s is too short (at least 0.5 s)")
         if not 0 <= self.loss_tolerance < 100:
@@ -136,6 +144,15 @@ def qdisc_drops(node, intf: str) -> int:
 def softnet_drops() -> List[int]:
     with open("/proc/net/softnet_stat") as f:
         return [int(l.split()[1], 16) for l in f]
+
+
+def _backlog_limit() -> Optional[int]:
+    """net.core.netdev_max_backlog: the DUT CPU's input queue, which a burst fills."""
+    try:
+        with open("/proc/sys/net/core/netdev_max_backlog") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def cpu_times() -> List[Tuple[int, int]]:
@@ -373,6 +390,82 @@ class Rfc2544Runner:
                 "generator_ceiling_fps": ceiling, "generator_limited": lo >= 0.9 * ceiling,
                 "confirmed": confirmed, "probes": probes, "pct_of_line": 100 * lo / line}
 
+    def burst(self, size: int, frames: int) -> Dict[str, Any]:
+        """One back-to-back trial: a burst of ``frames`` frames at line rate (the
+        generator paces at line rate into its shaped link, whose shaper puts
+        them on the wire with minimum gaps), then, after a drain, how many
+        the sink's interface received."""
+        line = self.line_fps(size)
+        seconds = frames / line
+        sink = self.sink.popen(["taskset", "-c", str(GEN_CPU), self.pg, "recv", "--port", str(PORT),
+                                "--duration", f"{seconds + 60:.3f}"], name="pktgen-recv")
+        if "ready" not in (sink.popen.stdout.readline() or ""):
+            raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
+        try:
+            c0 = self._counters()
+            g = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
+                              "--port", str(PORT), "--size", str(size), "--rate", f"{line:.3f}",
+                              "--count", str(frames), "--duration", f"{seconds + 10:.3f}"],
+                             timeout=seconds + 40)
+            time.sleep(0.5)  # frames in flight and in the DUT's queues
+            c1 = self._counters()
+        finally:
+            sink.stop()
+        s = sink.wait(timeout=10)
+        gj = json.loads(g.stdout.strip().splitlines()[-1])
+        sj = json.loads(s.stdout.strip().splitlines()[-1])
+        sent = c1["gen_tx"] - c0["gen_tx"]
+        recv = c1["sink_rx"] - c0["sink_rx"]
+        return {
+            "frames_requested": frames, "frames_sent": sent, "frames_received": recv,
+            "lost": max(0, sent - recv), "gen_sent": gj["sent"], "gen_errors": gj["errors"],
+            "gen_pps": gj["pps"], "sink_socket_received": sj["received"],
+            "gen_qdisc_drops": c1["gen_qdrops"] - c0["gen_qdrops"],
+            "dut_backlog_drops": (c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU]
+                                  if not self.ovs_pid else None),
+            "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
+        }
+
+    def back_to_back(self, size: int) -> Dict[str, Any]:
+        """RFC 2544 section 26.4: the longest burst at line rate the DUT forwards
+        without losing a frame. The longest burst tried is one trial long (the
+        RFC asks for at least 2 s); the search stops when the bracket is within
+        ``resolution`` of it. Repeated ``b2b_repeat`` times."""
+        cfg = self.cfg
+        line = self.line_fps(size)
+        ceiling = self.measure_ceiling(size)
+        longest = max(1, int(round(line * cfg.trial)))
+        searches: List[Dict[str, Any]] = []
+        for _ in range(cfg.b2b_repeat):
+            probes: List[Dict[str, Any]] = []
+
+            def clean(n: int) -> bool:
+                m = self.burst(size, n)
+                probes.append(m)
+                return m["lost"] == 0 and m["frames_sent"] > 0
+
+            lo, hi, best_sent = 0, longest, 0
+            if clean(hi):
+                lo, best_sent = hi, probes[-1]["frames_sent"]
+            else:
+                while hi - lo > max(1, int(cfg.resolution * hi)):
+                    mid = (lo + hi) // 2
+                    if clean(mid):
+                        lo, best_sent = mid, probes[-1]["frames_sent"]
+                    else:
+                        hi = mid
+            searches.append({"frames": lo, "frames_on_wire": best_sent, "whole_trial": lo == longest,
+                             "probes": probes})
+        values = [float(x["frames"]) for x in searches]
+        mean = sum(values) / len(values)
+        var = sum((v - mean) ** 2 for v in values) / (len(values) - 1) if len(values) > 1 else 0.0
+        return {"frames_mean": mean, "frames_stdev": var ** 0.5, "frames_min": min(values),
+                "frames_max": max(values), "longest_tried": longest, "line_fps": line,
+                "burst_ms_mean": 1000.0 * mean / line,
+                "whole_trial": all(x["whole_trial"] for x in searches),
+                "generator_ceiling_fps": ceiling, "generator_limited": line >= 0.9 * ceiling,
+                "backlog_limit": _backlog_limit(), "searches": searches}
+
     def line_fps(self, size: int) -> float:
         """Frames/s the link allows; unshaped links: the generator's ceiling."""
         bps = self.cfg.line_bps()
@@ -450,6 +543,12 @@ def run(cfg: Rfc2544Config, results_root: str = "results", run_id: Optional[str]
 
 def _measure(runner: Rfc2544Runner, p: Dict[str, Any]) -> Tuple[Dict[str, Any], str]:
     size, test = p["frame"], p["test"]
+    if test == "back-to-back":
+        m = runner.back_to_back(size)
+        if m["whole_trial"]:
+            return m, f"back-to-back: every burst up to {m['longest_tried']} frames (one trial) clean"
+        return m, (f"back-to-back {m['frames_mean']:.0f} frames (min {m['frames_min']:.0f}, "
+                   f"max {m['frames_max']:.0f}) = {m['burst_ms_mean']:.1f} ms at line rate")
     if test == "throughput":
         m = runner.throughput(size)
         return m, (f"throughput {m['throughput_fps']:.0f} fps ({m['pct_of_line']:.0f} % of line)"

@@ -77,6 +77,21 @@ def write_report(run_dir: str) -> Dict[str, str]:
             L.append(f"| {x['fps']:,.0f} | {x['input_bps']:,.0f} | {x['latency_us']:,.0f} | "
                      f"{x['throughput_bps']:,.0f} | {x['cpu_pct']:.0f} % | {x['loss_pct']:.2f} % | "
                      f"{x['backlog_drops'] if x['backlog_drops'] is not None else '-'} |")
+    b2b = back_to_back_rows(recs)
+    if b2b:
+        L += ["", "## Back-to-back (RFC 2544 section 26.4: longest burst at line rate with no loss)", "",
+              "The last column is a rough prediction from the DUT's input queue: its "
+              "net.core.netdev_max_backlog frames fill at line rate minus the throughput found "
+              "above, so a burst of backlog / (1 - throughput/line) frames fits. Near line rate "
+              "it is very sensitive to the throughput (and the burst to the DUT's jitter).", "",
+              "| DUT | frame | burst (frames, mean) | stdev | min-max | searches | ms at line rate | predicted |",
+              "|---|---|---|---|---|---|---|---|"]
+        for x in b2b:
+            mean = (f"all {x['longest']:,} tried (no limit within one trial)" if x["whole_trial"]
+                    else f"{x['mean']:,.0f}")
+            pred = f"{x['predicted']:,.0f}" if x["predicted"] else "-"
+            L.append(f"| {x['dut']} | {x['frame']} | {mean} | {x['stdev']:,.0f} | "
+                     f"{x['min']:,.0f}-{x['max']:,.0f} | {x['searches']} | {x['ms']:.1f} | {pred} |")
     t3 = pub["table3_bridge_overload_64B"]
     L += ["", "## Published: the paper's Table 3 (Linux bridge, 64 bytes, AMD Duron 1.3 GHz)", "",
           "| FPS | Input Rate (bps) | Latency (us) | Throughput (bps) | CPU |", "|---|---|---|---|---|"]
@@ -91,6 +106,25 @@ def write_report(run_dir: str) -> Dict[str, str]:
     if recs:
         out.update(plot(run_dir, recs, duts, pub, line_bps))
     return out
+
+
+def back_to_back_rows(recs) -> List[Dict[str, Any]]:
+    """One row per back-to-back point, with the burst its throughput and
+    the DUT's input queue predict (None when there is no throughput point
+    or the DUT kept up with line rate)."""
+    tp = {(r["params"]["dut"], r["params"]["frame"]): r["measurements"] for r in _by(recs, "throughput")}
+    rows = []
+    for r in _by(recs, "back-to-back"):
+        m, key = r["measurements"], (r["params"]["dut"], r["params"]["frame"])
+        predicted = None
+        t = tp.get(key)
+        if t and m.get("backlog_limit") and t["throughput_fps"] < m["line_fps"]:
+            predicted = m["backlog_limit"] / (1 - t["throughput_fps"] / m["line_fps"])
+        rows.append({"dut": key[0], "frame": key[1], "mean": m["frames_mean"], "stdev": m["frames_stdev"],
+                     "min": m["frames_min"], "max": m["frames_max"], "searches": len(m["searches"]),
+                     "ms": m["burst_ms_mean"], "longest": m["longest_tried"],
+                     "whole_trial": m["whole_trial"], "predicted": predicted})
+    return sorted(rows, key=lambda x: (["bridge", "router", "ovs"].index(x["dut"]), x["frame"]))
 
 
 def claims(recs, duts, pub) -> List[str]:
@@ -127,6 +161,15 @@ def claims(recs, duts, pub) -> List[str]:
             b, rt = tp["bridge"][f], tp["router"][f]
             out.append(f"- throughput at {f} bytes: bridge {b:,.0f} fps, router {rt:,.0f} fps "
                        f"({100 * (rt - b) / b:+.0f} %)." if b else f"- throughput at {f} bytes: bridge 0")
+    for x in back_to_back_rows(recs):
+        if x["whole_trial"]:
+            out.append(f"- back-to-back, {x['dut']} at {x['frame']} bytes: every burst up to one "
+                       f"trial ({x['longest']:,} frames) forwarded without loss.")
+        else:
+            pred = (f"; the input queue predicts {x['predicted']:,.0f}" if x["predicted"] else "")
+            out.append(f"- back-to-back, {x['dut']} at {x['frame']} bytes: {x['mean']:,.0f} frames "
+                       f"({x['ms']:.1f} ms at line rate, {x['searches']} searches, "
+                       f"{x['min']:,.0f}-{x['max']:,.0f}){pred}.")
     return out or ["- not enough data for the claims (run the loss and latency tests)."]
 
 

@@ -1,14 +1,15 @@
 /*
  * nslab-pktgen: a paced UDP frame generator and sink for RFC 2544 trials.
  *
- *   nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S
+ *   nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]
  *   nslab-pktgen recv --port P --duration S [--warmup S]
  *
  * FRAME is the Ethernet frame size including FCS (64..1518); the UDP payload
  * is FRAME - 46. Every frame carries a sequence number and its send time
  * (CLOCK_REALTIME, ns): the sink computes one-way latency exactly, since all
  * network namespaces share one clock. RATE 0 sends as fast as possible (to
- * measure the generator's own ceiling). Both print one JSON object on exit.
+ * measure the generator's own ceiling). COUNT > 0 stops after N frames (a burst,
+ * for the back-to-back test). Both print one JSON object on exit.
  * Sending uses sendmmsg in batches paced against the clock (sleeping, never
  * spinning: the sink shares the generator's CPU).
  */
@@ -46,12 +47,13 @@ static uint64_t now_real_ns(void) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S\n"
+    fprintf(stderr, "usage: nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]\n"
                     "       nslab-pktgen recv --port P --duration S [--warmup S]\n");
     exit(2);
 }
 
-static int do_send(const char *dst, int port, int frame, double rate, double duration) {
+static int do_send(const char *dst, int port, int frame, double rate, double duration,
+                   uint64_t count) {
     int payload = frame - 46;
     if (payload < 16 || frame > MAXFRAME) { fprintf(stderr, "bad frame size %d\n", frame); return 2; }
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
@@ -80,7 +82,7 @@ static int do_send(const char *dst, int port, int frame, double rate, double dur
     double interval = rate > 0 ? batch / rate : 0;
     while (!stop_flag) {
         double t = now_mono();
-        if (t >= end) break;
+        if (t >= end || (count && seq >= count)) break;
         if (rate > 0 && t < next) {
             /* Sleep, never spin: the sink shares this CPU and must get it. */
             double wait = next - t;
@@ -88,28 +90,31 @@ static int do_send(const char *dst, int port, int frame, double rate, double dur
             nanosleep(&ts, NULL);
             continue;
         }
+        int nb = batch;
+        if (count && count - seq < (uint64_t)nb) nb = (int)(count - seq);
         uint64_t ts = now_real_ns();
-        for (int i = 0; i < batch; i++) {
+        for (int i = 0; i < nb; i++) {
             uint64_t s = seq + i;
             memcpy(bufs[i], &s, 8);
             memcpy(bufs[i] + 8, &ts, 8);
         }
-        int n = sendmmsg(fd, msgs, batch, 0);
+        int n = sendmmsg(fd, msgs, nb, 0);
         if (n < 0) {
-            errors += batch;
+            errors += nb;
             /* ENOBUFS/EAGAIN: a full queue; ECONNREFUSED: an ICMP port unreachable
              * (e.g. the sink not yet or no longer listening). Counted, not fatal. */
             if (errno != ENOBUFS && errno != EAGAIN && errno != ECONNREFUSED) { perror("sendmmsg"); break; }
         }
-        else { sent += n; errors += batch - n; }
-        seq += batch;
+        else { sent += n; errors += nb - n; }
+        seq += nb;
         next += interval;
         if (rate > 0 && now_mono() - next > 0.1) next = now_mono();  /* fell behind: do not burst */
     }
     double elapsed = now_mono() - start;
     printf("{\"mode\": \"send\", \"frame\": %d, \"target_pps\": %.1f, \"sent\": %llu, \"errors\": %llu, "
-           "\"elapsed\": %.6f, \"pps\": %.1f, \"batch\": %d}\n", frame, rate,
-           (unsigned long long)sent, (unsigned long long)errors, elapsed, sent / elapsed, batch);
+           "\"elapsed\": %.6f, \"pps\": %.1f, \"batch\": %d, \"count\": %llu}\n", frame, rate,
+           (unsigned long long)sent, (unsigned long long)errors, elapsed, sent / elapsed, batch,
+           (unsigned long long)count);
     return 0;
 }
 
@@ -175,6 +180,7 @@ int main(int argc, char **argv) {
     if (argc < 2) usage();
     const char *mode = argv[1], *dst = NULL;
     int port = 9, size = 64;
+    uint64_t count = 0;
     double rate = 0, duration = 1, warmup = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--dst")) dst = argv[i + 1];
@@ -183,12 +189,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--rate")) rate = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--duration")) duration = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup")) warmup = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--count")) count = strtoull(argv[i + 1], NULL, 10);
         else usage();
     }
     prctl(PR_SET_TIMERSLACK, 1UL);  /* sleep to the microsecond, not the default 50 us */
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    if (!strcmp(mode, "send")) { if (!dst) usage(); return do_send(dst, port, size, rate, duration); }
+    if (!strcmp(mode, "send")) { if (!dst) usage(); return do_send(dst, port, size, rate, duration, count); }
     if (!strcmp(mode, "recv")) return do_recv(port, duration, warmup);
     usage();
     return 2;

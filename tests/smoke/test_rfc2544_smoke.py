@@ -38,3 +38,27 @@ def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "-gen" not in out and "-dut" not in out
     assert not os.path.exists(CpuSplitLock.PATH)  # nothing left once the holder is done
+
+
+def test_back_to_back_bridge_end_to_end(tmp_path):
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick",
+                          "--dut", "bridge", "--tests", "back-to-back"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (run,) = (tmp_path / "rfc2544").iterdir()
+    recs = {r["params"]["frame"]: r["measurements"]
+            for r in map(json.loads, open(run / "records.jsonl"))}
+    assert set(recs) == {64, 1518}
+    for frame, m in recs.items():
+        for search in m["searches"]:
+            for p in search["probes"]:
+                # The generator put exactly the burst on the wire; only test frames crossed.
+                assert p["frames_sent"] == p["frames_requested"] == p["gen_sent"]
+                assert p["frames_received"] == p["sink_socket_received"]
+                # Every lost frame was refused by the DUT's input queue on its CPU.
+                assert p["lost"] == p["dut_backlog_drops"]
+            clean = [p["frames_requested"] for p in search["probes"] if p["lost"] == 0]
+            assert search["frames"] == (max(clean) if clean else 0)
+    # A 1518-byte burst at 100 Mbit/s is 8,127 fps: far below what the DUT forwards.
+    assert recs[1518]["whole_trial"]
+    assert "## Back-to-back" in open(run / "report.md").read()

@@ -9,7 +9,7 @@ import pytest
 from nslab.errors import InputError
 from nslab.experiments.rfc2544 import (PAPER_FPS, Rfc2544Config, busy_pct, pktgen_path,
                                        theory_table)
-from nslab.experiments.rfc2544_report import table3, write_report
+from nslab.experiments.rfc2544_report import back_to_back_rows, table3, write_report
 from nslab.published import load_published
 from nslab.results import ResultStore
 from nslab.topologies.rfc2544 import dut_chain, roles
@@ -30,6 +30,8 @@ def test_theory_table_matches_rfc2544():
     ({"trial": 0.1}, "too short"),
     ({"resolution": 0}, "resolution"),
     ({"dut_cost": -1}, "--dut-cost"),
+    ({"tests": []}, "empty list"),
+    ({"tests": ["back-to-back"], "b2b_repeat": 0}, "--b2b-repeat"),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(InputError, match=message):
@@ -99,3 +101,54 @@ def test_report_from_a_captured_run(tmp_path):
     # The captured run saturated the DUT at the top load: latency far above the bottom.
     assert rows[-1]["latency_us"] > 100 * rows[0]["latency_us"]
     assert os.path.getsize(paths["plot_png"]) > 0
+
+
+def test_back_to_back_is_a_known_but_opt_in_test():
+    assert "back-to-back" not in Rfc2544Config().tests
+    assert Rfc2544Config(tests=["throughput", "back-to-back"]).validate()
+
+
+def test_generator_sends_an_exact_burst_with_count():
+    try:
+        pg = pktgen_path()
+    except Exception:
+        pytest.skip("nslab-pktgen not built (make setup)")
+    port = 20000 + (os.getpid() + 7) % 20000
+    sink = subprocess.Popen([pg, "recv", "--port", str(port), "--duration", "2"],
+                            stdout=subprocess.PIPE, text=True)
+    assert "ready" in sink.stdout.readline()
+    gen = subprocess.run([pg, "send", "--dst", "127.0.0.1", "--port", str(port), "--size", "64",
+                          "--rate", "100000", "--count", "1234", "--duration", "5"],
+                         capture_output=True, text=True, timeout=10)
+    g = json.loads(gen.stdout)
+    s = json.loads(sink.communicate(timeout=10)[0].strip().splitlines()[-1])
+    assert g["sent"] == 1234 and g["count"] == 1234 and g["errors"] == 0
+    assert g["elapsed"] < 1.0  # stopped at the count, not at --duration
+    assert s["received"] == 1234 and s["max_seq"] == 1233
+
+
+def test_back_to_back_report_from_a_captured_run(tmp_path):
+    run = tmp_path / "rfc2544" / "nlbdce"
+    shutil.copytree(data("rfc2544_b2b_run"), run)
+    text = open(write_report(str(run))["report"]).read()
+    assert "## Back-to-back" in text
+    recs = ResultStore.open(str(run)).records()
+    rows = {(x["dut"], x["frame"]): x for x in back_to_back_rows(recs)}
+    assert set(rows) == {("bridge", 64), ("bridge", 1518), ("router", 64), ("router", 1518)}
+    # 1518 bytes: the DUT kept up for the whole trial, so there is no limit to predict.
+    assert rows[("bridge", 1518)]["whole_trial"] and rows[("bridge", 1518)]["predicted"] is None
+    assert "all 4,064 tried" in text
+    # 64 bytes: the prediction is the input queue over the rate it fills at.
+    tp = next(r["measurements"] for r in recs
+              if r["params"] == {"dut": "bridge", "frame": 64, "repeat": 0, "test": "throughput"})
+    b2b = next(r["measurements"] for r in recs
+               if r["params"] == {"dut": "bridge", "frame": 64, "repeat": 0, "test": "back-to-back"})
+    want = b2b["backlog_limit"] / (1 - tp["throughput_fps"] / tp["line_fps"])
+    assert rows[("bridge", 64)]["predicted"] == pytest.approx(want)
+    assert f"| bridge | 64 | {b2b['frames_mean']:,.0f} |" in text
+    # The captured search: the reported burst was clean, every longer one lost frames.
+    probes = b2b["searches"][0]["probes"]
+    best = b2b["frames_mean"]
+    assert any(p["frames_requested"] == best and p["lost"] == 0 for p in probes)
+    assert all(p["lost"] > 0 for p in probes if p["frames_requested"] > best)
+    assert "back-to-back, bridge at 64 bytes" in text
