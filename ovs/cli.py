@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import subprocess
-from typing import Optional, Tuple
+from typing import List, Optional
 
 import click
 
@@ -69,24 +69,34 @@ def status() -> None:
         click.echo(f"  bridge {b['name']}" + (f" (nslab run {tag})" if tag else " (not nslab's)"))
 
 
-@ovs_group.command("vsctl", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def vsctl_cmd(args: Tuple[str, ...]) -> None:
-    """ovs-vsctl ARGS... (pass-through, no shell).
+class PassThrough(click.Command):
+    """A command that hands every argument after its name to a tool untouched,
+    ``--`` included (click would take the first ``--`` as its own). A lone
+    ``--help`` is still this command's help."""
 
-    Start ARGS with -- when they contain -- themselves (the first -- is taken by
-    the option parser): nslab ovs vsctl -- add-br br0 -- set Bridge br0 stp_enable=true
+    def parse_args(self, ctx: click.Context, args: List[str]) -> List[str]:
+        if args == ["--help"]:
+            return super().parse_args(ctx, args)
+        ctx.meta["passthrough"] = list(args)
+        return super().parse_args(ctx, [])
+
+
+@ovs_group.command("vsctl", cls=PassThrough, options_metavar="ARGS...")
+@click.pass_context
+def vsctl_cmd(ctx: click.Context) -> None:
+    """ovs-vsctl ARGS... (pass-through, no shell), e.g.
+    nslab ovs vsctl add-br br0 -- set Bridge br0 datapath_type=netdev
     """
     _need_ovs()
-    raise SystemExit(subprocess.call(["ovs-vsctl", *args]))
+    raise SystemExit(subprocess.call(["ovs-vsctl", *ctx.meta.get("passthrough", [])]))
 
 
-@ovs_group.command("ofctl", context_settings={"ignore_unknown_options": True})
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def ofctl_cmd(args: Tuple[str, ...]) -> None:
+@ovs_group.command("ofctl", cls=PassThrough, options_metavar="ARGS...")
+@click.pass_context
+def ofctl_cmd(ctx: click.Context) -> None:
     """ovs-ofctl ARGS... (pass-through, no shell), e.g. nslab ovs ofctl dump-flows br0."""
     _need_ovs()
-    raise SystemExit(subprocess.call(["ovs-ofctl", *args]))
+    raise SystemExit(subprocess.call(["ovs-ofctl", *ctx.meta.get("passthrough", [])]))
 
 
 @ovs_group.command("get-dpid")

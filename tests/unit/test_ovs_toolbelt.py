@@ -42,3 +42,21 @@ def test_restore_commands_undo_the_attachment_first():
     assert ["ip", "addr", "replace", "192.168.77.1/24", "dev", "eth1"] in argv
     assert ["ip", "route", "replace", "198.51.100.0/24", "via", "192.168.77.254", "dev", "eth1"] in argv
     assert argv[-1] == ["ethtool", "-K", "eth1", "tx", "on"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["add-br", "br0", "--", "set", "Bridge", "br0", "stp_enable=true"],
+    ["--", "--if-exists", "del-br", "br0"],
+    ["--version"],
+])
+def test_vsctl_and_ofctl_pass_every_argument_through(monkeypatch, argv):
+    from click.testing import CliRunner
+
+    from nslab.ovs import cli as ovs_cli
+    calls = []
+    monkeypatch.setattr(ovs_cli, "_need_ovs", lambda: None)
+    monkeypatch.setattr(ovs_cli.subprocess, "call", lambda a: calls.append(a) or 0)
+    for name, tool in (("vsctl", "ovs-vsctl"), ("ofctl", "ovs-ofctl")):
+        res = CliRunner().invoke(ovs_cli.ovs_group, [name, *argv])
+        assert res.exit_code == 0, res.output
+        assert calls.pop() == [tool, *argv]  # "--" included, nothing consumed by click
