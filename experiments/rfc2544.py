@@ -279,17 +279,22 @@ class Rfc2544Runner:
         return pps
 
     # -- one trial ------------------------------------------------------------
+    def _start_sink(self, duration: float, warmup: float = 0.0):
+        """The sink on the generator's CPU, listening before this returns."""
+        sink = self.sink.popen(["taskset", "-c", str(GEN_CPU), self.pg, "recv", "--port", str(PORT),
+                                "--duration", f"{duration:.3f}", "--warmup", f"{warmup:.3f}"],
+                               name="pktgen-recv")
+        if "ready" not in (sink.popen.stdout.readline() or ""):
+            raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
+        return sink
+
     def trial(self, size: int, fps: float, seconds: Optional[float] = None,
               tag: str = "") -> Dict[str, Any]:
         """Offer ``fps`` frames/s of ``size`` bytes for warm-up + trial; count everything."""
         cfg = self.cfg
         seconds = seconds or cfg.trial
         total = cfg.warmup + seconds
-        sink = self.sink.popen(["taskset", "-c", str(GEN_CPU), self.pg, "recv", "--port", str(PORT),
-                                "--duration", f"{total + 1.5:.3f}", "--warmup", f"{cfg.warmup:.3f}"],
-                               name="pktgen-recv")
-        if "ready" not in (sink.popen.stdout.readline() or ""):
-            raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
+        sink = self._start_sink(total + 1.5, cfg.warmup)
         cpre = self._counters()
         gen = self.gen.popen(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
                               "--port", str(PORT), "--size", str(size), "--rate", f"{fps:.3f}",
@@ -397,10 +402,7 @@ class Rfc2544Runner:
         the sink's interface received."""
         line = self.line_fps(size)
         seconds = frames / line
-        sink = self.sink.popen(["taskset", "-c", str(GEN_CPU), self.pg, "recv", "--port", str(PORT),
-                                "--duration", f"{seconds + 60:.3f}"], name="pktgen-recv")
-        if "ready" not in (sink.popen.stdout.readline() or ""):
-            raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
+        sink = self._start_sink(seconds + 60)
         try:
             c0 = self._counters()
             g = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
