@@ -292,7 +292,7 @@ def _md_to_html(md: str) -> str:
 # -- CLI -------------------------------------------------------------------------------
 @click.command("reproduce")
 @click.option("--quick", "mode", flag_value="quick", default=True, help="A few minutes (default).")
-@click.option("--full", "mode", flag_value="full", help="The seeds' own parameters where feasible.")
+@click.option("--full", "mode", flag_value="full", help="The seeds' own parameters where feasible (~40 min on 2 CPUs).")
 @click.option("--only", default=",".join(STUDIES), show_default=True, help="Studies to run.")
 @click.option("--resume", default=None, help="Continue an interrupted reproduction directory.")
 @click.pass_context
