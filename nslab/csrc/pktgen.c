@@ -52,6 +52,18 @@ static void usage(void) {
     exit(2);
 }
 
+/* Point n message headers at n buffers of len bytes each, one iovec per message. */
+static void init_msgs(struct mmsghdr *msgs, struct iovec *iov, char (*bufs)[MAXFRAME], int n,
+                      size_t len) {
+    memset(msgs, 0, n * sizeof *msgs);
+    for (int i = 0; i < n; i++) {
+        iov[i].iov_base = bufs[i];
+        iov[i].iov_len = len;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+}
+
 static int do_send(const char *dst, int port, int frame, double rate, double duration,
                    uint64_t count) {
     int payload = frame - 46;
@@ -70,13 +82,7 @@ static int do_send(const char *dst, int port, int frame, double rate, double dur
     static char bufs[MAXBATCH][MAXFRAME];
     struct mmsghdr msgs[MAXBATCH];
     struct iovec iov[MAXBATCH];
-    memset(msgs, 0, sizeof msgs);
-    for (int i = 0; i < batch; i++) {
-        iov[i].iov_base = bufs[i];
-        iov[i].iov_len = payload;
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
-    }
+    init_msgs(msgs, iov, bufs, batch, payload);
     uint64_t seq = 0, sent = 0, errors = 0;
     double start = now_mono(), next = start, end = start + duration;
     double interval = rate > 0 ? batch / rate : 0;
@@ -130,13 +136,7 @@ static int do_recv(int port, double duration, double warmup) {
     static char bufs[MAXBATCH][MAXFRAME];
     struct mmsghdr msgs[MAXBATCH];
     struct iovec iov[MAXBATCH];
-    memset(msgs, 0, sizeof msgs);
-    for (int i = 0; i < MAXBATCH; i++) {
-        iov[i].iov_base = bufs[i];
-        iov[i].iov_len = MAXFRAME;
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
-    }
+    init_msgs(msgs, iov, bufs, MAXBATCH, MAXFRAME);
     printf("{\"mode\": \"ready\"}\n");
     fflush(stdout);
     uint64_t received = 0, in_window = 0, max_seq = 0, reordered = 0;
