@@ -4,6 +4,14 @@ config, a dry-run check before anything starts, explicit paths for everything.
 Each daemon of a node runs inside the node's namespace with its config, pid
 file, zebra socket and vty socket in the node's own directory
 (``/run/nslab/<run>/frr/<node>/``, owned by ``frr``), and no TCP vty port.
+
+FRR also keeps a per-process scratch directory, ``/var/tmp/frr/<daemon>.<pid>``
+(its crash-log buffers), which it removes only on a clean exit: a daemon
+killed, or a ``-C`` dry run, leaves it behind, and a lab killed between
+starting a daemon and journalling its pid could not know which one was its
+own. So every daemon gets a private, empty ``/var/tmp``: a tmpfs mounted in the
+mount namespace ``ip netns exec`` already gives each process, gone with the
+process. Nothing FRR writes outside the node's directory reaches the host.
 """
 from __future__ import annotations
 
@@ -69,12 +77,13 @@ class Daemon:
         _chown_frr(self.config_path)
 
     def argv(self, dry_run: bool = False) -> List[str]:
+        """The daemon's command line, run with a private ``/var/tmp`` (see the module doc)."""
         argv = [self.binary, "-f", self.config_path, "-i", self.pid_path, "-z", self.zserv_path,
                 "--vty_socket", self.dir, "-P", "0", "-u", "frr", "-g", "frr"]
         argv += self.extra_args()
         if dry_run:
             argv.append("-C")
-        return argv
+        return private_tmp(argv)
 
     def extra_args(self) -> List[str]:
         return []
@@ -82,11 +91,7 @@ class Daemon:
     def check(self) -> None:
         """Dry-run the config (``-C``); raise naming node, daemon, file and FRR's message."""
         proc = self.node.popen(self.argv(dry_run=True), name=f"{self.NAME}-check")
-        self.node.lab.note_pid("frr_pids", proc.pid)
-        try:
-            res = proc.wait(timeout=30)
-        finally:
-            remove_frr_tmpdirs([proc.pid])  # -C leaves its crash-log dir behind
+        res = proc.wait(timeout=30)
         # FRR 8.4's -C exits 0 even when lines fail; it logs "... on config line N: ...".
         bad = [l for l in (res.stderr + res.stdout).splitlines() if "on config line" in l]
         if res.returncode != 0 or bad:
@@ -99,20 +104,15 @@ class Daemon:
         log_path = os.path.join(self.dir, f"{self.NAME}.stdout")
         out = open(log_path, "w")
         self.process = self.node.popen(self.argv(), stdout=out, stderr=out, name=self.NAME)
-        self.node.lab.note_pid("frr_pids", self.process.pid)
 
     def stop(self) -> None:
-        """Stop by pid file (falls back to our child process), before the namespace goes,
-        then remove the crash-log directory FRR keeps for that pid."""
+        """Stop by pid file (falls back to our child process), before the namespace goes."""
         from nslab.proc import kill_pids
         pid = _read_pid(self.pid_path)
         if pid:
             kill_pids([pid], grace=2.0)
         if self.process is not None:
             self.process.stop(grace=2.0)
-            pid = pid or self.process.pid
-        if pid:
-            remove_frr_tmpdirs([pid])
 
 
 class Zebra(Daemon):
@@ -131,21 +131,17 @@ class Bgpd(Daemon):
         return ["--log", f"file:{self.dir}/bgpd.log"]
 
 
-FRR_TMP = "/var/tmp/frr"
+#: Mounts a tmpfs over ``/var/tmp`` in the process's own mount namespace (made by
+#: ``ip netns exec``, private to it), then execs the daemon: same pid, argv
+#: passed as positional parameters, never interpolated by the shell.
+_PRIVATE_TMP_SCRIPT = ('mount -t tmpfs -o mode=1777,size=16m nslab-frr-tmp /var/tmp '
+                       '|| { echo "nslab: cannot mount a private /var/tmp for $0" >&2; exit 1; }; '
+                       'exec "$0" "$@"')
 
 
-def remove_frr_tmpdirs(pids) -> None:
-    """Remove ``/var/tmp/frr/<daemon>.<pid>`` of daemons we started (by pid only)."""
-    import shutil
-    try:
-        entries = os.listdir(FRR_TMP)
-    except OSError:
-        return
-    want = {str(p) for p in pids}
-    for entry in entries:
-        name, _, pid = entry.rpartition(".")
-        if pid in want and name in ("zebra", "bgpd", "staticd", "watchfrr", "ospfd"):
-            shutil.rmtree(os.path.join(FRR_TMP, entry), ignore_errors=True)
+def private_tmp(argv: List[str]) -> List[str]:
+    """Wrap a daemon's argv so its ``/var/tmp`` is a private tmpfs (run it in a namespace)."""
+    return ["/bin/sh", "-c", _PRIVATE_TMP_SCRIPT] + list(argv)
 
 
 def _read_pid(path: str) -> Optional[int]:

@@ -37,7 +37,8 @@ class Inventory:
     @property
     def empty(self) -> bool:
         return not (self.namespaces or self.interfaces or self.bridges or self.pids or self.journal
-                    or os.path.isdir(workdir(self.run_id)))
+                    or os.path.isdir(workdir(self.run_id))
+                    or os.path.exists(journal_tmp_path(self.run_id)))
 
     def describe(self) -> List[str]:
         out = [f"namespace {n}" for n in self.namespaces]
@@ -48,6 +49,8 @@ class Inventory:
             out.append(f"restore {restore.get('what', '?')}")
         if self.journal is not None:
             out.append(f"journal {journal_path(self.run_id)}")
+        elif os.path.exists(journal_tmp_path(self.run_id)):
+            out.append(f"journal {journal_tmp_path(self.run_id)} (incomplete)")
         if os.path.isdir(workdir(self.run_id)):
             out.append(f"work dir {workdir(self.run_id)}")
         return out
@@ -61,20 +64,47 @@ def workdir(run_id: str) -> str:
     return os.path.join(STATE_DIR, run_id)
 
 
+def journal_tmp_path(run_id: str) -> str:
+    """Where :func:`write_journal` writes before the atomic rename."""
+    return journal_path(run_id) + ".tmp"
+
+
 def read_journal(run_id: str) -> Optional[dict]:
-    try:
-        with open(journal_path(run_id)) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+    """The run's latest complete journal, or None.
+
+    A run killed between writing the new journal and renaming it over the old
+    one leaves ``<run>.json.tmp``: when it is complete JSON it is the newer
+    state (it may record the last change made), so it wins over ``<run>.json``.
+    """
+    for path in (journal_tmp_path(run_id), journal_path(run_id)):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("run") == run_id:
+            return data
+    return None
 
 
 def write_journal(run_id: str, data: dict) -> None:
+    """Write the journal atomically (write ``.tmp``, fsync, rename)."""
     os.makedirs(STATE_DIR, exist_ok=True)
-    tmp = journal_path(run_id) + ".tmp"
+    tmp = journal_tmp_path(run_id)
     with open(tmp, "w") as f:
         json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, journal_path(run_id))
+
+
+def remove_journal(run_id: str) -> None:
+    """Remove the journal and any half-renamed copy of it."""
+    for path in (journal_tmp_path(run_id), journal_path(run_id)):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def _comm(pid: int) -> str:
@@ -113,9 +143,12 @@ def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
 
     try:
         for entry in os.listdir(STATE_DIR):
-            rid = entry[:-5] if entry.endswith(".json") else entry
+            rid, is_journal = entry, False
+            for suffix in (".json", ".json.tmp"):
+                if entry.endswith(suffix):
+                    rid, is_journal = entry[:-len(suffix)], True
             if RUN_RE.match(rid) and want(rid):
-                inv(rid).journal = read_journal(rid) if entry.endswith(".json") else inv(rid).journal
+                inv(rid).journal = read_journal(rid) if is_journal else inv(rid).journal
     except OSError:
         pass
     res = run(["ip", "netns", "list"], check=False)
@@ -165,11 +198,7 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
     # Restore anything the run changed outside its own objects (e.g. an uplink NIC).
     for item in reversed(journal.get("restore", [])):
         stage(f"restore {item.get('what')}", lambda item=item: _restore(item))
-    pids = sorted(set(inv.pids) | set(pids_with_tag(inv.run_id)))
-    stage("processes", lambda: kill_pids(pids))
-    # Files our processes left by pid (FRR's crash-log dirs): removed by those pids only.
-    from .frr.daemon import remove_frr_tmpdirs
-    stage("frr tmp dirs", lambda: remove_frr_tmpdirs(pids + journal.get("frr_pids", [])))
+    stage("processes", lambda: _kill_tagged(inv))
     if inv.bridges:
         from .ovs.bridge import del_bridge
         stage("ovs bridges", lambda: [del_bridge(b) for b in inv.bridges])
@@ -178,13 +207,29 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
     if inv.namespaces:
         stage("namespaces", lambda: _batch(["netns del " + n for n in inv.namespaces]))
     stage("work dir", lambda: shutil.rmtree(workdir(inv.run_id), ignore_errors=True))
-    stage("journal", lambda: os.path.exists(journal_path(inv.run_id)) and os.unlink(journal_path(inv.run_id)))
+    stage("journal", lambda: remove_journal(inv.run_id))
     if journal.get("uses_ovs"):
         from .ovs.daemon import release
         others = [r for r, i in discover().items()
                   if r != inv.run_id and i.journal and i.journal.get("uses_ovs") and run_is_live(i.journal)]
         stage("ovs daemons", lambda: release(others))
     return problems
+
+
+def _kill_tagged(inv: Inventory, rounds: int = 3) -> None:
+    """Kill the run's processes, then look again until a scan finds none.
+
+    One scan can miss a process (one being exec'd reads as having no
+    environment for an instant); a missed one would outlive its namespace.
+    """
+    pids = set(inv.pids) | set(pids_with_tag(inv.run_id))
+    for _ in range(rounds):
+        if not pids:
+            return
+        kill_pids(sorted(pids))
+        pids = set(pids_with_tag(inv.run_id))
+    if pids:
+        raise RuntimeError(f"processes still running: {sorted(pids)}")
 
 
 def _batch(lines: List[str]) -> None:

@@ -78,12 +78,6 @@ class Lab:
         """Register ``fn`` to run first at teardown (last registered runs first)."""
         self.hooks.append(fn)
 
-    def note_pid(self, key: str, pid: int) -> None:
-        """Journal a pid whose leftovers (files named by pid) teardown and
-        ``nslab clean`` must remove even if the process has already exited."""
-        self.journal.setdefault(key, []).append(pid)
-        write_journal(self.run_id, self.journal)
-
     def record_restore(self, what: str, argv_list: List[List[str]]) -> None:
         """Journal commands that undo a change outside the lab's own objects, so
         that teardown and ``nslab clean`` after a crash restore it."""

@@ -40,13 +40,31 @@ def test_clos_converges_with_ecmp_and_vtysh_reaches_a_node(make_lab):
     assert not os.listdir("/run/frr") if os.path.isdir("/run/frr") else True
 
 
+def test_daemons_killed_mid_run_or_dry_runs_leave_nothing_in_var_tmp(make_lab):
+    # FRR removes /var/tmp/frr/<daemon>.<pid> only on a clean exit; ours get a
+    # private /var/tmp, so a SIGKILLed daemon (a crash) leaves nothing on the host.
+    before = frr_tmp()
+    t = clos(spines=1, servers=2)
+    lab = make_lab(t)
+    wait_for_ecmp(lab, expected_routes(t), timeout=30)  # daemons up, pid files written
+    daemon = lab.frr["server1"].daemons[-1]  # bgpd
+    pid = int(open(daemon.pid_path).read())
+    scratch = os.listdir(f"/proc/{pid}/root/var/tmp/frr")
+    assert scratch == [f"bgpd.{pid}"]  # FRR made its dir, in the private tmpfs
+    os.kill(pid, 9)
+    lab.stop()
+    assert frr_tmp() <= before
+
+
 def test_a_bad_bgp_config_is_refused_naming_node_daemon_and_file():
     t = clos(spines=1, servers=1)
     t.nodes["server1"].params["bgp"]["networks"] = ["not-a-prefix"]
     lab = Lab(t)
+    before = frr_tmp()
     with pytest.raises(DaemonCheckError, match=r"server1: bgpd rejected .*/frr/server1/bgpd.conf: "
                        r"No such command on config line \d+:\s+network not-a-prefix"):
         lab.start()
+    assert frr_tmp() <= before  # the dry runs (-C) left no scratch dirs
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert lab.run_id not in out
 

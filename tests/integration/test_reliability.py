@@ -10,6 +10,7 @@ import time
 import pytest
 
 from nslab.clean import discover
+from nslab.naming import STATE_DIR
 
 from .conftest import needs
 
@@ -23,7 +24,12 @@ def test_twenty_random_sigkills_leave_nothing_tagged_and_spare_the_rest(tmp_path
             return set(os.listdir("/var/tmp/frr"))
         except OSError:
             return set()
-    frr_before = frr_tmp()
+    def state_files():
+        try:
+            return set(os.listdir(STATE_DIR))
+        except OSError:
+            return set()
+    frr_before, state_before = frr_tmp(), state_files()
     rng = random.Random(2544)
     commands = [
         ["topo", "up", "single", "--k", "4", "--switch", "bridge"],
@@ -42,6 +48,7 @@ def test_twenty_random_sigkills_leave_nothing_tagged_and_spare_the_rest(tmp_path
         left = {r: inv.describe() for r, inv in discover().items() if not inv.empty}
         assert not left, f"kill {i} ({' '.join(argv[3:])}): left {left}"
         assert frr_tmp() <= frr_before, f"kill {i}: FRR left {frr_tmp() - frr_before}"
+        assert state_files() <= state_before, f"kill {i}: left {state_files() - state_before}"
         bystanders.assert_intact()
 
 

@@ -1,0 +1,76 @@
+"""The run journal survives a kill at any point of its atomic write, and
+FRR daemons' command lines keep their arguments out of the shell."""
+import json
+import os
+import stat
+import subprocess
+
+import pytest
+
+from nslab import clean
+from nslab.frr.daemon import private_tmp
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    monkeypatch.setattr(clean, "STATE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_write_then_read_round_trips_and_leaves_no_tmp(state):
+    clean.write_journal("nl1234", {"run": "nl1234", "restore": []})
+    assert clean.read_journal("nl1234") == {"run": "nl1234", "restore": []}
+    assert sorted(os.listdir(state)) == ["nl1234.json"]
+
+
+def test_a_complete_tmp_left_by_a_kill_before_the_rename_is_the_newer_state(state):
+    clean.write_journal("nl1234", {"run": "nl1234", "restore": []})
+    newer = {"run": "nl1234", "restore": [{"what": "uplink eth9", "argv": [["true"]]}]}
+    (state / "nl1234.json.tmp").write_text(json.dumps(newer))
+    assert clean.read_journal("nl1234") == newer
+
+
+def test_a_truncated_tmp_left_by_a_kill_during_the_write_is_ignored(state):
+    clean.write_journal("nl1234", {"run": "nl1234", "restore": []})
+    (state / "nl1234.json.tmp").write_text('{"run": "nl1234", "rest')
+    assert clean.read_journal("nl1234") == {"run": "nl1234", "restore": []}
+
+
+def test_a_tmp_alone_still_marks_the_run_as_having_something_to_clean(state):
+    (state / "nl1234.json.tmp").write_text('{"run": "nl12')
+    inv = clean.Inventory("nl1234")
+    assert not inv.empty
+    assert any("incomplete" in line for line in inv.describe())
+    clean.remove_journal("nl1234")
+    assert os.listdir(state) == [] and clean.Inventory("nl1234").empty
+
+
+def test_remove_journal_takes_both_copies(state):
+    clean.write_journal("nl1234", {"run": "nl1234"})
+    (state / "nl1234.json.tmp").write_text("{}")
+    clean.remove_journal("nl1234")
+    assert os.listdir(state) == []
+
+
+def test_frr_wrapper_passes_the_daemon_argv_through_untouched(tmp_path):
+    # A stand-in `mount` first on PATH, so the wrapper runs without root; the
+    # daemon argv must reach exec as-is: no word splitting, no expansion.
+    fake = tmp_path / "mount"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    tricky = ["a b", "$(touch pwned)", "; rm -rf x", "*", "'\""]
+    argv = private_tmp(["printf", "%s\\n", *tricky])
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    assert out.stdout.splitlines() == tricky
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_frr_wrapper_refuses_to_start_the_daemon_without_its_private_tmp(tmp_path):
+    fake = tmp_path / "mount"
+    fake.write_text("#!/bin/sh\nexit 32\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = dict(os.environ, PATH=f"{tmp_path}:{os.environ['PATH']}")
+    res = subprocess.run(private_tmp(["echo", "started"]), capture_output=True, text=True, env=env)
+    assert res.returncode == 1 and "started" not in res.stdout
+    assert "cannot mount a private /var/tmp for echo" in res.stderr
