@@ -76,7 +76,7 @@ def test_clos_shape_addresses_and_expected_routes():
 
 
 def test_bgp_config_renders_unnumbered_peers_ecmp_and_fast_timers(tmp_path):
-    from nslab.frr.daemon import Bgpd, Zebra
+    from nslab.frr.daemon import Bgpd, Zebra, private_tmp
     from nslab.frr.router import DEFAULTS
 
     class FakeNode:
@@ -92,7 +92,10 @@ def test_bgp_config_renders_unnumbered_peers_ecmp_and_fast_timers(tmp_path):
     assert "  network 10.0.200.1/32" in text
     z = Zebra(FakeNode(), str(tmp_path), ctx)
     assert "interface server1-eth0" in z.render()
+    wrapper = private_tmp([])
     argv = z.argv()
+    assert argv[:len(wrapper)] == wrapper  # FRR's scratch dir kept off the host
+    argv = argv[len(wrapper):]
     assert argv[:2] == ["/usr/lib/frr/zebra", "-f"] and "-P" in argv and "0" in argv
     assert ["--vty_socket", str(tmp_path)] == argv[argv.index("--vty_socket"):argv.index("--vty_socket") + 2]
     assert z.argv(dry_run=True)[-1] == "-C"
