@@ -210,10 +210,14 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
     stage("journal", lambda: remove_journal(inv.run_id))
     if journal.get("uses_ovs"):
         from .ovs.daemon import release
-        others = [r for r, i in discover().items()
-                  if r != inv.run_id and i.journal and i.journal.get("uses_ovs") and run_is_live(i.journal)]
-        stage("ovs daemons", lambda: release(others))
+        stage("ovs daemons", lambda: release(live_ovs_users(exclude=inv.run_id)))
     return problems
+
+
+def live_ovs_users(exclude: Optional[str] = None) -> List[str]:
+    """Run ids of live runs that use OVS (other than ``exclude``)."""
+    return [r for r, i in discover().items()
+            if r != exclude and i.journal and i.journal.get("uses_ovs") and run_is_live(i.journal)]
 
 
 def _kill_tagged(inv: Inventory, rounds: int = 3) -> None:

@@ -1,9 +1,12 @@
 """Start ovsdb-server/ovs-vswitchd when they are not running; stop only what we started.
 
-The lab records that it started the daemons in ``<state>/ovs-started`` and,
-when the last run that used OVS ends, stops them again, so a machine is left as
-it was found. Daemons that were already running (the system's service) are
-never stopped.
+The lab records that it started the daemons in ``<state>/ovs-started`` (with
+ovs-vswitchd's pid and start time, so a mark is only believed while those very
+daemons run) and, when the last run that used OVS ends, stops them again, so a
+machine is left as it was found. Daemons that were already running (the
+system's service) are never stopped; neither are ours while they carry a bridge
+nslab did not create: they stay marked, and the next run to end, or
+``nslab ovs stop``, stops them once that bridge is gone.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import json
 import logging
 import os
 import time
-from typing import List
+from typing import List, Optional, Tuple
 
 from nslab import caps
 from nslab.errors import CapabilityError
@@ -22,6 +25,19 @@ log = logging.getLogger(__name__)
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 _MARK = os.path.join(STATE_DIR, "ovs-started")
+VSWITCHD_PIDFILE = "/var/run/openvswitch/ovs-vswitchd.pid"
+
+
+def _vswitchd() -> Optional[Tuple[int, int]]:
+    """(pid, start time) of the running ovs-vswitchd, or None."""
+    from nslab.clean import process_start_time
+    try:
+        with open(VSWITCHD_PIDFILE) as f:
+            pid = int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+    start = process_start_time(pid)
+    return (pid, start) if start is not None else None
 
 
 def datapath_type() -> str:
@@ -47,13 +63,28 @@ def ensure_running() -> bool:
                                   "(see /var/log/openvswitch/ovs-vswitchd.log)")
         time.sleep(0.1)
     os.makedirs(STATE_DIR, exist_ok=True)
+    vswitchd = _vswitchd()
     with open(_MARK, "w") as f:
-        json.dump({"started_at": time.time()}, f)
+        json.dump({"started_at": time.time(), "vswitchd": list(vswitchd) if vswitchd else None}, f)
     return True
 
 
 def started_by_nslab() -> bool:
-    return os.path.exists(_MARK)
+    """True if the ovs-vswitchd running now is the one nslab started."""
+    try:
+        with open(_MARK) as f:
+            mark = json.load(f)
+    except (OSError, ValueError):
+        return False
+    current = _vswitchd()
+    return current is not None and mark.get("vswitchd") == list(current)
+
+
+def _drop_mark() -> None:
+    try:
+        os.unlink(_MARK)
+    except FileNotFoundError:
+        pass
 
 
 def release(active_users: List[str]) -> bool:
@@ -65,18 +96,16 @@ def release(active_users: List[str]) -> bool:
 
 
 def stop_if_ours() -> bool:
-    """Stop the OVS daemons only if nslab started them. Returns True if stopped."""
+    """Stop the OVS daemons only if nslab started them and no bridge nslab did not
+    create is on them. Returns True if stopped."""
     if not started_by_nslab():
+        _drop_mark()  # stale: those daemons are gone or were restarted by someone else
         return False
     from .bridge import foreign_bridges
     if foreign_bridges():
-        log.info("leaving OVS running: it has bridges nslab did not create")
-        os.unlink(_MARK)
+        log.info("leaving OVS running for now: it has bridges nslab did not create")
         return False
     log.info("stopping the OVS daemons nslab started")
     run([OVS_CTL, "stop"], check=False, timeout=60, where="ovs-ctl")
-    try:
-        os.unlink(_MARK)
-    except FileNotFoundError:
-        pass
+    _drop_mark()
     return True

@@ -56,6 +56,11 @@ class Bystanders:
             self.server.wait()
         subprocess.run(["ovs-vsctl", "--if-exists", "del-br", self.br], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
+        # ensure_running() above starts the daemons the way a lab does; stop them
+        # the same way (only if nslab started them and nothing else uses them).
+        from nslab.clean import live_ovs_users
+        from nslab.ovs.daemon import release
+        release(live_ovs_users())
 
 
 @pytest.fixture

@@ -60,3 +60,64 @@ def test_vsctl_and_ofctl_pass_every_argument_through(monkeypatch, argv):
         res = CliRunner().invoke(ovs_cli.ovs_group, [name, *argv])
         assert res.exit_code == 0, res.output
         assert calls.pop() == [tool, *argv]  # "--" included, nothing consumed by click
+
+
+@pytest.fixture
+def mark(tmp_path, monkeypatch):
+    """The OVS start mark in a scratch dir, and a stand-in vswitchd pidfile."""
+    import os
+    from nslab.ovs import daemon
+    monkeypatch.setattr(daemon, "_MARK", str(tmp_path / "ovs-started"))
+    monkeypatch.setattr(daemon, "STATE_DIR", str(tmp_path))
+    pidfile = tmp_path / "ovs-vswitchd.pid"
+    monkeypatch.setattr(daemon, "VSWITCHD_PIDFILE", str(pidfile))
+    pidfile.write_text(f"{os.getpid()}\n")  # this process plays ovs-vswitchd
+    return daemon, pidfile
+
+
+def _write_mark(daemon, vswitchd):
+    import json
+    with open(daemon._MARK, "w") as f:
+        json.dump({"started_at": 0, "vswitchd": vswitchd}, f)
+
+
+def test_the_start_mark_is_believed_only_for_the_daemon_it_names(mark):
+    import os
+    from nslab.clean import process_start_time
+    daemon, pidfile = mark
+    me = [os.getpid(), process_start_time(os.getpid())]
+    assert not daemon.started_by_nslab()  # no mark
+    _write_mark(daemon, me)
+    assert daemon.started_by_nslab()
+    _write_mark(daemon, [me[0], me[1] + 1])  # same pid, another process: restarted by someone
+    assert not daemon.started_by_nslab()
+    _write_mark(daemon, me)
+    pidfile.unlink()  # daemons gone
+    assert not daemon.started_by_nslab()
+
+
+def test_ours_with_a_foreign_bridge_stay_up_and_stay_marked(mark, monkeypatch):
+    import os
+    from nslab.clean import process_start_time
+    from nslab.ovs import bridge
+    daemon, _ = mark
+    calls = []
+    monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
+    _write_mark(daemon, [os.getpid(), process_start_time(os.getpid())])
+    monkeypatch.setattr(bridge, "foreign_bridges", lambda: ["users-br"])
+    assert daemon.release([]) is False and calls == []
+    assert daemon.started_by_nslab()  # still ours: stopped once the user's bridge is gone
+    monkeypatch.setattr(bridge, "foreign_bridges", lambda: [])
+    assert daemon.release(["nl0001"]) is False and calls == []  # a live run still uses them
+    assert daemon.release([]) is True and calls == [[daemon.OVS_CTL, "stop"]]
+    assert not os.path.exists(daemon._MARK)
+
+
+def test_a_stale_mark_stops_nothing_and_goes(mark, monkeypatch):
+    import os
+    daemon, _ = mark
+    calls = []
+    monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
+    _write_mark(daemon, [1, 1])
+    assert daemon.stop_if_ours() is False and calls == []
+    assert not os.path.exists(daemon._MARK)
