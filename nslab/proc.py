@@ -193,12 +193,16 @@ def kill_pids(pids: Sequence[int], grace: float = 1.0) -> None:
 
 
 def _exists(pid: int) -> bool:
+    """True if ``pid`` runs (a zombie, finished but not reaped, does not count)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
         return state != "Z"
     except (OSError, IndexError):
         return False
+
+
+pid_running = _exists
 
 
 def pids_with_tag(run_id: Optional[str] = None) -> Dict[int, str]:

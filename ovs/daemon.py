@@ -14,30 +14,63 @@ import json
 import logging
 import os
 import time
-from typing import List, Optional, Tuple
+import subprocess
+import tempfile
+from typing import Dict, List, Optional, Tuple
 
 from nslab import caps
 from nslab.errors import CapabilityError
 from nslab.naming import STATE_DIR
-from nslab.proc import run
+from nslab.proc import TAG_ENV, pid_running, run
 
 log = logging.getLogger(__name__)
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 _MARK = os.path.join(STATE_DIR, "ovs-started")
-VSWITCHD_PIDFILE = "/var/run/openvswitch/ovs-vswitchd.pid"
+PIDFILES = {"ovsdb-server": "/var/run/openvswitch/ovsdb-server.pid",
+            "ovs-vswitchd": "/var/run/openvswitch/ovs-vswitchd.pid"}
 
 
-def _vswitchd() -> Optional[Tuple[int, int]]:
-    """(pid, start time) of the running ovs-vswitchd, or None."""
+def _daemon(name: str) -> Optional[Tuple[int, int]]:
+    """(pid, start time in clock ticks since boot) of a running OVS daemon, or None."""
     from nslab.clean import process_start_time
     try:
-        with open(VSWITCHD_PIDFILE) as f:
+        with open(PIDFILES[name]) as f:
             pid = int(f.read().strip())
     except (OSError, ValueError):
         return None
     start = process_start_time(pid)
     return (pid, start) if start is not None else None
+
+
+def _running() -> Dict[str, Tuple[int, int]]:
+    return {n: d for n in PIDFILES if (d := _daemon(n)) is not None}
+
+
+def _now_ticks() -> int:
+    with open("/proc/uptime") as f:
+        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def _write_mark(mark: dict) -> None:
+    os.makedirs(STATE_DIR, exist_ok=True)
+    tmp = _MARK + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(mark, f)
+    os.replace(tmp, _MARK)
+
+
+def _read_mark() -> Optional[dict]:
+    """The newest complete mark (a ``.tmp`` left by a kill before the rename wins)."""
+    for path in (_MARK + ".tmp", _MARK):
+        try:
+            with open(path) as f:
+                mark = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(mark, dict):
+            return mark
+    return None
 
 
 def datapath_type() -> str:
@@ -46,51 +79,100 @@ def datapath_type() -> str:
 
 
 def ensure_running() -> bool:
-    """Make sure the OVS daemons answer. Returns True if this call started them."""
+    """Make sure the OVS daemons answer. Returns True if this call started them.
+
+    The start mark is written in two steps so that a lab killed at any moment
+    still owns what it started: first an intent (the clock before ``ovs-ctl``
+    runs, and ``ovs-ctl``'s pid), then the daemons' pids and start times. Under
+    an intent alone, daemons started after that clock are ours.
+    """
     if not os.path.exists("/usr/bin/ovs-vsctl"):
         raise CapabilityError("Open vSwitch is not installed (apt install openvswitch-switch)")
     if caps.ovs_running():
         return False
     if not os.path.exists(OVS_CTL):
         raise CapabilityError(f"{OVS_CTL} is missing (apt install openvswitch-switch)")
+    from nslab.clean import process_start_time
     log.info("starting ovsdb-server and ovs-vswitchd (ovs-ctl --no-monitor start)")
-    run([OVS_CTL, "--no-monitor", "--system-id=random", "--no-record-hostname",
-         "--no-mlockall", "start"], timeout=60, where="ovs-ctl")
+    before = _running()  # a half-up set (ovsdb-server alone), e.g. after a crash
+    owned = not before or started_by_nslab()
+    mark: dict = {"started_at": time.time(),
+                  "since": min(d[1] for d in before.values()) if before else _now_ticks()}
+    if owned:
+        _write_mark(mark)
+    else:
+        log.warning("ovsdb-server was running without ovs-vswitchd and not started by nslab: "
+                    "starting ovs-vswitchd, and leaving both running afterwards")
+    argv = [OVS_CTL, "--no-monitor", "--system-id=random", "--no-record-hostname",
+            "--no-mlockall", "start"]
+    # Output to an unnamed file, not a pipe: if the lab is killed, ovs-ctl still
+    # finishes (no SIGPIPE half way) and leaves the daemons whole, for clean to stop.
+    with tempfile.TemporaryFile(mode="w+") as out:
+        env = {k: v for k, v in os.environ.items() if k != TAG_ENV}  # shared: no run owns them
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env)
+        if owned:
+            mark["ctl"] = [proc.pid, process_start_time(proc.pid)]
+            _write_mark(mark)
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise CapabilityError("ovs-ctl start did not finish within 60 s") from None
+        out.seek(0)
+        text = out.read()
+    if rc != 0:
+        tail = text.strip().splitlines()[-1] if text.strip() else f"exit {rc}"
+        raise CapabilityError(f"ovs-ctl could not start Open vSwitch: {tail}")
     deadline = time.monotonic() + 10
     while not caps.ovs_running():
         if time.monotonic() > deadline:
             raise CapabilityError("ovs-vswitchd did not come up within 10 s "
                                   "(see /var/log/openvswitch/ovs-vswitchd.log)")
         time.sleep(0.1)
-    os.makedirs(STATE_DIR, exist_ok=True)
-    vswitchd = _vswitchd()
-    with open(_MARK, "w") as f:
-        json.dump({"started_at": time.time(), "vswitchd": list(vswitchd) if vswitchd else None}, f)
+    if owned:
+        mark["daemons"] = {n: list(d) for n, d in _running().items()}
+        _write_mark(mark)
     return True
 
 
-def started_by_nslab() -> bool:
-    """True if the ovs-vswitchd running now is the one nslab started."""
-    try:
-        with open(_MARK) as f:
-            mark = json.load(f)
-    except (OSError, ValueError):
+def started_by_nslab(wait: float = 0.0) -> bool:
+    """True if the OVS daemons running now are ones nslab started.
+
+    ``wait``: seconds to let an ``ovs-ctl start`` of ours (from a lab that was
+    killed) finish first, so that what it starts is judged whole.
+    """
+    from nslab.clean import process_start_time
+    mark = _read_mark()
+    if mark is None:
         return False
-    current = _vswitchd()
-    return current is not None and mark.get("vswitchd") == list(current)
+    ctl = mark.get("ctl")
+    deadline = time.monotonic() + wait
+    while (ctl and pid_running(ctl[0]) and process_start_time(ctl[0]) == ctl[1]
+           and time.monotonic() < deadline):
+        time.sleep(0.1)
+    running = _running()
+    if not running:
+        return False
+    if mark.get("daemons"):
+        return all(mark["daemons"].get(n) == list(d) for n, d in running.items())
+    since = mark.get("since")
+    return isinstance(since, int) and all(d[1] >= since for d in running.values())
 
 
 def _drop_mark() -> None:
-    try:
-        os.unlink(_MARK)
-    except FileNotFoundError:
-        pass
+    for path in (_MARK + ".tmp", _MARK):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
 
 
 def release(active_users: List[str]) -> bool:
     """Called when a run that used OVS ends: stop the daemons if nslab started
     them and no other live run (``active_users``) still uses them."""
-    if active_users or not started_by_nslab():
+    if active_users:
         return False
     return stop_if_ours()
 
@@ -98,7 +180,7 @@ def release(active_users: List[str]) -> bool:
 def stop_if_ours() -> bool:
     """Stop the OVS daemons only if nslab started them and no bridge nslab did not
     create is on them. Returns True if stopped."""
-    if not started_by_nslab():
+    if not started_by_nslab(wait=30.0):
         _drop_mark()  # stale: those daemons are gone or were restarted by someone else
         return False
     from .bridge import foreign_bridges

@@ -71,3 +71,27 @@ def test_two_experiments_at_once_both_finish_apart(tmp_path):
     assert len(recs_a) == 4 and {r["experiment"] for r in recs_a} == {"alias"}
     assert len(recs_b) == 2 and {r["experiment"] for r in recs_b} == {"ecmp"}
     assert recs_a[0]["run_id"] != recs_b[0]["run_id"]
+
+
+@needs("ovs-vsctl")
+def test_a_lab_killed_while_it_starts_ovs_leaves_no_daemons_after_clean(tmp_path):
+    # The daemons nslab starts for a lab are its own until they are stopped:
+    # a kill before, during or after `ovs-ctl start`, then `nslab clean`,
+    # must leave OVS as it was found (here: not running), and no state file.
+    from nslab import caps
+    if caps.ovs_running():
+        pytest.skip("OVS is already running here: the lab would not start it")
+    state_before = set(os.listdir(STATE_DIR)) if os.path.isdir(STATE_DIR) else set()
+    for delay in (0.25, 0.4, 0.55, 0.7, 0.85, 1.0, 1.3, 1.8):
+        p = subprocess.Popen([NSLAB, "--results", str(tmp_path), "topo", "up", "single", "--k", "2",
+                              "--switch", "ovs"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        res = subprocess.run([NSLAB, "clean"], capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        daemons = subprocess.run(["pgrep", "-x", "ovsdb-server|ovs-vswitchd"], capture_output=True,
+                                 text=True).stdout.split()
+        assert not daemons, f"killed after {delay} s: OVS daemons {daemons} left running"
+        left = set(os.listdir(STATE_DIR)) - state_before
+        assert not left, f"killed after {delay} s: left {left}"

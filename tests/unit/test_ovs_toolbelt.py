@@ -64,46 +64,78 @@ def test_vsctl_and_ofctl_pass_every_argument_through(monkeypatch, argv):
 
 @pytest.fixture
 def mark(tmp_path, monkeypatch):
-    """The OVS start mark in a scratch dir, and a stand-in vswitchd pidfile."""
+    """The OVS start mark in a scratch dir; this test process plays ovs-vswitchd
+    (its pidfile is written), ovsdb-server is not running."""
     import os
+    from nslab.clean import process_start_time
     from nslab.ovs import daemon
     monkeypatch.setattr(daemon, "_MARK", str(tmp_path / "ovs-started"))
     monkeypatch.setattr(daemon, "STATE_DIR", str(tmp_path))
-    pidfile = tmp_path / "ovs-vswitchd.pid"
-    monkeypatch.setattr(daemon, "VSWITCHD_PIDFILE", str(pidfile))
-    pidfile.write_text(f"{os.getpid()}\n")  # this process plays ovs-vswitchd
-    return daemon, pidfile
-
-
-def _write_mark(daemon, vswitchd):
-    import json
-    with open(daemon._MARK, "w") as f:
-        json.dump({"started_at": 0, "vswitchd": vswitchd}, f)
-
-
-def test_the_start_mark_is_believed_only_for_the_daemon_it_names(mark):
-    import os
-    from nslab.clean import process_start_time
-    daemon, pidfile = mark
+    pidfiles = {"ovsdb-server": str(tmp_path / "ovsdb-server.pid"),
+                "ovs-vswitchd": str(tmp_path / "ovs-vswitchd.pid")}
+    monkeypatch.setattr(daemon, "PIDFILES", pidfiles)
+    with open(pidfiles["ovs-vswitchd"], "w") as f:
+        f.write(f"{os.getpid()}\n")
     me = [os.getpid(), process_start_time(os.getpid())]
+    return daemon, pidfiles, me
+
+
+def test_a_complete_mark_is_believed_only_for_the_daemons_it_names(mark):
+    import os
+    daemon, pidfiles, me = mark
     assert not daemon.started_by_nslab()  # no mark
-    _write_mark(daemon, me)
+    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": me}})
     assert daemon.started_by_nslab()
-    _write_mark(daemon, [me[0], me[1] + 1])  # same pid, another process: restarted by someone
+    # same pid, another process (restarted by someone else): not ours any more
+    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
     assert not daemon.started_by_nslab()
-    _write_mark(daemon, me)
-    pidfile.unlink()  # daemons gone
+    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": me}})
+    os.unlink(pidfiles["ovs-vswitchd"])  # daemons gone
     assert not daemon.started_by_nslab()
+
+
+def test_an_intent_mark_owns_the_daemons_started_after_it(mark):
+    # A lab killed between starting ovs-ctl and recording the daemons left only
+    # its intent: daemons that started at or after its clock are its own.
+    daemon, _, me = mark
+    daemon._write_mark({"since": me[1]})
+    assert daemon.started_by_nslab()
+    daemon._write_mark({"since": me[1] + 1})
+    assert not daemon.started_by_nslab()
+
+
+def test_a_running_ovs_ctl_of_ours_is_waited_for_before_judging(mark):
+    import subprocess
+    from nslab.clean import process_start_time
+    daemon, _, me = mark
+    ctl = subprocess.Popen(["sleep", "0.5"])
+    daemon._write_mark({"since": me[1], "ctl": [ctl.pid, process_start_time(ctl.pid)]})
+    try:
+        assert daemon.started_by_nslab(wait=30)
+        assert open(f"/proc/{ctl.pid}/stat").read().rsplit(") ", 1)[1][0] == "Z"  # it finished first
+    finally:
+        ctl.wait()
+
+
+def test_a_mark_left_half_renamed_is_read_and_dropped_whole(mark):
+    import json
+    import os
+    daemon, _, me = mark
+    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
+    with open(daemon._MARK + ".tmp", "w") as f:
+        json.dump({"since": 0, "daemons": {"ovs-vswitchd": me}}, f)
+    assert daemon.started_by_nslab()  # the newer, complete .tmp wins
+    daemon._drop_mark()
+    assert not os.path.exists(daemon._MARK) and not os.path.exists(daemon._MARK + ".tmp")
 
 
 def test_ours_with_a_foreign_bridge_stay_up_and_stay_marked(mark, monkeypatch):
     import os
-    from nslab.clean import process_start_time
     from nslab.ovs import bridge
-    daemon, _ = mark
+    daemon, _, me = mark
     calls = []
     monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
-    _write_mark(daemon, [os.getpid(), process_start_time(os.getpid())])
+    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": me}})
     monkeypatch.setattr(bridge, "foreign_bridges", lambda: ["users-br"])
     assert daemon.release([]) is False and calls == []
     assert daemon.started_by_nslab()  # still ours: stopped once the user's bridge is gone
@@ -115,9 +147,9 @@ def test_ours_with_a_foreign_bridge_stay_up_and_stay_marked(mark, monkeypatch):
 
 def test_a_stale_mark_stops_nothing_and_goes(mark, monkeypatch):
     import os
-    daemon, _ = mark
+    daemon, _, _ = mark
     calls = []
     monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
-    _write_mark(daemon, [1, 1])
+    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": [1, 1]}})
     assert daemon.stop_if_ours() is False and calls == []
     assert not os.path.exists(daemon._MARK)
