@@ -17,6 +17,7 @@ import signal
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
+from . import statefile
 from .naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR
 from .proc import kill_pids, pids_with_tag, run
 
@@ -66,45 +67,28 @@ def workdir(run_id: str) -> str:
 
 def journal_tmp_path(run_id: str) -> str:
     """Where :func:`write_journal` writes before the atomic rename."""
-    return journal_path(run_id) + ".tmp"
+    return statefile.tmp_path(journal_path(run_id))
 
 
 def read_journal(run_id: str) -> Optional[dict]:
     """The run's latest complete journal, or None.
 
     A run killed between writing the new journal and renaming it over the old
-    one leaves ``<run>.json.tmp``: when it is complete JSON it is the newer
-    state (it may record the last change made), so it wins over ``<run>.json``.
+    one leaves ``<run>.json.tmp``; when complete it is the newer state (it may
+    record the last change made) and wins (see :mod:`nslab.statefile`).
     """
-    for path in (journal_tmp_path(run_id), journal_path(run_id)):
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and data.get("run") == run_id:
-            return data
-    return None
+    data = statefile.read(journal_path(run_id))
+    return data if data is not None and data.get("run") == run_id else None
 
 
 def write_journal(run_id: str, data: dict) -> None:
-    """Write the journal atomically (write ``.tmp``, fsync, rename)."""
-    os.makedirs(STATE_DIR, exist_ok=True)
-    tmp = journal_tmp_path(run_id)
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, journal_path(run_id))
+    """Write the journal atomically."""
+    statefile.write(journal_path(run_id), data)
 
 
 def remove_journal(run_id: str) -> None:
     """Remove the journal and any half-renamed copy of it."""
-    for path in (journal_tmp_path(run_id), journal_path(run_id)):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+    statefile.remove(journal_path(run_id))
 
 
 def _comm(pid: int) -> str:

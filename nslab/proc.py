@@ -185,14 +185,14 @@ def kill_pids(pids: Sequence[int], grace: float = 1.0) -> None:
             return
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
-            live = [p for p in live if _exists(p)]
+            live = [p for p in live if pid_running(p)]
             if not live:
                 return
             time.sleep(0.05)
         pids = live
 
 
-def _exists(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
     """True if ``pid`` runs (a zombie, finished but not reaped, does not count)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -200,9 +200,6 @@ def _exists(pid: int) -> bool:
         return state != "Z"
     except (OSError, IndexError):
         return False
-
-
-pid_running = _exists
 
 
 def pids_with_tag(run_id: Optional[str] = None) -> Dict[int, str]:

@@ -1,7 +1,7 @@
 """Start ovsdb-server/ovs-vswitchd when they are not running; stop only what we started.
 
 The lab records that it started the daemons in ``<state>/ovs-started`` (with
-ovs-vswitchd's pid and start time, so a mark is only believed while those very
+their pids and start times, so a mark is only believed while those very
 daemons run) and, when the last run that used OVS ends, stops them again, so a
 machine is left as it was found. Daemons that were already running (the
 system's service) are never stopped; neither are ours while they carry a bridge
@@ -10,7 +10,6 @@ nslab did not create: they stay marked, and the next run to end, or
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -18,7 +17,7 @@ import subprocess
 import tempfile
 from typing import Dict, List, Optional, Tuple
 
-from nslab import caps
+from nslab import caps, statefile
 from nslab.errors import CapabilityError
 from nslab.naming import STATE_DIR
 from nslab.proc import TAG_ENV, pid_running, run
@@ -52,27 +51,6 @@ def _now_ticks() -> int:
         return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
 
 
-def _write_mark(mark: dict) -> None:
-    os.makedirs(STATE_DIR, exist_ok=True)
-    tmp = _MARK + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(mark, f)
-    os.replace(tmp, _MARK)
-
-
-def _read_mark() -> Optional[dict]:
-    """The newest complete mark (a ``.tmp`` left by a kill before the rename wins)."""
-    for path in (_MARK + ".tmp", _MARK):
-        try:
-            with open(path) as f:
-                mark = json.load(f)
-        except (OSError, ValueError):
-            continue
-        if isinstance(mark, dict):
-            return mark
-    return None
-
-
 def datapath_type() -> str:
     """``system`` (kernel) when the openvswitch module is present, else ``netdev`` (userspace)."""
     return "system" if caps.ovs_kernel_module() else "netdev"
@@ -99,7 +77,7 @@ def ensure_running() -> bool:
     mark: dict = {"started_at": time.time(),
                   "since": min(d[1] for d in before.values()) if before else _now_ticks()}
     if owned:
-        _write_mark(mark)
+        statefile.write(_MARK, mark)
     else:
         log.warning("ovsdb-server was running without ovs-vswitchd and not started by nslab: "
                     "starting ovs-vswitchd, and leaving both running afterwards")
@@ -113,7 +91,7 @@ def ensure_running() -> bool:
                                 env=env)
         if owned:
             mark["ctl"] = [proc.pid, process_start_time(proc.pid)]
-            _write_mark(mark)
+            statefile.write(_MARK, mark)
         try:
             rc = proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -133,7 +111,7 @@ def ensure_running() -> bool:
         time.sleep(0.1)
     if owned:
         mark["daemons"] = {n: list(d) for n, d in _running().items()}
-        _write_mark(mark)
+        statefile.write(_MARK, mark)
     return True
 
 
@@ -144,7 +122,7 @@ def started_by_nslab(wait: float = 0.0) -> bool:
     killed) finish first, so that what it starts is judged whole.
     """
     from nslab.clean import process_start_time
-    mark = _read_mark()
+    mark = statefile.read(_MARK)
     if mark is None:
         return False
     ctl = mark.get("ctl")
@@ -161,14 +139,6 @@ def started_by_nslab(wait: float = 0.0) -> bool:
     return isinstance(since, int) and all(d[1] >= since for d in running.values())
 
 
-def _drop_mark() -> None:
-    for path in (_MARK + ".tmp", _MARK):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-
-
 def release(active_users: List[str]) -> bool:
     """Called when a run that used OVS ends: stop the daemons if nslab started
     them and no other live run (``active_users``) still uses them."""
@@ -181,7 +151,7 @@ def stop_if_ours() -> bool:
     """Stop the OVS daemons only if nslab started them and no bridge nslab did not
     create is on them. Returns True if stopped."""
     if not started_by_nslab(wait=30.0):
-        _drop_mark()  # stale: those daemons are gone or were restarted by someone else
+        statefile.remove(_MARK)  # stale: those daemons are gone or were restarted by someone else
         return False
     from .bridge import foreign_bridges
     if foreign_bridges():
@@ -189,5 +159,5 @@ def stop_if_ours() -> bool:
         return False
     log.info("stopping the OVS daemons nslab started")
     run([OVS_CTL, "stop"], check=False, timeout=60, where="ovs-ctl")
-    _drop_mark()
+    statefile.remove(_MARK)
     return True

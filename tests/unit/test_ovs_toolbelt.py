@@ -1,5 +1,6 @@
 import pytest
 
+from nslab import statefile
 from nslab.errors import InputError
 from nslab.ovs.toolbelt import ETHTOOL_HELP, check_bridge, parse_dpid
 from nslab.ovs.uplink import parse_ethtool, restore_argv
@@ -70,7 +71,6 @@ def mark(tmp_path, monkeypatch):
     from nslab.clean import process_start_time
     from nslab.ovs import daemon
     monkeypatch.setattr(daemon, "_MARK", str(tmp_path / "ovs-started"))
-    monkeypatch.setattr(daemon, "STATE_DIR", str(tmp_path))
     pidfiles = {"ovsdb-server": str(tmp_path / "ovsdb-server.pid"),
                 "ovs-vswitchd": str(tmp_path / "ovs-vswitchd.pid")}
     monkeypatch.setattr(daemon, "PIDFILES", pidfiles)
@@ -84,12 +84,12 @@ def test_a_complete_mark_is_believed_only_for_the_daemons_it_names(mark):
     import os
     daemon, pidfiles, me = mark
     assert not daemon.started_by_nslab()  # no mark
-    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": me}})
+    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": me}})
     assert daemon.started_by_nslab()
     # same pid, another process (restarted by someone else): not ours any more
-    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
+    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
     assert not daemon.started_by_nslab()
-    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": me}})
+    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": me}})
     os.unlink(pidfiles["ovs-vswitchd"])  # daemons gone
     assert not daemon.started_by_nslab()
 
@@ -98,9 +98,9 @@ def test_an_intent_mark_owns_the_daemons_started_after_it(mark):
     # A lab killed between starting ovs-ctl and recording the daemons left only
     # its intent: daemons that started at or after its clock are its own.
     daemon, _, me = mark
-    daemon._write_mark({"since": me[1]})
+    statefile.write(daemon._MARK, {"since": me[1]})
     assert daemon.started_by_nslab()
-    daemon._write_mark({"since": me[1] + 1})
+    statefile.write(daemon._MARK, {"since": me[1] + 1})
     assert not daemon.started_by_nslab()
 
 
@@ -109,7 +109,7 @@ def test_a_running_ovs_ctl_of_ours_is_waited_for_before_judging(mark):
     from nslab.clean import process_start_time
     daemon, _, me = mark
     ctl = subprocess.Popen(["sleep", "0.5"])
-    daemon._write_mark({"since": me[1], "ctl": [ctl.pid, process_start_time(ctl.pid)]})
+    statefile.write(daemon._MARK, {"since": me[1], "ctl": [ctl.pid, process_start_time(ctl.pid)]})
     try:
         assert daemon.started_by_nslab(wait=30)
         assert open(f"/proc/{ctl.pid}/stat").read().rsplit(") ", 1)[1][0] == "Z"  # it finished first
@@ -121,11 +121,11 @@ def test_a_mark_left_half_renamed_is_read_and_dropped_whole(mark):
     import json
     import os
     daemon, _, me = mark
-    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
+    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
     with open(daemon._MARK + ".tmp", "w") as f:
         json.dump({"since": 0, "daemons": {"ovs-vswitchd": me}}, f)
     assert daemon.started_by_nslab()  # the newer, complete .tmp wins
-    daemon._drop_mark()
+    statefile.remove(daemon._MARK)
     assert not os.path.exists(daemon._MARK) and not os.path.exists(daemon._MARK + ".tmp")
 
 
@@ -135,7 +135,7 @@ def test_ours_with_a_foreign_bridge_stay_up_and_stay_marked(mark, monkeypatch):
     daemon, _, me = mark
     calls = []
     monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
-    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": me}})
+    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": me}})
     monkeypatch.setattr(bridge, "foreign_bridges", lambda: ["users-br"])
     assert daemon.release([]) is False and calls == []
     assert daemon.started_by_nslab()  # still ours: stopped once the user's bridge is gone
@@ -150,6 +150,6 @@ def test_a_stale_mark_stops_nothing_and_goes(mark, monkeypatch):
     daemon, _, _ = mark
     calls = []
     monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
-    daemon._write_mark({"since": 0, "daemons": {"ovs-vswitchd": [1, 1]}})
+    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": [1, 1]}})
     assert daemon.stop_if_ours() is False and calls == []
     assert not os.path.exists(daemon._MARK)
