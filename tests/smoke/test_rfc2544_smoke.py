@@ -7,13 +7,17 @@ import sys
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
 
-def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
-    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick",
-                          "--frame-sizes", "64", "--tests", "latency,loss"],
+def run_quick(tmp_path, *args):
+    """`nslab run rfc2544 --quick ARGS`: the run directory and its records."""
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick", *args],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     (run,) = (tmp_path / "rfc2544").iterdir()
-    recs = [json.loads(l) for l in open(run / "records.jsonl")]
+    return run, [json.loads(line) for line in open(run / "records.jsonl")]
+
+
+def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
+    run, recs = run_quick(tmp_path, "--frame-sizes", "64", "--tests", "latency,loss")
     assert {(r["params"]["dut"], r["params"]["test"]) for r in recs} == {
         ("bridge", "latency"), ("bridge", "loss"), ("router", "latency"), ("router", "loss")}
     for r in recs:
@@ -41,13 +45,8 @@ def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
 
 
 def test_back_to_back_bridge_end_to_end(tmp_path):
-    res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick",
-                          "--dut", "bridge", "--tests", "back-to-back"],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    (run,) = (tmp_path / "rfc2544").iterdir()
-    recs = {r["params"]["frame"]: r["measurements"]
-            for r in map(json.loads, open(run / "records.jsonl"))}
+    run, records = run_quick(tmp_path, "--dut", "bridge", "--tests", "back-to-back")
+    recs = {r["params"]["frame"]: r["measurements"] for r in records}
     assert set(recs) == {64, 1518}
     for frame, m in recs.items():
         for search in m["searches"]:
