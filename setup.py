@@ -30,7 +30,16 @@ setup(
         "jinja2>=3.0",
         "matplotlib>=3.5",
         "rich>=12.0",
+        "pydantic>=2.5,<3",
+        "typing_extensions>=4.6",
     ],
-    extras_require={"test": ["pytest>=7.0", "pytest-timeout>=2.1"]},
-    entry_points={"console_scripts": ["nslab=nslab.cli:main"]},
+    extras_require={"test": ["pytest>=7.0", "pytest-timeout>=2.1", "hypothesis>=6.80", "jsonschema>=4.0"]},
+    entry_points={
+        "console_scripts": ["nslab=nslab.cli:main"],
+        # Lab extensions: the core finds them here and never imports them.
+        "nslab.extensions": [
+            "ovs = nslab.ovs.extension:OvsExtension",
+            "frr = nslab.frr.router:FrrExtension",
+        ],
+    },
 )

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from nslab.errors import InputError, LabError
 from nslab.iperf import client_argv, parse, server_argv
 from nslab.node import LabNode
+from nslab.render import text
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class AliasConfig:
             raise InputError("--uplink puts the client behind OVS: drop --switch or use ovs")
         if self.switch not in ("none", "bridge", "ovs"):
             raise InputError(f"unknown --switch {self.switch!r} (use none, bridge or ovs)")
+        if self.cc is not None and not re.fullmatch(r"[a-z0-9_]{1,16}", self.cc):
+            raise InputError(f"--cc {self.cc!r} is not a congestion control name (e.g. cubic, bbr)")
         if self.mss is not None and not 88 <= self.mss <= 9000:
             raise InputError(f"--mss {self.mss} is out of range 88..9000")
         alias_addresses(self.addr_template, max(self.aliases), self.prefix)
@@ -87,6 +90,8 @@ class AliasConfig:
 
 def alias_addresses(template: str, n: int, prefix: int = 16) -> List[str]:
     """The addresses of aliases 1..n from a ``%d`` template; raise if any is invalid."""
+    if not 1 <= prefix <= 32:
+        raise InputError(f"prefix length {prefix} is out of range 1..32")
     if template.count("%d") != 1 or template.replace("%d", "").count("%"):
         raise InputError(f"address template {template!r} must contain exactly one %d "
                          "(e.g. 192.168.2.%d)")
@@ -107,14 +112,15 @@ def alias_addresses(template: str, n: int, prefix: int = 16) -> List[str]:
 
 def alias_batch(iface: str, addresses: Sequence[str], prefix: int = 16) -> List[str]:
     """``ip -batch`` lines adding labelled aliases ``iface:N`` (N from 1)."""
-    return [f"addr add {a}/{prefix} dev {iface} label {iface}:{i}"
-            for i, a in enumerate(addresses, 1)]
+    from nslab.render import line
+    return [line("addr", "add", ipaddress.ip_interface(f"{a}/{prefix}"), "dev", iface,
+                 "label", f"{iface}:{i}") for i, a in enumerate(addresses, 1)]
 
 
 def add_aliases(node: LabNode, iface: str, addresses: Sequence[str], prefix: int = 16) -> float:
     """Add all aliases in one ``ip -batch``; return the seconds it took."""
     t0 = time.monotonic()
-    node.run(["ip", "-batch", "-"], input="\n".join(alias_batch(iface, addresses, prefix)) + "\n")
+    node.run(["ip", "-batch", "-"], input=text(alias_batch(iface, addresses, prefix)))
     return time.monotonic() - t0
 
 
@@ -326,7 +332,7 @@ def run(cfg: AliasConfig, results_root: str = "results", run_id: Optional[str] =
         extra = {"config": dataclasses.asdict(cfg), "alias_setup_s": runner.alias_setup_s,
                  "n_aliases": len(runner.addresses)}
         if cfg.uplink:
-            extra["uplink"] = lab.uplinks.get(cfg.uplink)  # its negotiated speed/duplex too
+            extra["uplink"] = lab.extension("ovs").uplinks.get(cfg.uplink)  # its negotiated speed/duplex too
         store.write_provenance(collect_provenance(
             lab, sysctls=["net.ipv4.tcp_congestion_control", "net.core.rmem_max",
                           "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"], extra=extra))

@@ -254,9 +254,11 @@ class Rfc2544Runner:
 
     def _cost(self, n: int) -> None:
         self.dutn.run(["tc", "qdisc", "add", "dev", self.dut_in, "handle", "ffff:", "ingress"])
-        lines = [f"filter add dev {self.dut_in} parent ffff: protocol ip prio {i} u32 match u32 "
-                 f"0xdeadbeef 0xffffffff at 0 flowid 1:1" for i in range(1, n + 1)]
-        self.dutn.run(["tc", "-batch", "-"], input="\n".join(lines) + "\n", timeout=300)
+        from nslab.render import line, text
+        lines = [line("filter", "add", "dev", self.dut_in, "parent", "ffff:", "protocol", "ip",
+                      "prio", i, "u32", "match", "u32", "0xdeadbeef", "0xffffffff", "at", 0,
+                      "flowid", "1:1") for i in range(1, n + 1)]
+        self.dutn.run(["tc", "-batch", "-"], input=text(lines), timeout=300)
 
     def measure_ceiling(self, size: int) -> float:
         """The generator's own ceiling on its CPU: as fast as it can, over a private
@@ -265,7 +267,7 @@ class Rfc2544Runner:
         if size in self.ceiling_pps:
             return self.ceiling_pps[size]
         if not self._ceiling_path:
-            self.gen.run(["ip", "-batch", "-"], input="\n".join([
+            self.gen.run(["ip", "-batch", "-"], input="\n".join([  # constants only
                 "link add name gceil0 type veth peer name gceil1",
                 "link set dev gceil0 up", "link set dev gceil1 up",
                 "addr add 10.255.0.1/30 dev gceil0",

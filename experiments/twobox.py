@@ -10,16 +10,19 @@ import os
 import time
 from typing import Callable, Dict, List, Optional
 
-from nslab.clean import block_sigint, process_start_time, read_journal, write_journal
+from nslab.clean import block_sigint, read_journal, write_journal
 from nslab.errors import InputError
 from nslab.iperf import client_argv, parse, server_argv
 from nslab.naming import new_run_id
-from nslab.proc import Process, run, stop_all
+from nslab.proc import Process, process_start_time, run, stop_all
+from nslab.render import text
 
 from .alias import alias_addresses, alias_batch
 
 
 def _check_iface(iface: str) -> None:
+    from nslab.fields import check_ifname
+    check_ifname(iface, "--iface")
     if not os.path.isdir(f"/sys/class/net/{iface}"):
         raise InputError(f"no interface {iface!r} in this network namespace")
 
@@ -44,7 +47,7 @@ def serve(iface: str, n: int, template: str, prefix: int, hold: Optional[float],
     procs: List[Process] = []
     try:
         echo(f"Taking {n} aliases up on {iface} ({addrs[0]} .. {addrs[-1]})...")
-        run(["ip", "-batch", "-"], input="\n".join(alias_batch(iface, addrs, prefix)) + "\n")
+        run(["ip", "-batch", "-"], input=text(alias_batch(iface, addrs, prefix)))
         echo("Starting iperf servers...")
         devnull = open(os.devnull, "w")
         for a in addrs:

@@ -30,9 +30,20 @@ if TYPE_CHECKING:  # pragma: no cover
 log = logging.getLogger(__name__)
 
 FRR_DIR = "/usr/lib/frr"
+def config_token(value: Any) -> str:
+    """Every value written into an FRR configuration is one plain token: FRR
+    splits a line on whitespace and reads ``!``/``#`` as comments, so a name,
+    neighbour or prefix can never break out of its line (see :mod:`nslab.render`)."""
+    from nslab.render import token
+    return token(value)
+
+
+#: FRR configurations are rendered from typed values only; ``finalize`` passes
+#: every ``{{ ... }}`` through :func:`config_token` (autoescape for this format).
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.dirname(__file__),
                                                                       "templates")),
-                          undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                          undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                          autoescape=False, finalize=config_token)
 
 
 class DaemonCheckError(LabError):

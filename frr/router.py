@@ -1,9 +1,13 @@
 """FRR on the nodes of a lab: directories, daemons in order, readiness.
 
-A node takes part when its topology params carry ``bgp``::
+A node takes part when its topology options carry ``bgp`` (a typed
+:class:`~nslab.fields.BgpOptions`)::
 
-    {"asn": 65001, "router_id": "10.0.200.1", "unnumbered": ["server1-eth0", ...],
-     "networks": ["10.0.200.1/32"], "loopback": "10.0.200.1/32"}
+    bgp: {asn: 65001, router_id: 10.0.200.1, unnumbered: [server1-eth0, ...],
+          networks: [10.0.200.1/32]}
+
+The lab extension (:class:`FrrExtension`) starts the daemons after the core
+has built the namespaces and stops them, by pid file, before the namespaces go.
 """
 from __future__ import annotations
 
@@ -13,18 +17,18 @@ import os
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional
 
-from nslab import caps
-from nslab.errors import CapabilityError, ReadinessError
+from nslab.errors import ReadinessError
+from nslab.extension import Extension
 
 from .daemon import Bgpd, Daemon, Zebra, _chown_frr
 
 if TYPE_CHECKING:  # pragma: no cover
+    from nslab.fields import BgpOptions
     from nslab.lab import Lab
     from nslab.node import LabNode
+    from nslab.plan import BuildPlan
 
 log = logging.getLogger(__name__)
-
-DEFAULTS = {"keepalive": 1, "holdtime": 3, "coalesce_time": 100, "maximum_paths": 64}
 
 
 def node_dir(lab: "Lab", node: str) -> str:
@@ -36,12 +40,12 @@ class FrrRouter:
 
     DAEMONS = (Zebra, Bgpd)
 
-    def __init__(self, lab: "Lab", node: "LabNode", bgp: Dict) -> None:
+    def __init__(self, lab: "Lab", node: "LabNode", bgp: "BgpOptions") -> None:
         self.lab = lab
         self.node = node
         self.dir = node_dir(lab, node.name)
         ctx = {"node": node.name, "run_id": lab.run_id, "interfaces": list(node.intfs),
-               "bgp": {**DEFAULTS, "networks": [], "unnumbered": [], **bgp}}
+               "bgp": bgp}
         self.daemons: List[Daemon] = [cls(node, self.dir, ctx) for cls in
                                       sorted(self.DAEMONS, key=lambda c: c.ORDER)]
 
@@ -80,24 +84,38 @@ def _wait_path(path: str, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def start_frr(lab: "Lab") -> Dict[str, FrrRouter]:
-    """Start FRR on every node whose params carry ``bgp``; stop them at teardown."""
-    nodes = [n for n in lab.nodes.values() if lab.topology.nodes[n.name].params.get("bgp")]
-    if not nodes:
-        return {}
-    found = caps.probe()
-    if not found["frr"].ok:
-        raise CapabilityError("this topology runs BGP, but FRR is not installed (apt install frr)")
-    routers = {n.name: FrrRouter(lab, n, lab.topology.nodes[n.name].params["bgp"]) for n in nodes}
-    lab.on_teardown(lambda: [r.stop() for r in routers.values()])
-    for r in routers.values():
-        r.prepare()
-    t0 = time.monotonic()
-    for r in routers.values():
-        r.start()
-    lab.frr_started_at = t0  # type: ignore[attr-defined]
-    lab.frr = routers  # type: ignore[attr-defined]
-    return routers
+class FrrExtension(Extension):
+    """FRR daemons on every node whose options carry ``bgp``."""
+
+    name = "frr"
+    provides = ("bgp",)
+
+    def __init__(self) -> None:
+        self.routers: Dict[str, FrrRouter] = {}
+        self.started_at: Optional[float] = None
+
+    def needs(self, topo) -> List[str]:
+        return ["frr"]
+
+    def build(self, lab: "Lab", plan: "BuildPlan") -> None:
+        topo = lab.topology
+        self.routers = {n: FrrRouter(lab, lab[n], topo.nodes[n].bgp)  # type: ignore[arg-type]
+                        for n, node in topo.nodes.items() if node.bgp}
+        for r in self.routers.values():
+            r.prepare()
+        self.started_at = time.monotonic()
+        for r in self.routers.values():
+            r.start()
+
+    def teardown(self, lab: "Lab") -> List[str]:
+        for r in self.routers.values():
+            r.stop()
+        return []
+
+
+def frr_of(lab: "Lab") -> FrrExtension:
+    """The FRR extension of a running lab."""
+    return lab.extension("frr")  # type: ignore[return-value]
 
 
 def routes(node: "LabNode", prefix: Optional[str] = None) -> List[Dict]:
@@ -118,7 +136,8 @@ def nexthop_count(route: Dict) -> int:
 def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float = 30.0) -> float:
     """Poll until every ``node: {prefix: nexthops}`` holds; return the seconds it took
     from FRR start. On timeout raise with the BGP summary and the routes seen."""
-    t0 = getattr(lab, "frr_started_at", time.monotonic())
+    frr = frr_of(lab)
+    t0 = frr.started_at if frr.started_at is not None else time.monotonic()
     deadline = time.monotonic() + timeout
     while True:
         missing = []
@@ -131,7 +150,7 @@ def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float 
             return time.monotonic() - t0
         if time.monotonic() > deadline:
             node, prefix, want, got = missing[0]
-            summary = lab.frr[node].vtysh("show bgp summary")  # type: ignore[attr-defined]
+            summary = frr.routers[node].vtysh("show bgp summary")
             seen = lab[node].run(["ip", "route"]).stdout
             raise ReadinessError(
                 f"{node}: route {prefix} has {got} of {want} nexthops after {timeout:.0f} s "

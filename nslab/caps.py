@@ -158,6 +158,37 @@ def _kernel_probes() -> Dict[str, Capability]:
 
 
 @functools.lru_cache(maxsize=1)
+def netns_sysctls() -> Dict[str, str]:
+    """The sysctls a fresh network namespace has on this kernel: ``{key: "rw"|"ro"}``.
+
+    The kernel's own answer to "is this key per namespace?": keys it does not
+    namespace are absent from a new namespace's ``/proc/sys/net`` (e.g.
+    ``net.core.netdev_max_backlog``, ``net.ipv4.tcp_mem``) or read-only there
+    (e.g. ``net.core.rmem_max``). Probed in a throwaway namespace; needs root.
+    """
+    require_root("checking sysctls against the kernel")
+    ns = f"{new_run_id()}-probe"
+    if _q(["ip", "netns", "add", ns]).returncode != 0:
+        raise CapabilityError("cannot create a network namespace to check sysctls")
+    try:
+        res = _q(["ip", "netns", "exec", ns, "find", "/proc/sys/net", "-type", "f",
+                  "-printf", "%m %p\n"], timeout=30)
+    finally:
+        _q(["ip", "netns", "del", ns])
+    out: Dict[str, str] = {}
+    for line in res.stdout.splitlines():
+        mode, _, path = line.partition(" ")
+        if not path.startswith("/proc/sys/net/"):
+            continue
+        key = path[len("/proc/sys/"):].replace("/", ".")
+        out[key] = "rw" if int(mode, 8) & 0o222 else "ro"
+    if not out:
+        raise CapabilityError("could not list /proc/sys/net in a network namespace: "
+                              f"{res.stderr.strip()[:200]}")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
 def probe() -> Dict[str, Capability]:
     """Probe everything once per process. Kernel probes need root."""
     caps: Dict[str, Capability] = {}

@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 from . import statefile
 from .naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR
-from .proc import kill_pids, pids_with_tag, run
+from .proc import kill_pids, pids_with_tag, process_start_time, run
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +31,24 @@ class Inventory:
     run_id: str
     namespaces: List[str] = field(default_factory=list)
     interfaces: List[str] = field(default_factory=list)
-    bridges: List[str] = field(default_factory=list)
+    #: Objects of extensions (``{"ovs": ["nl3f2a-b1"]}``), found by their own tags.
+    extra: Dict[str, List[str]] = field(default_factory=dict)
     pids: List[int] = field(default_factory=list)
     journal: Optional[dict] = None
 
     @property
     def empty(self) -> bool:
-        return not (self.namespaces or self.interfaces or self.bridges or self.pids or self.journal
-                    or os.path.isdir(workdir(self.run_id))
+        return not (self.namespaces or self.interfaces or any(self.extra.values()) or self.pids
+                    or self.journal or os.path.isdir(workdir(self.run_id))
                     or os.path.exists(journal_tmp_path(self.run_id)))
 
     def describe(self) -> List[str]:
+        from .extension import registered
+        exts = registered()
         out = [f"namespace {n}" for n in self.namespaces]
         out += [f"interface {i}" for i in self.interfaces]
-        out += [f"OVS bridge {b}" for b in self.bridges]
+        for name, objs in self.extra.items():
+            out += [exts[name].describe(o) if name in exts else f"{name} {o}" for o in objs]
         out += [f"process {p} ({_comm(p)})" for p in self.pids]
         for restore in (self.journal or {}).get("restore", []):
             out.append(f"restore {restore.get('what', '?')}")
@@ -99,14 +103,6 @@ def _comm(pid: int) -> str:
         return "?"
 
 
-def process_start_time(pid: int) -> Optional[int]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def run_is_live(journal: Optional[dict]) -> bool:
     """True if the process that owns a run is still alive (same pid and start time)."""
     if not journal:
@@ -131,14 +127,14 @@ def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
             for suffix in (".json", ".json.tmp"):
                 if entry.endswith(suffix):
                     rid, is_journal = entry[:-len(suffix)], True
-            if RUN_RE.match(rid) and want(rid):
+            if RUN_RE.fullmatch(rid) and want(rid):
                 inv(rid).journal = read_journal(rid) if is_journal else inv(rid).journal
     except OSError:
         pass
     res = run(["ip", "netns", "list"], check=False)
     for line in res.stdout.splitlines():
         name = line.split()[0] if line.split() else ""
-        m = NS_RE.match(name)
+        m = NS_RE.fullmatch(name)
         if m and want(m.group(1)):
             inv(m.group(1)).namespaces.append(name)
     res = run(["ip", "-j", "link", "show"], check=False)
@@ -150,14 +146,15 @@ def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
         alias = link.get("ifalias", "")
         if alias.startswith(ALIAS_PREFIX):
             rid = alias.split(":")[1]
-            if RUN_RE.match(rid) and want(rid):
+            if RUN_RE.fullmatch(rid) and want(rid):
                 inv(rid).interfaces.append(link["ifname"])
-    if shutil.which("ovs-vsctl"):
-        from .ovs.bridge import tagged_bridges
-        for br, rid in tagged_bridges(run_id).items():
-            inv(rid).bridges.append(br)
+    from .extension import registered
+    for name, ext in registered().items():
+        for rid, objs in ext.discover(run_id).items():
+            if RUN_RE.fullmatch(rid) and want(rid):
+                inv(rid).extra.setdefault(name, []).extend(objs)
     for pid, rid in pids_with_tag(run_id).items():
-        if RUN_RE.match(rid):
+        if RUN_RE.fullmatch(rid):
             inv(rid).pids.append(pid)
     return runs
 
@@ -183,25 +180,38 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
     for item in reversed(journal.get("restore", [])):
         stage(f"restore {item.get('what')}", lambda item=item: _restore(item))
     stage("processes", lambda: _kill_tagged(inv))
-    if inv.bridges:
-        from .ovs.bridge import del_bridge
-        stage("ovs bridges", lambda: [del_bridge(b) for b in inv.bridges])
+    from .extension import registered
+    exts = registered()
+    for name, objs in inv.extra.items():
+        if objs and name in exts:
+            stage(f"{name} objects", lambda name=name, objs=objs: exts[name].remove(inv.run_id, objs))
     if inv.interfaces:
-        stage("interfaces", lambda: _batch(["link del dev " + i for i in inv.interfaces]))
+        stage("interfaces", lambda: _batch([("link", "del", "dev", i) for i in inv.interfaces]))
     if inv.namespaces:
-        stage("namespaces", lambda: _batch(["netns del " + n for n in inv.namespaces]))
+        stage("namespaces", lambda: _batch([("netns", "del", n) for n in inv.namespaces]))
     stage("work dir", lambda: shutil.rmtree(workdir(inv.run_id), ignore_errors=True))
     stage("journal", lambda: remove_journal(inv.run_id))
-    if journal.get("uses_ovs"):
-        from .ovs.daemon import release
-        stage("ovs daemons", lambda: release(live_ovs_users(exclude=inv.run_id)))
+    used = set((journal.get("extensions") or {})) | {n for n, o in inv.extra.items() if o}
+    if used:
+        live = live_journals(exclude=inv.run_id)
+        for name in sorted(used & set(exts)):
+            stage(f"{name} release", lambda name=name: exts[name].release(journal, live))
     return problems
 
 
-def live_ovs_users(exclude: Optional[str] = None) -> List[str]:
-    """Run ids of live runs that use OVS (other than ``exclude``)."""
-    return [r for r, i in discover().items()
-            if r != exclude and i.journal and i.journal.get("uses_ovs") and run_is_live(i.journal)]
+def live_journals(exclude: Optional[str] = None) -> List[dict]:
+    """Journals of the runs whose owning process is alive (other than ``exclude``)."""
+    out = []
+    try:
+        entries = os.listdir(STATE_DIR)
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.endswith(".json") and RUN_RE.fullmatch(entry[:-5]) and entry[:-5] != exclude:
+            j = read_journal(entry[:-5])
+            if run_is_live(j):
+                out.append(j)  # type: ignore[arg-type]
+    return out
 
 
 def _kill_tagged(inv: Inventory, rounds: int = 3) -> None:
@@ -220,9 +230,11 @@ def _kill_tagged(inv: Inventory, rounds: int = 3) -> None:
         raise RuntimeError(f"processes still running: {sorted(pids)}")
 
 
-def _batch(lines: List[str]) -> None:
+def _batch(commands: List[tuple]) -> None:
+    from .render import line, text
+    lines = [line(*c) for c in commands]
     if lines:
-        res = run(["ip", "-force", "-batch", "-"], input="\n".join(lines) + "\n", check=False)
+        res = run(["ip", "-force", "-batch", "-"], input=text(lines), check=False)
         if not res.ok and "Cannot find device" not in res.stderr:
             raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "ip -batch failed")
 

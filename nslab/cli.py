@@ -206,6 +206,31 @@ def topo() -> None:
     """Build topologies by hand (ready ones, YAML or Mininet custom files)."""
 
 
+@topo.command("schema")
+def topo_schema() -> None:
+    """Print the JSON Schema of the YAML topology format (for editors and CI).
+
+    \b
+    e.g. nslab topo schema > nslab-topology.schema.json
+    then, in VS Code's YAML extension, a first line
+    # yaml-language-server: $schema=nslab-topology.schema.json
+    """
+    import json
+
+    from .topo import schema
+    click.echo(json.dumps(schema(), indent=2))
+
+
+@topo.command("check")
+@click.argument("path")
+def topo_check(path: str) -> None:
+    """Validate a YAML topology without building it (no root needed)."""
+    from .topo import Topology
+    t = Topology.from_yaml(path)
+    click.echo(f"{path}: valid: {len(t.nodes)} nodes, {len(t.links)} links "
+               f"({', '.join(t.needs())})")
+
+
 @topo.command("list")
 def topo_list() -> None:
     """List the ready topologies and their options."""

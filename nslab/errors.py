@@ -13,7 +13,15 @@ class InputError(LabError):
 
 
 class TopologyError(InputError):
-    """A topology that cannot be built as described."""
+    """A topology that cannot be built as described.
+
+    ``loc`` is where in the topology the problem is (``("nodes", "h1", "routes", 0)``),
+    so that a file loader can name the line.
+    """
+
+    def __init__(self, message: str, loc: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.loc = tuple(loc)
 
 
 class CapabilityError(LabError):

@@ -7,21 +7,27 @@ Example::
     from nslab.topologies import single
     with Lab(single(k=2)) as lab:
         print(lab["h1"].run(["ping", "-c1", lab["h2"].ip]).stdout)
+
+The core builds what :func:`nslab.plan.plan` lists (namespaces, veths, Linux
+bridges, addresses, routes, sysctls, shaping); extensions
+(:mod:`nslab.extension`: OVS, FRR) build the rest.
 """
 from __future__ import annotations
 
 import logging
 import os
 import time
-from collections import defaultdict
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import caps
-from .clean import Inventory, block_sigint, process_start_time, remove, workdir, write_journal
-from .errors import InputError, LabError
-from .naming import ALIAS_PREFIX, check_run_id, new_run_id, ns_name, ovs_bridge, root_intf
+from .clean import Inventory, block_sigint, remove, workdir, write_journal
+from .errors import InputError, LabError, TopologyError
+from .extension import Extension, for_topology, root_switch_types
+from .naming import check_run_id, new_run_id
 from .node import LabNode
-from .proc import Process, run, stop_all
+from .plan import BuildPlan, plan
+from .proc import Process, process_start_time, run, stop_all
+from .render import text
 from .topo import Topology
 
 log = logging.getLogger(__name__)
@@ -31,25 +37,25 @@ class Lab:
     """A running topology. Use as a context manager.
 
     Args:
-        topology: what to build (validated first, before anything is created).
+        topology: what to build (validated first, before anything is created;
+            never modified).
         run_id: reuse a pre-allocated id (``nl`` + 4 hex), else a fresh one.
-        switch_type: override the topology's default switch type.
+        switch_type: build with this default switch type instead of the
+            topology's own.
     """
 
     def __init__(self, topology: Topology, run_id: Optional[str] = None,
                  switch_type: Optional[str] = None) -> None:
-        if switch_type:
-            topology.switch_type = switch_type
-        self.topology = topology
+        self.topology = topology.with_switch_type(switch_type) if switch_type else topology
         self.run_id = check_run_id(run_id) if run_id else new_run_id()
         self.nodes: Dict[str, LabNode] = {}
         self.processes: List[Process] = []
         self.hooks: List[Callable[[], None]] = []
         self.inventory = Inventory(self.run_id)
-        self.datapath: Optional[str] = None
+        self.extensions: Dict[str, Extension] = {}
+        self.plan: Optional[BuildPlan] = None
         self.journal: dict = {}
         self.build_seconds = 0.0
-        self.uplinks: Dict[str, dict] = {}
         self._started = False
 
     # -- context manager ----------------------------------------------------------
@@ -74,6 +80,20 @@ class Lab:
         """A scratch directory owned by this run, removed on teardown."""
         return workdir(self.run_id)
 
+    def extension(self, name: str) -> Extension:
+        """The extension ``name`` this lab uses (e.g. ``frr``, ``ovs``)."""
+        try:
+            return self.extensions[name]
+        except KeyError:
+            raise LabError(f"this lab does not use the {name} extension "
+                           f"(it uses: {', '.join(self.extensions) or 'none'})") from None
+
+    @property
+    def datapath(self) -> Optional[str]:
+        """The OVS datapath type of this lab's OVS bridges, if it has any."""
+        ext = self.extensions.get("ovs")
+        return getattr(ext, "datapath", None) if ext else None
+
     def on_teardown(self, fn: Callable[[], None]) -> None:
         """Register ``fn`` to run first at teardown (last registered runs first)."""
         self.hooks.append(fn)
@@ -91,27 +111,32 @@ class Lab:
             raise LabError("lab already started")
         topo = self.topology.validate()
         caps.require_root("building a lab")
-        caps.require(topo.needs(), f"topology {topo.name!r}")
-        uses_ovs = any(topo.switch_type_of(s) == "ovs" for s in topo.switches())
-        uplinks = {s: topo.nodes[s].params["uplink"] for s in topo.switches()
-                   if topo.nodes[s].params.get("uplink")}
-        if uplinks:
-            from .ovs.uplink import check_uplink
-            for sw, iface in uplinks.items():
-                if topo.switch_type_of(sw) != "ovs":
-                    raise InputError(f"switch {sw}: uplinks attach to OVS bridges (use --switch ovs)")
-                check_uplink(iface, force=bool(topo.nodes[sw].params.get("force")))
+        exts = for_topology(topo)
+        need = list(topo.needs())
+        for ext in exts:
+            need += ext.needs(topo)
+        caps.require(need, f"topology {topo.name!r}")
+        try:
+            check_sysctls(topo.sysctls())
+        except TopologyError as exc:
+            raise topo.locate(exc) from None
+        # Fresh instances per lab: an extension keeps this lab's state.
+        self.extensions = {e.name: type(e)() for e in exts}
+        for name, ext in self.extensions.items():
+            ext.name = name
+            ext.check(self)
+        self.plan = plan(topo, self.run_id, root_switch_types())
         self.journal = {"run": self.run_id, "pid": os.getpid(),
                         "pid_start": process_start_time(os.getpid()),
-                        "created": time.time(), "topology": topo.name, "uses_ovs": uses_ovs,
-                        "restore": []}
+                        "created": time.time(), "topology": topo.name, "restore": [],
+                        "extensions": {n: e.journal(self) for n, e in self.extensions.items()}}
         write_journal(self.run_id, self.journal)
         os.makedirs(self.workdir, exist_ok=True)
         self._started = True
         self._install_signal_handlers()
         t0 = time.monotonic()
         try:
-            self._build(topo, uses_ovs)
+            self._build(self.plan)
         except BaseException:
             log.info("build of %s failed; tearing down what was built", self.run_id)
             self.stop()
@@ -121,20 +146,23 @@ class Lab:
                  len(topo.nodes), len(topo.links))
 
     def stop(self) -> List[str]:
-        """Tear down in stages (hooks, processes, OVS, interfaces, namespaces, files).
-
-        Best effort: every stage runs even if an earlier one failed. Returns the
-        problems met.
-        """
+        """Tear down in stages (hooks, extensions, processes, interfaces,
+        namespaces, files). Best effort: every stage runs even if an earlier
+        one failed. Returns the problems met."""
         if not self._started:
             return []
         with block_sigint():
             problems = []
-            for hook in reversed(self.hooks):  # e.g. FRR daemons, by pid file, first
+            for hook in reversed(self.hooks):
                 try:
                     hook()
                 except Exception as exc:  # noqa: BLE001 - teardown goes on
                     problems.append(f"hook: {exc}")
+            for name, ext in reversed(list(self.extensions.items())):
+                try:
+                    problems += [f"{name}: {p}" for p in ext.teardown(self)]
+                except Exception as exc:  # noqa: BLE001 - teardown goes on
+                    problems.append(f"{name}: {exc}")
             try:
                 stop_all(self.processes)
             except Exception as exc:  # noqa: BLE001 - teardown goes on
@@ -147,15 +175,6 @@ class Lab:
             log.warning("teardown of %s: %s", self.run_id, prob)
         log.info("lab %s torn down", self.run_id)
         return problems
-
-    def _attach_uplink(self, sw: str, br: str, iface: str) -> None:
-        """Journal how to restore the NIC, then attach it (see nslab.ovs.uplink)."""
-        from .ovs.uplink import attach, restore_argv, snapshot
-        snap = snapshot(iface)
-        self.record_restore(f"uplink {iface} (from {br})", restore_argv(snap, br))
-        self.uplinks[iface] = snap
-        attach(iface, br, self.datapath or "netdev")
-        self.nodes[sw].intfs.append(iface)
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM and SIGHUP (a closed terminal) tear the lab down like Ctrl-C:
@@ -177,127 +196,29 @@ class Lab:
         self._old_handlers = {}
 
     # -- build --------------------------------------------------------------------
-    def _build(self, topo: Topology, uses_ovs: bool) -> None:
-        rid = self.run_id
-        ovs_switches = {s for s in topo.switches() if topo.switch_type_of(s) == "ovs"}
-        # 1. Namespaces: every node except OVS switches.
-        for name, node in topo.nodes.items():
-            netns = None if name in ovs_switches else ns_name(rid, name)
-            self.nodes[name] = LabNode(self, name, node.kind, netns)
-        ns_list = [n.netns for n in self.nodes.values() if n.netns]
-        self.inventory.namespaces = list(ns_list)
-        _ip_batch([f"netns add {ns}" for ns in ns_list], where="creating namespaces")
-        for name, lnode in self.nodes.items():
-            node = topo.nodes[name]
-            sysctls = dict(node.params.get("sysctls", {}) or {})
-            if node.kind == "router":
-                sysctls.setdefault("net.ipv4.ip_forward", 1)
-                sysctls.setdefault("net.ipv6.conf.all.forwarding", 1)
-            if sysctls and lnode.netns:
-                lnode.set_sysctls(sysctls)
-
-        # 2. Links: veth pairs created directly in their namespaces.
-        creates: List[str] = []
-        root_lines: List[str] = []
-        ns_lines: Dict[Optional[str], List[str]] = defaultdict(list)
-        tc_lines: Dict[Optional[str], List[str]] = defaultdict(list)
-        ovs_ports: Dict[str, List[str]] = defaultdict(list)
-        offload_off: List[Tuple[Optional[str], str]] = []
-        per_frame: List[Tuple[Optional[str], str]] = []
-        addrs = topo.addresses()
-        bridge_ports: Dict[str, List[str]] = defaultdict(list)
-        counter = 0
-        for link, na, ia, nb, ib in topo.interfaces():
-            ends = []
-            for node, intf in ((na, ia), (nb, ib)):
-                lnode = self.nodes[node]
-                if lnode.netns is None:  # OVS switch port in the root namespace
-                    counter += 1
-                    dev = root_intf(rid, counter)
-                    ovs_ports[node].append(dev)
-                    self.inventory.interfaces.append(dev)
-                    root_lines.append(f"link set dev {dev} alias {ALIAS_PREFIX}{rid}:{node}:{intf}")
-                    root_lines.append(f"link set dev {dev} up")
-                    ends.append((None, dev, node, intf))
-                else:
-                    ends.append((lnode.netns, intf, node, intf))
-                lnode.intfs.append(ends[-1][1])
-            (nsa, deva, _, _), (nsb, devb, _, _) = ends
-            loc_a = f" netns {nsa}" if nsa else ""
-            loc_b = f" netns {nsb}" if nsb else ""
-            creates.append(f"link add name {deva}{loc_a} type veth peer name {devb}{loc_b}")
-            for (ns, dev, node, intf), shaping in ((ends[0], link.shaping),
-                                                   (ends[1], link.shaping2 or link.shaping)):
-                if ns is not None:
-                    ns_lines[ns].append(f"link set dev {dev} up")
-                    if topo.nodes[node].is_switch:
-                        bridge_ports[node].append(dev)
-                if (node, intf) in addrs:
-                    ns_lines[ns].append(f"addr add {addrs[(node, intf)]} dev {dev}")
-                    self.nodes[node].addrs[dev] = addrs[(node, intf)]
-                if shaping is not None:
-                    tc_lines[ns].extend(shaping.tc_batch(dev))
-                    if shaping.overhead:
-                        # A size table adds the overhead once per skb: with GSO a
-                        # 64 KB super-packet would count it once for ~45 frames.
-                        per_frame.append((ns, dev))
-            if (na in ovs_switches) or (nb in ovs_switches):
-                offload_off.extend((ns, dev) for ns, dev, _, _ in ends)
-        _ip_batch(creates + root_lines, where="creating links")
-
-        # 3. Inside each namespace: lo up, Linux bridges, addresses, routes.
-        for name, lnode in self.nodes.items():
-            if lnode.netns is None:
-                continue
-            node = topo.nodes[name]
-            lines = ["link set dev lo up"]
-            if node.params.get("loopback"):
-                lines.append(f"addr add {node.params['loopback']} dev lo")
-                lnode.addrs["lo"] = node.params["loopback"]
-            if node.is_switch:
-                stp = " stp_state 1" if node.params.get("stp") else ""
-                lines.append(f"link add name {name} type bridge{stp}")
-                lines += [f"link set dev {p} master {name}" for p in bridge_ports[name]]
-                lines.append(f"link set dev {name} up")
-            lines += ns_lines.get(lnode.netns, [])
-            for route in node.params.get("routes", []) or []:
-                lines.append("route add " + _route_line(route, name))
-            _ip_batch(lines, netns=lnode.netns, where=f"configuring {name}")
-
-        # 4. Shaping.
-        for ns, dev in per_frame:
-            _ethtool(ns, dev, ["tso", "off", "gso", "off"])
-        for ns, lines in tc_lines.items():
+    def _build(self, p: BuildPlan) -> None:
+        for name, np in p.nodes.items():
+            node = LabNode(self, name, np.kind, np.netns)
+            node.intfs, node.addrs = list(np.intfs), {k: str(v) for k, v in np.addrs.items()}
+            self.nodes[name] = node
+        self.inventory.namespaces = list(p.namespaces)
+        self.inventory.interfaces = list(p.root_interfaces)
+        ip_batch(p.netns_lines, where="creating namespaces")
+        for ns, values in p.sysctls.items():
+            run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w"] +
+                [f"{k}={v}" for k, v in values.items()], run_id=self.run_id,
+                where=f"sysctls in {ns}")
+        ip_batch(p.link_lines, where="creating links")
+        for ns, lines in p.ns_lines.items():
+            ip_batch(lines, netns=ns, where=f"configuring {ns.split('-', 1)[1]}")
+        for ns, dev in p.gso_off:
+            ethtool_k(ns, dev, ["tso", "off", "gso", "off"])
+        for ns, lines in p.tc_lines.items():
             if lines:
                 argv = ["tc"] + (["-n", ns] if ns else []) + ["-batch", "-"]
-                run(argv, input="\n".join(lines) + "\n", where=f"shaping in {ns or 'root'}")
-
-        # 5. OVS bridges.
-        if uses_ovs:
-            from .ovs import add_bridge, datapath_type, ensure_running
-            ensure_running()
-            self.datapath = datapath_type()
-            for i, sw in enumerate(sorted(ovs_switches), 1):
-                br = ovs_bridge(rid, i)
-                params = topo.nodes[sw].params
-                self.inventory.bridges.append(br)
-                self.nodes[sw].intfs.insert(0, br)
-                add_bridge(br, rid, sw, ovs_ports[sw], self.datapath, stp=bool(params.get("stp")),
-                           dpid=int(params["dpid"]) if params.get("dpid") is not None else None,
-                           controller=params.get("controller"))
-                self.nodes[sw].bridge = br  # type: ignore[attr-defined]
-                if params.get("uplink"):
-                    self._attach_uplink(sw, br, params["uplink"])
-            if self.datapath == "netdev":
-                # The userspace datapath does not complete partial checksums: TCP
-                # stalls unless the veths attached to it compute them in software.
-                for ns, dev in offload_off:
-                    _ethtool(ns, dev, ["tx", "off"])
-
-        # 6. Routing daemons, where the topology asks for them.
-        if any(n.params.get("bgp") for n in topo.nodes.values()):
-            from .frr import start_frr
-            start_frr(self)
+                run(argv, input=text(lines), where=f"shaping in {ns or 'root'}")
+        for ext in self.extensions.values():
+            ext.build(self, p)
 
     # -- helpers -----------------------------------------------------------------
     def static_arp(self) -> int:
@@ -305,20 +226,26 @@ class Lab:
         subnet (Mininet's ``autoStaticArp``): no ARP at the start of a trial.
         Returns the number of entries added."""
         import ipaddress
+
+        from .fields import MAC_RE
+        from .render import line
         ends = []  # (node, intf, interface address, mac)
         for node in self.nodes.values():
             for intf, cidr in node.addrs.items():
                 if intf == "lo" or node.netns is None:
                     continue
                 mac = node.run(["cat", f"/sys/class/net/{intf}/address"]).stdout.strip()
+                if not MAC_RE.fullmatch(mac):
+                    raise LabError(f"{node.name}: {intf} reports MAC {mac!r}")
                 ends.append((node, intf, ipaddress.ip_interface(cidr), mac))
         added = 0
         for node, intf, iface, _ in ends:
-            lines = [f"neigh replace {peer.ip} lladdr {mac} dev {intf} nud permanent"
+            lines = [line("neigh", "replace", peer.ip, "lladdr", mac, "dev", intf, "nud",
+                          "permanent")
                      for other, _, peer, mac in ends
                      if other is not node and peer.ip in iface.network]
             if lines:
-                _ip_batch(lines, netns=node.netns, where=f"static ARP on {node.name}")
+                ip_batch(lines, netns=node.netns, where=f"static ARP on {node.name}")
                 added += len(lines)
         return added
 
@@ -334,26 +261,33 @@ class Lab:
         return rows
 
 
+def check_sysctls(by_node: Dict[str, Dict[str, str]]) -> None:
+    """Refuse, before anything is built, a sysctl the running kernel does not
+    isolate per network namespace (absent or read-only in a fresh one): set in
+    a node, it would change the host. ``by_node``: ``{node: {key: value}}``."""
+    wanted = {(name, k) for name, values in by_node.items() for k in values}
+    if not wanted:
+        return
+    from .fields import sysctl_template
+    from .topo import field_path
+    known = caps.netns_sysctls()
+    for name, key in sorted(wanted):
+        mode = known.get(sysctl_template(key))
+        loc = ("nodes", name, "sysctls", key)
+        if mode is None:
+            raise TopologyError(f"{field_path(loc)}: a network namespace has no sysctl {key} on "
+                                "this kernel", loc)
+        if mode == "ro":
+            raise TopologyError(f"{field_path(loc)}: {key} is host-wide on this kernel (read-only "
+                                "inside a network namespace): setting it in a node would change "
+                                "the host", loc)
+
+
 def _raise_interrupt(signum, frame):  # noqa: ANN001
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _route_line(route, node: str) -> str:
-    """A route given as ``"10.0.1.0/24 via 10.0.0.254"`` or a dict."""
-    if isinstance(route, dict):
-        parts = [str(route.get("dst", "default"))]
-        for key in ("via", "dev", "src", "metric"):
-            if route.get(key) is not None:
-                parts += [key, str(route[key])]
-        text = " ".join(parts)
-    else:
-        text = str(route)
-    if any(ch in text for ch in ";\n\r&|`$"):
-        raise InputError(f"node {node}: bad route {text!r}")
-    return text
-
-
-def _ethtool(netns: Optional[str], dev: str, features: List[str]) -> None:
+def ethtool_k(netns: Optional[str], dev: str, features: List[str]) -> None:
     """``ethtool -K dev ...`` in a namespace (nsenter: no /sys remount needed)."""
     argv = ["ethtool", "-K", dev] + features
     if netns:
@@ -361,8 +295,9 @@ def _ethtool(netns: Optional[str], dev: str, features: List[str]) -> None:
     run(argv, where=f"ethtool -K {dev} {' '.join(features)}")
 
 
-def _ip_batch(lines: List[str], netns: Optional[str] = None, where: str = "") -> None:
+def ip_batch(lines: List[str], netns: Optional[str] = None, where: str = "") -> None:
+    """Run rendered lines through ``ip [-n NS] -batch -``."""
     if not lines:
         return
     argv = ["ip"] + (["-n", netns] if netns else []) + ["-batch", "-"]
-    run(argv, input="\n".join(lines) + "\n", where=where)
+    run(argv, input=text(lines), where=where)

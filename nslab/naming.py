@@ -36,7 +36,7 @@ def new_run_id() -> str:
 
 def check_run_id(run_id: str) -> str:
     from .errors import InputError
-    if not RUN_RE.match(run_id):
+    if not RUN_RE.fullmatch(run_id):
         raise InputError(f"bad run id {run_id!r}: run ids look like nl3f2a")
     return run_id
 

@@ -58,14 +58,27 @@ class LabNode:
         self.lab.processes.append(p)
         return p
 
-    def sysctl(self, **values: Union[str, int]) -> None:
-        """Set sysctls in this node's namespace: ``node.sysctl(net_ipv4_ip_forward=1)``
-        (underscores stand for dots) or with dotted keys via :meth:`set_sysctls`."""
-        self.set_sysctls({k.replace("_", "."): v for k, v in values.items()})
-
     def set_sysctls(self, values: Dict[str, Union[str, int]]) -> None:
-        if values:
-            self.run(["sysctl", "-q", "-w"] + [f"{k}={v}" for k, v in values.items()])
+        """Set sysctls in this node's namespace. Only keys the running kernel
+        isolates per network namespace are accepted (as in a topology): a node
+        never changes the host."""
+        if not values:
+            return
+        from pydantic import TypeAdapter, ValidationError
+
+        from .errors import InputError
+        from .fields import SysctlKey, SysctlValue
+        from .topo import explain
+        if self.netns is None:
+            raise InputError(f"{self.name} lives in the root namespace: its sysctls are the "
+                             "host's")
+        try:
+            checked = TypeAdapter(Dict[SysctlKey, SysctlValue]).validate_python(values)
+        except ValidationError as exc:
+            raise InputError(explain(exc, ("sysctls",), None, f"node {self.name}")) from None
+        from .lab import check_sysctls
+        check_sysctls({self.name: checked})
+        self.run(["sysctl", "-q", "-w"] + [f"{k}={v}" for k, v in checked.items()])
 
     def read_sysctl(self, key: str) -> str:
         return self.run(["sysctl", "-n", key]).stdout.strip()

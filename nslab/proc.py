@@ -192,6 +192,19 @@ def kill_pids(pids: Sequence[int], grace: float = 1.0) -> None:
         pids = live
 
 
+def process_start_time(pid: int) -> Optional[int]:
+    """The process's start time (clock ticks since boot), or None if it is gone.
+
+    A pid together with its start time names one process for good: a pid
+    reused by a later process has another start time.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def pid_running(pid: int) -> bool:
     """True if ``pid`` runs (a zombie, finished but not reaped, does not count)."""
     try:

@@ -45,7 +45,7 @@ def parse_rate(value: Union[str, int, float], default_unit: str = "mbit") -> int
     if isinstance(value, (int, float)):
         bps = float(value) * _UNITS[default_unit]
     else:
-        m = _RATE_RE.match(str(value))
+        m = _RATE_RE.fullmatch(str(value))
         unit = m.group(2).lower() if m else None
         if not m or unit not in _UNITS:
             raise InputError(
@@ -63,7 +63,7 @@ def parse_time_ms(value: Union[str, int, float]) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         ms = float(value)
     else:
-        m = _TIME_RE.match(str(value))
+        m = _TIME_RE.fullmatch(str(value))
         if not m:
             raise InputError(f"bad delay {value!r}: use e.g. 5ms or 200us")
         ms = float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3, None: 1.0}[m.group(2)]
@@ -154,39 +154,50 @@ class Shaping:
 
     def tc_batch(self, dev: str) -> List[str]:
         """The ``tc -batch`` lines that apply this shaping to ``dev``'s egress."""
-        lines: List[str] = []
+        from .render import line
+        out: List[str] = []
         # Per-frame overhead goes on the rate spec (htb/tbf ``overhead``), which the
         # kernel adds to every packet; a ``stab`` size table was measured here to
         # let TCP exceed the shaped rate. The lab turns GSO off on such
         # interfaces so that every packet is one frame.
-        ovh = f" overhead {self.overhead}" if self.overhead else ""
-        netem_parent = None
+        ovh = ["overhead", self.overhead] if self.overhead else []
+        netem_parent = ["root", "handle", "10:"]
         if self.rate is not None:
             burst = self.effective_burst()
             if self.qdisc == "htb":
-                lines.append(f"qdisc add dev {dev} root handle 1: htb default 1")
-                lines.append(f"class add dev {dev} parent 1: classid 1:1 htb rate {self.rate}bit "
-                             f"burst {burst} cburst {burst}{ovh}")
-                netem_parent = "parent 1:1 handle 10:"
+                out.append(line("qdisc", "add", "dev", dev, "root", "handle", "1:", "htb",
+                                "default", "1"))
+                out.append(line("class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb",
+                                "rate", f"{self.rate}bit", "burst", burst, "cburst", burst, *ovh))
             else:
-                lines.append(f"qdisc add dev {dev} root handle 1: tbf rate {self.rate}bit "
-                             f"burst {burst} latency 50ms{ovh}")
-                netem_parent = "parent 1:1 handle 10:"
+                out.append(line("qdisc", "add", "dev", dev, "root", "handle", "1:", "tbf", "rate",
+                                f"{self.rate}bit", "burst", burst, "latency", "50ms", *ovh))
+            netem_parent = ["parent", "1:1", "handle", "10:"]
         if self.needs_netem:
-            where = netem_parent or "root handle 10:"
-            opts = []
+            opts: List[object] = []
             if self.delay_ms:
-                opts.append(f"delay {self.delay_ms:g}ms")
+                opts += ["delay", _ms(self.delay_ms)]
                 if self.jitter_ms:
-                    opts.append(f"{self.jitter_ms:g}ms")
+                    opts.append(_ms(self.jitter_ms))
             if self.loss_pct:
-                opts.append(f"loss {self.loss_pct:g}%")
+                opts += ["loss", f"{_fixed(self.loss_pct)}%"]
             if self.limit:
-                opts.append(f"limit {self.limit}")
-            lines.append(f"qdisc add dev {dev} {where} netem {' '.join(opts)}")
+                opts += ["limit", self.limit]
+            out.append(line("qdisc", "add", "dev", dev, *netem_parent, "netem", *opts))
         elif self.limit and self.rate is not None and self.qdisc == "htb":
-            lines.append(f"qdisc add dev {dev} parent 1:1 handle 10: pfifo limit {self.limit}")
-        return lines
+            out.append(line("qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "pfifo",
+                            "limit", self.limit))
+        return out
+
+
+def _ms(ms: float) -> str:
+    """A time for tc in ms without an exponent (``0.2ms``, never ``2e-01ms``)."""
+    return f"{_fixed(ms)}ms"
+
+
+def _fixed(x: float) -> str:
+    """A number without an exponent (tc does not read ``1e-05``)."""
+    return f"{x:.6f}".rstrip("0").rstrip(".") or "0"
 
 
 def frame_rate(link_bps: float, frame_size: int, overhead: int = 20) -> float:

@@ -1,106 +1,221 @@
 """Topologies as data: nodes, links, shaping and addresses, validated without root.
 
-A :class:`Topology` can be written directly, converted from a Mininet ``Topo``
-(:meth:`Topology.from_mininet`) or loaded from YAML (:meth:`Topology.from_yaml`).
-Nothing here touches the system.
+A :class:`Topology` is a pydantic model: every field is parsed into a typed
+value (:mod:`nslab.fields`) when it is set, and unknown keys are refused. It can
+be written directly with Mininet-style builder calls, converted from a Mininet
+``Topo`` (:meth:`Topology.from_mininet`) or loaded from YAML
+(:meth:`Topology.from_yaml`); ``nslab topo schema`` prints the JSON Schema of
+the YAML format. Nothing here touches the system.
 """
 from __future__ import annotations
 
 import ipaddress
-import re
-from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from .errors import TopologyError
-from .shaping import Shaping
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictInt,
+                      ValidationError, ValidationInfo, field_validator, model_validator)
+from typing_extensions import Annotated, Literal
 
-#: Node names become interface names (``<node>-eth<N>``, 15 characters at most).
-NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,8}$")
+from .errors import InputError, TopologyError
+from .fields import (BgpOptions, Bytes, ControllerTarget, Delay, Dpid, IfName, Interface, Label,
+                     Mac, Mtu, NodeName, Percent, QueueLimit, Rate, Route, StrictModel,
+                     SysctlKey, SysctlValue, check_name)
+from .shaping import ETHERNET_OVERHEAD, Shaping
+
+__all__ = ["Topology", "Node", "Link", "LinkEnd", "check_name", "KINDS", "SWITCH_TYPES",
+           "explain"]
+
 KINDS = ("host", "switch", "router")
 SWITCH_TYPES = ("bridge", "ovs")
 #: Keys of a link's options that describe shaping (Mininet TCLink names).
 SHAPING_KEYS = ("bw", "delay", "jitter", "loss", "max_queue_size", "qdisc", "burst",
                 "overhead", "framing")
+#: Options that only a switch takes, and those only an OVS switch takes.
+SWITCH_ONLY = ("type", "stp", "dpid", "controller", "uplink", "force")
+OVS_ONLY = ("dpid", "controller", "uplink", "force")
+#: Options that only a host or router takes (a switch has no address of its own).
+HOST_ONLY = ("ip", "loopback", "routes", "bgp", "mac")
 
 
-def check_name(name: Any, what: str = "node name") -> str:
-    """Return ``name`` if it is safe as a namespace and interface name, else raise."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise TopologyError(
-            f"{what} {name!r} is not a safe interface name: use 1-9 letters, digits or _, "
-            "starting with a letter")
-    return name
+class Node(StrictModel):
+    """A node of the topology (its name is its key in :attr:`Topology.nodes`).
 
-
-@dataclass
-class Node:
-    """A node of the topology.
-
-    Attributes:
-        name: the node's name (also its namespace suffix and interface prefix).
-        kind: ``host``, ``switch`` or ``router`` (a host with IP forwarding).
-        params: free options: ``ip`` (host default address, CIDR), ``type`` for
-            switches (``bridge``/``ovs``), ``stp``, ``dpid``, ``sysctls``, ``routes``,
-            ``cpu`` and anything a topology-specific builder reads (e.g. ``frr``).
+    A ``host`` is a namespace with addresses and routes, a ``router`` a host
+    that forwards, a ``switch`` a Linux bridge (in its own namespace) or an
+    OVS bridge.
     """
 
-    name: str
-    kind: str = "host"
-    params: Dict[str, Any] = field(default_factory=dict)
+    kind: Literal["host", "switch", "router"] = "host"
+    ip: Optional[Interface] = Field(None, description="address of the node's first interface")
+    mac: Optional[Mac] = Field(None, description="MAC of the node's first interface")
+    loopback: Optional[Interface] = Field(None, description="an address on lo")
+    routes: List[Route] = Field(default_factory=list)
+    sysctls: Dict[SysctlKey, SysctlValue] = Field(
+        default_factory=dict, description="per-namespace net.* sysctls only")
+    type: Optional[Literal["bridge", "ovs"]] = Field(None, description="switches: bridge or ovs")
+    stp: StrictBool = False
+    dpid: Optional[Dpid] = None
+    controller: Optional[ControllerTarget] = None
+    uplink: Optional[IfName] = Field(None, description="OVS switches: a physical NIC to attach")
+    force: StrictBool = Field(False, description="allow an uplink that carries the default "
+                                                 "route or the SSH session")
+    bgp: Optional[BgpOptions] = None
+
+    @field_validator(*SWITCH_ONLY)
+    @classmethod
+    def _switch_only(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = info.data.get("kind", "host")
+        if kind != "switch":
+            raise ValueError(f"{info.field_name} applies to switches only, not to a {kind}")
+        return value
+
+    @field_validator(*HOST_ONLY)
+    @classmethod
+    def _host_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("kind") == "switch":
+            raise ValueError(f"a switch takes no {info.field_name} (it has no address of its own)")
+        return value
 
     @property
     def is_switch(self) -> bool:
         return self.kind == "switch"
 
+    def options(self) -> Dict[str, Any]:
+        """The options given for this node (as they would be written in YAML)."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude={"kind"})
 
-@dataclass
-class Link:
+
+class LinkEnd(StrictModel):
+    """One end of a link: interface name, address, MAC (all optional)."""
+
+    intf: Optional[IfName] = None
+    ip: Optional[Interface] = None
+    mac: Optional[Mac] = None
+
+
+class Link(StrictModel):
     """A point-to-point link between two nodes (a veth pair when built).
 
-    Attributes:
-        a, b: node names.
-        params1, params2: per-end options, e.g. ``{"ip": "10.0.0.1/24"}``; an
-            ``intf`` key names the interface.
-        shaping: applied to both directions unless ``shaping2`` differs.
-        shaping2: the b→a direction, if different.
+    Shaping options follow Mininet's ``TCLink``: ``bw`` (Mbit/s or with a
+    unit), ``delay``, ``jitter``, ``loss`` (%), ``max_queue_size`` (packets),
+    plus ``qdisc`` (htb/tbf), ``burst`` (bytes), ``overhead`` (bytes per
+    frame) and ``framing`` (count Ethernet's 24 bytes of preamble, gap and FCS).
+    Shaping applies to both directions.
     """
 
-    a: str
-    b: str
-    params1: Dict[str, Any] = field(default_factory=dict)
-    params2: Dict[str, Any] = field(default_factory=dict)
-    shaping: Optional[Shaping] = None
-    shaping2: Optional[Shaping] = None
+    a: NodeName
+    b: NodeName
+    params1: LinkEnd = Field(default_factory=LinkEnd)
+    params2: LinkEnd = Field(default_factory=LinkEnd)
+    bw: Optional[Rate] = None
+    delay: Optional[Delay] = None
+    jitter: Optional[Delay] = None
+    loss: Optional[Percent] = None
+    max_queue_size: Optional[QueueLimit] = None
+    qdisc: Optional[Literal["htb", "tbf"]] = None
+    burst: Optional[Bytes] = None
+    overhead: Optional[Annotated[StrictInt, Field(ge=0, le=255)]] = None
+    framing: StrictBool = False
+    mtu: Optional[Mtu] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: Any) -> Any:
+        if isinstance(data, (list, tuple)):
+            if len(data) != 2:
+                raise ValueError(f"the short form of a link is [node_a, node_b], got {len(data)} "
+                                 "items")
+            return {"a": data[0], "b": data[1]}
+        return data
+
+    @model_validator(mode="after")
+    def _shaping_ok(self) -> "Link":
+        if self.a == self.b:
+            raise ValueError(f"link {self.a}-{self.b}: a node cannot link to itself")
+        try:
+            self.shaping  # noqa: B018 - builds and checks the shaping spec
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def shaping(self) -> Optional[Shaping]:
+        """The shaping of each direction, or None for an unshaped link."""
+        overhead = ETHERNET_OVERHEAD if self.framing else int(self.overhead or 0)
+        s = Shaping(rate=self.bw, qdisc=self.qdisc or ("tbf" if overhead else "htb"),
+                    burst=self.burst, overhead=overhead, delay_ms=self.delay or 0.0,
+                    jitter_ms=self.jitter or 0.0, loss_pct=self.loss or 0.0,
+                    limit=self.max_queue_size)
+        return None if s.empty else s
+
+    def end(self, node: str) -> LinkEnd:
+        return self.params1 if node == self.a else self.params2
 
 
-@dataclass
-class Topology:
+def _opt(**kw: Any) -> Dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+class Topology(BaseModel):
     """A whole topology: data only.
 
     Attributes:
         name: a label.
         nodes: nodes by name, in insertion order.
         links: links in insertion order.
-        switch_type: default type of ``switch`` nodes (``bridge`` or ``ovs``).
-        auto_ip: give hosts without an address ``10.0.0.N/8`` in insertion order,
-            like Mininet.
+        switch_type: default type of ``switch`` nodes (``bridge`` or ``ovs``;
+            the YAML key is ``switch``).
+        auto_ip: give hosts without an address ``ip_base`` + N in insertion
+            order, like Mininet.
+        ip_base: the network auto addresses come from.
     """
 
-    name: str = "custom"
-    nodes: Dict[str, Node] = field(default_factory=dict)
-    links: List[Link] = field(default_factory=list)
-    switch_type: str = "bridge"
-    auto_ip: bool = True
-    ip_base: str = "10.0.0.0/8"
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+
+    name: Label = "custom"
+    switch_type: Literal["bridge", "ovs"] = Field("bridge", alias="switch")
+    auto_ip: StrictBool = True
+    ip_base: Annotated[ipaddress.IPv4Network, Field(description="IPv4 network/prefix")] = \
+        ipaddress.IPv4Network("10.0.0.0/8")
+    nodes: Dict[NodeName, Node] = Field(default_factory=dict)
+    links: List[Link] = Field(default_factory=list)
+    #: The file this topology came from and its parsed document, so that a
+    #: problem found later (e.g. against the running kernel) names the line.
+    _source: Optional[Tuple[str, Any]] = PrivateAttr(default=None)
+
+    @field_validator("ip_base", mode="before")
+    @classmethod
+    def _ip_base(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return ipaddress.IPv4Network(value, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+        return value
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _nodes(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # YAML writes an empty node as `h1:` (None)
+            return {k: ({} if v is None else v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _whole(self) -> "Topology":
+        self._check()
+        return self
 
     # -- building -----------------------------------------------------------------
     def add_node(self, name: str, kind: str = "host", **params: Any) -> str:
+        """Add a node; ``params`` are its options (see :class:`Node`)."""
         check_name(name)
-        if kind not in KINDS:
-            raise TopologyError(f"node {name}: unknown kind {kind!r} (use {', '.join(KINDS)})")
         if name in self.nodes:
             raise TopologyError(f"duplicate node name {name!r}")
-        self.nodes[name] = Node(name, kind, dict(params))
+        try:
+            node = Node.model_validate({"kind": kind, **params})
+        except ValidationError as exc:
+            raise TopologyError(explain(exc, ("nodes", name), Node)) from None
+        self.nodes[name] = node
         return name
 
     def add_host(self, name: str, **params: Any) -> str:
@@ -115,12 +230,18 @@ class Topology:
     def add_link(self, a: str, b: str, params1: Optional[Dict[str, Any]] = None,
                  params2: Optional[Dict[str, Any]] = None, **opts: Any) -> Link:
         """Add a link; ``opts`` takes TCLink names (``bw`` Mbit/s, ``delay``, ``loss``...)."""
-        shaping_opts = {k: opts.pop(k) for k in list(opts) if k in SHAPING_KEYS}
-        if opts:
-            raise TopologyError(f"link {a}-{b}: unknown option(s) {', '.join(sorted(opts))}")
-        shaping = Shaping.from_params(**shaping_opts) if shaping_opts else None
-        link = Link(a, b, dict(params1 or {}), dict(params2 or {}),
-                    None if shaping is None or shaping.empty else shaping)
+        unknown = sorted(set(opts) - set(Link.model_fields))
+        if unknown:
+            raise TopologyError(f"links.{len(self.links)}: link {a}-{b}: unknown option(s) "
+                                f"{', '.join(unknown)} "
+                                f"(allowed: {', '.join(k for k in Link.model_fields if k not in ('a', 'b'))})")
+        data = {"a": a, "b": b, "params1": params1 or {}, "params2": params2 or {},
+                **{k: v for k, v in opts.items() if v is not None}}
+        try:
+            link = Link.model_validate(data)
+        except ValidationError as exc:
+            raise TopologyError(explain(exc, ("links", len(self.links)), Link,
+                                        f"link {a}-{b}")) from None
         self.links.append(link)
         return link
 
@@ -132,7 +253,12 @@ class Topology:
         return self.add_switch(name, **params)
 
     def addLink(self, node1: str, node2: str, **opts: Any) -> Link:  # noqa: N802
-        return self.add_link(node1, node2, opts.pop("params1", None), opts.pop("params2", None), **opts)
+        return self.add_link(node1, node2, opts.pop("params1", None), opts.pop("params2", None),
+                             **opts)
+
+    def with_switch_type(self, switch_type: str) -> "Topology":
+        """A copy whose default switch type is ``switch_type`` (this one is unchanged)."""
+        return self.model_copy(update={"switch_type": switch_type}, deep=True).validate()
 
     # -- queries ------------------------------------------------------------------
     def hosts(self) -> List[str]:
@@ -142,7 +268,7 @@ class Topology:
         return [n for n, node in self.nodes.items() if node.kind == "switch"]
 
     def switch_type_of(self, name: str) -> str:
-        return self.nodes[name].params.get("type", self.switch_type)
+        return self.nodes[name].type or self.switch_type
 
     def needs(self) -> List[str]:
         """Capabilities this topology needs (names as in :mod:`nslab.caps`)."""
@@ -150,12 +276,34 @@ class Topology:
         for name in self.switches():
             need.add("ovs" if self.switch_type_of(name) == "ovs" else "bridge")
         for link in self.links:
-            for s in (link.shaping, link.shaping2):
-                if s and s.rate is not None:
-                    need.add(s.qdisc)
-                if s and s.needs_netem:
-                    need.add("netem")
+            s = link.shaping
+            if s and s.rate is not None:
+                need.add(s.qdisc)
+            if s and s.needs_netem:
+                need.add("netem")
         return sorted(need)
+
+    def features(self) -> set:
+        """What this topology needs beyond the core (namespaces, veths, Linux
+        bridges, addresses, routes, shaping): ``switch:<type>`` for other switch
+        types (``switch:ovs``) and ``bgp``. Extensions provide them."""
+        out = {f"switch:{self.switch_type_of(s)}" for s in self.switches()
+               if self.switch_type_of(s) != "bridge"}
+        if any(n.bgp for n in self.nodes.values()):
+            out.add("bgp")
+        return out
+
+    def sysctls(self) -> Dict[str, Dict[str, str]]:
+        """Every node's sysctls, with the forwarding a router implies."""
+        out: Dict[str, Dict[str, str]] = {}
+        for name, node in self.nodes.items():
+            values = dict(node.sysctls)
+            if node.kind == "router":
+                values.setdefault("net.ipv4.ip_forward", "1")
+                values.setdefault("net.ipv6.conf.all.forwarding", "1")
+            if values:
+                out[name] = values
+        return out
 
     def interfaces(self) -> Iterator[Tuple[Link, str, str, str, str]]:
         """Yield ``(link, node_a, intf_a, node_b, intf_b)`` with Mininet-style names.
@@ -165,115 +313,183 @@ class Topology:
         count: Dict[str, int] = {}
         for link in self.links:
             names = []
-            for node, params in ((link.a, link.params1), (link.b, link.params2)):
+            for node, end in ((link.a, link.params1), (link.b, link.params2)):
                 first = 1 if self.nodes[node].is_switch else 0
                 n = count.get(node, first)
                 count[node] = n + 1
-                names.append(params.get("intf") or f"{node}-eth{n}")
+                names.append(end.intf or f"{node}-eth{n}")
             yield link, link.a, names[0], link.b, names[1]
 
-    def addresses(self) -> Dict[Tuple[str, str], str]:
-        """Map ``(node, interface)`` to CIDR address after auto-addressing."""
-        out: Dict[Tuple[str, str], str] = {}
+    def node_interfaces(self) -> Dict[str, List[str]]:
+        """Each node's interface names, in link order."""
+        out: Dict[str, List[str]] = {n: [] for n in self.nodes}
+        for _, na, ia, nb, ib in self.interfaces():
+            out[na].append(ia)
+            out[nb].append(ib)
+        return out
+
+    def addresses(self) -> Dict[Tuple[str, str], Any]:
+        """Map ``(node, interface)`` to its address (an ``ipaddress`` interface)
+        after auto-addressing."""
+        out: Dict[Tuple[str, str], Any] = {}
         first_intf: Dict[str, str] = {}
         for link, na, ia, nb, ib in self.interfaces():
-            for node, intf, params in ((na, ia, link.params1), (nb, ib, link.params2)):
+            for node, intf, end in ((na, ia, link.params1), (nb, ib, link.params2)):
                 first_intf.setdefault(node, intf)
-                if params.get("ip"):
-                    out[(node, intf)] = params["ip"]
-        net = ipaddress.ip_network(self.ip_base, strict=False)
-        used = {ipaddress.ip_interface(v).ip for v in out.values()}
+                if end.ip is not None:
+                    out[(node, intf)] = end.ip
+        used = {v.ip for v in out.values()} | {n.ip.ip for n in self.nodes.values() if n.ip}
         nxt = 1
         for name in self.hosts():
             node = self.nodes[name]
             intf = first_intf.get(name)
             if intf is None or (name, intf) in out:
                 continue
-            if node.params.get("ip"):
-                out[(name, intf)] = node.params["ip"]
+            if node.ip is not None:
+                out[(name, intf)] = node.ip
             elif self.auto_ip and node.kind == "host":
                 while True:
-                    ip = net.network_address + nxt
+                    if nxt >= self.ip_base.num_addresses - 1:
+                        raise TopologyError(
+                            f"auto addresses: {self.ip_base} has no room for host {name} "
+                            f"({self.ip_base.num_addresses - 2} host addresses)")
+                    ip = self.ip_base.network_address + nxt
                     nxt += 1
                     if ip not in used:
                         break
-                out[(name, intf)] = f"{ip}/{net.prefixlen}"
+                out[(name, intf)] = ipaddress.IPv4Interface(f"{ip}/{self.ip_base.prefixlen}")
+        return out
+
+    def macs(self) -> Dict[Tuple[str, str], str]:
+        """Map ``(node, interface)`` to a MAC given in the topology."""
+        out: Dict[Tuple[str, str], str] = {}
+        first: Dict[str, str] = {}
+        for link, na, ia, nb, ib in self.interfaces():
+            for node, intf, end in ((na, ia, link.params1), (nb, ib, link.params2)):
+                first.setdefault(node, intf)
+                if end.mac:
+                    out[(node, intf)] = end.mac
+        for name, intf in first.items():
+            if self.nodes[name].mac and (name, intf) not in out:
+                out[(name, intf)] = self.nodes[name].mac  # type: ignore[assignment]
         return out
 
     # -- validation ---------------------------------------------------------------
-    def validate(self) -> "Topology":
-        """Check the topology; raise :class:`TopologyError` naming the first problem."""
+    def validate(self) -> "Topology":  # type: ignore[override]
+        """Check the whole topology; raise :class:`TopologyError` naming the first problem."""
+        self._check()
         if not self.nodes:
             raise TopologyError(f"topology {self.name!r} has no nodes")
-        if self.switch_type not in SWITCH_TYPES:
-            raise TopologyError(f"unknown switch type {self.switch_type!r} "
-                                f"(use {' or '.join(SWITCH_TYPES)})")
-        for name, node in self.nodes.items():
-            check_name(name)
-            if node.kind not in KINDS:
-                raise TopologyError(f"node {name}: unknown kind {node.kind!r}")
-            if node.is_switch and self.switch_type_of(name) not in SWITCH_TYPES:
-                raise TopologyError(f"switch {name}: unknown type {self.switch_type_of(name)!r} "
-                                    f"(use {' or '.join(SWITCH_TYPES)})")
-        seen_pairs = set()
-        for link in self.links:
-            for end in (link.a, link.b):
-                if end not in self.nodes:
-                    raise TopologyError(f"link {link.a}-{link.b}: unknown node {end!r}")
-            if link.a == link.b:
-                raise TopologyError(f"link {link.a}-{link.b}: a node cannot link to itself")
-            seen_pairs.add((link.a, link.b))
-        intf_seen = set()
-        for link, na, ia, nb, ib in self.interfaces():
-            for node, intf in ((na, ia), (nb, ib)):
-                if len(intf) > 15:
-                    raise TopologyError(f"node {node}: interface name {intf!r} is longer than 15")
-                if (node, intf) in intf_seen:
-                    raise TopologyError(f"node {node}: duplicate interface {intf!r}")
-                intf_seen.add((node, intf))
-        ips: Dict[str, Tuple[str, str]] = {}
-        for (node, intf), cidr in self.addresses().items():
-            try:
-                iface = ipaddress.ip_interface(cidr)
-            except ValueError:
-                raise TopologyError(f"node {node}: bad address {cidr!r}") from None
-            if "/" not in str(cidr):
-                raise TopologyError(f"node {node}: address {cidr!r} needs a prefix length, "
-                                    "e.g. 10.0.0.1/24")
-            key = str(iface.ip)
-            if key in ips:
-                raise TopologyError(f"address {key} is used twice ({ips[key][0]} and {node})")
-            ips[key] = (node, intf)
         return self
+
+    def _check(self) -> None:
+        """Cross-field checks (each field was already checked when it was set).
+
+        Errors start with the field they are about (``nodes.h1.routes.0: ...``)."""
+        for i, link in enumerate(self.links):
+            for key, end in (("a", link.a), ("b", link.b)):
+                if end not in self.nodes:
+                    raise _fail(("links", i, key), f"link {link.a}-{link.b}: unknown node {end!r}")
+        intfs = self.node_interfaces()
+        for node, names in intfs.items():
+            if len(set(names)) != len(names):
+                dup = next(n for n in names if names.count(n) > 1)
+                raise _fail(("nodes", node), f"node {node}: duplicate interface {dup!r}")
+        for name, node in self.nodes.items():
+            where = ("nodes", name)
+            if node.is_switch:
+                if (node.type or self.switch_type) != "ovs":
+                    bad = [k for k in ("dpid", "controller", "uplink") if getattr(node, k)]
+                    if bad:
+                        raise _fail(where + (bad[0],), f"{', '.join(bad)} apply to OVS switches "
+                                                       "only (type: ovs)")
+                continue
+            mine = set(intfs[name]) | {"lo"}
+            for r, route in enumerate(node.routes):
+                if route.dev is not None and route.dev not in mine:
+                    raise _fail(where + ("routes", r), f"route to {route.dst} uses dev {route.dev}, "
+                                f"which {name} does not have (it has {', '.join(sorted(mine))})")
+            if node.bgp:
+                for j, intf in enumerate(node.bgp.unnumbered):
+                    if intf not in mine:
+                        raise _fail(where + ("bgp", "unnumbered", j),
+                                    f"{intf} is not an interface of {name}")
+            if (node.ip or node.mac) and not intfs[name]:
+                raise _fail(where + ("ip" if node.ip else "mac",),
+                            f"{name} has no link to put its address on")
+        ips: Dict[Any, str] = {}
+        for (node, intf), iface in self.addresses().items():
+            if iface.ip in ips:
+                raise _fail(("nodes", node), f"address {iface.ip} is used twice "
+                                             f"({ips[iface.ip]} and {node})")
+            ips[iface.ip] = node
+        macs: Dict[str, str] = {}
+        for (node, intf), mac in self.macs().items():
+            if mac in macs:
+                raise _fail(("nodes", node), f"MAC {mac} is used twice ({macs[mac]} and {node})")
+            macs[mac] = node
+
+    def locate(self, exc: TopologyError) -> TopologyError:
+        """``exc`` with the file and line it is about, when this topology came
+        from a file and ``exc`` carries a location."""
+        if self._source is None or not exc.loc:
+            return exc
+        from .topo_yaml import line_of
+        path, doc = self._source
+        return TopologyError(f"{path}:{line_of(doc, exc.loc)}: {exc}", exc.loc)
 
     # -- conversions --------------------------------------------------------------
     @classmethod
     def from_mininet(cls, topo: Any, name: str = "", switch_type: str = "bridge") -> "Topology":
-        """Convert a Mininet ``Topo`` (nodes, node info, links with info)."""
+        """Convert a Mininet ``Topo`` (nodes, node info, links with info).
+
+        Mininet's own options are mapped (``ip``, ``mac``, ``defaultRoute``,
+        ``dpid``, ``stp``; on links ``bw``, ``delay``..., ``intfName1/2``,
+        ``addr1/2``, ``params1/2``); Mininet classes (``cls``) and the options
+        that only a Mininet class uses are refused with the option's name,
+        never silently dropped, except ``cls`` itself: nslab builds every host
+        the same way.
+        """
         t = cls(name=name or type(topo).__name__, switch_type=switch_type)
         for n in topo.nodes(sort=False):
             info = dict(topo.nodeInfo(n))
-            is_switch = info.pop("isSwitch", False)
+            kind = "switch" if info.pop("isSwitch", False) else info.pop("kind", "host")
             info.pop("cls", None)
-            kind = "switch" if is_switch else info.pop("kind", "host")
+            route = info.pop("defaultRoute", None)
+            if route is not None:
+                info["routes"] = list(info.get("routes", [])) + [f"default {route}"]
             t.add_node(n, kind, **info)
         for a, b, info in topo.links(sort=False, withKeys=False, withInfo=True):
             info = dict(info)
-            # Mininet orders ends as node1/node2 in the info dict.
             n1, n2 = info.pop("node1", a), info.pop("node2", b)
-            p1, p2 = info.pop("params1", {}), info.pop("params2", {})
-            for key in ("port1", "port2", "key", "cls", "intfName1", "intfName2"):
-                val = info.pop(key, None)
-                if key == "intfName1" and val:
-                    p1["intf"] = val
-                if key == "intfName2" and val:
-                    p2["intf"] = val
+            p1 = dict(info.pop("params1", {}) or {})
+            p2 = dict(info.pop("params2", {}) or {})
+            for key in ("port1", "port2", "key", "cls"):
+                info.pop(key, None)
+            for src, end, dst in (("intfName1", p1, "intf"), ("intfName2", p2, "intf"),
+                                  ("addr1", p1, "mac"), ("addr2", p2, "mac")):
+                val = info.pop(src, None)
+                if val:
+                    end[dst] = val
+            use_htb = info.pop("use_htb", None)
+            if use_htb is not None and "qdisc" not in info:
+                info["qdisc"] = "htb" if use_htb else "tbf"
             t.add_link(n1, n2, p1, p2, **info)
         return t.validate()
 
     @classmethod
+    def from_dict(cls, data: Any) -> "Topology":
+        """Validate a topology given as plain data (as a YAML file would hold it);
+        raise :class:`TopologyError` naming the field."""
+        try:
+            return cls.model_validate(data).validate()
+        except ValidationError as exc:
+            loc = loc_path(tuple(exc.errors(include_url=False)[0].get("loc", ())))
+            raise TopologyError(explain(exc, (), cls), loc) from None
+
+    @classmethod
     def from_yaml(cls, path: str) -> "Topology":
-        """Load a topology from a YAML file; errors name the file and line."""
+        """Load a topology from a YAML file; errors name the file, line and field."""
         from .topo_yaml import load_yaml_topology
         return load_yaml_topology(path)
 
@@ -286,3 +502,108 @@ class Topology:
             ips = ", ".join(f"{intf} {ip}" for (n, intf), ip in addrs.items() if n == name)
             rows.append((name, kind, ips))
         return rows
+
+
+def schema() -> Dict[str, Any]:
+    """The JSON Schema of the YAML topology format (``nslab topo schema``)."""
+    sch = Topology.model_json_schema(by_alias=True, mode="validation")
+    sch["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    sch["title"] = "nslab topology"
+    defs = sch.get("$defs", {})
+    name = {"type": "string", "pattern": defs.get("Link", {}).get("properties", {})
+            .get("a", {}).get("pattern", "")}
+    sch["properties"]["links"]["items"] = {"anyOf": [
+        {"$ref": "#/$defs/Link"},
+        {"type": "array", "items": name, "minItems": 2, "maxItems": 2,
+         "description": "short form: [node_a, node_b]"}]}
+    from .fields import NAME_RE, SYSCTL_KEY_RE
+    node = sch["properties"]["nodes"]
+    node["additionalProperties"] = {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}
+    node["propertyNames"] = {"pattern": NAME_RE.pattern}
+    defs["Node"]["properties"]["sysctls"]["propertyNames"] = {"pattern": SYSCTL_KEY_RE.pattern}
+    # Options that fit one kind of node only.
+    defs["Node"]["allOf"] = [{
+        "if": {"properties": {"kind": {"const": "switch"}}, "required": ["kind"]},
+        "then": {"not": {"anyOf": [{"required": [k]} for k in HOST_ONLY]}},
+        "else": {"not": {"anyOf": [{"required": [k]} for k in SWITCH_ONLY]}}}]
+    routes = defs["Node"]["properties"]["routes"]
+    routes["items"] = {"anyOf": [{"$ref": "#/$defs/Route"},
+                                 {"type": "string",
+                                  "description": "DST [via ADDR] [dev IF] [metric N] [src ADDR]"}]}
+    return sch
+
+
+# -- error messages ---------------------------------------------------------------------
+def field_path(loc: Tuple[Any, ...]) -> str:
+    """``("nodes", "h1", "sysctls", "net.x")`` -> ``nodes.h1.sysctls['net.x']``."""
+    out = ""
+    for p in loc:
+        if isinstance(p, str) and "." in p:
+            out += f"[{p!r}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out
+
+
+def _fail(loc: Tuple[Any, ...], message: str) -> TopologyError:
+    return TopologyError(f"{field_path(loc)}: {message}", loc)
+
+
+def loc_path(loc: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """A pydantic error location without pydantic's own markers (``function-before[...]``)."""
+    return tuple(p for p in loc if isinstance(p, int) or (isinstance(p, str) and "[" not in p
+                                                              and p not in ("tagged-union",)))
+
+
+def explain(exc: ValidationError, where: Tuple[Any, ...] = (), root: Any = None,
+            what: str = "") -> str:
+    """One line for the first error of ``exc``: ``field.path: [what: ]message``.
+
+    ``where`` is the location of the validated value in a topology
+    (``("nodes", "h1")``), ``root`` its model (for the list of allowed keys),
+    ``what`` a short description put before the message.
+    """
+    err = exc.errors(include_url=False)[0]
+    loc = loc_path(tuple(err.get("loc", ())))
+    msg = str(err.get("msg", "invalid"))
+    for noise in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(noise):
+            msg = msg[len(noise):]
+    kind = err.get("type")
+    if kind == "extra_forbidden" and loc:
+        model = model_at(root, loc[:-1])
+        msg = f"unknown key {loc[-1]!r}"
+        if model is not None:
+            msg += f" (allowed: {', '.join(_keys(model))})"
+        loc = loc[:-1]
+    elif kind == "missing" and loc:
+        msg = f"{loc[-1]!r} is required"
+    elif kind == "literal_error":
+        msg = f"{err.get('input')!r} is not one of {err.get('ctx', {}).get('expected', '')}"
+    field = field_path(tuple(where) + loc)
+    return ": ".join(p for p in (field, what, msg) if p)
+
+
+def _keys(model: Any) -> List[str]:
+    return [f.alias or k for k, f in model.model_fields.items()]
+
+
+def model_at(root: Any, loc: Tuple[Any, ...]) -> Any:
+    """The model found at ``loc`` under ``root`` (None if ``loc`` leads elsewhere)."""
+    model = root
+    i = 0
+    while model is not None and i < len(loc):
+        part = loc[i]
+        if model is Topology and part == "nodes":
+            model, i = Node, i + 2
+        elif model is Topology and part == "links":
+            model, i = Link, i + 2
+        elif model is Link and part in ("params1", "params2"):
+            model, i = LinkEnd, i + 1
+        elif model is Node and part == "bgp":
+            model, i = BgpOptions, i + 1
+        elif model is Node and part == "routes":
+            model, i = Route, i + 2
+        else:
+            return None
+    return model

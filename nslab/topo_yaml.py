@@ -1,124 +1,180 @@
-"""YAML topologies, validated; every error names the file and the line.
+"""YAML topologies, validated by the :class:`~nslab.topo.Topology` model; every
+error is one line naming the file, the line and the field.
 
-Format::
+Format (``nslab topo schema`` prints its JSON Schema)::
 
     name: demo
     switch: bridge          # default type of switches: bridge | ovs
     nodes:
       h1: {ip: 10.0.0.1/24}          # kind defaults to host
       h2: {}
-      r1: {kind: router}
+      r1: {kind: router, routes: ["10.9.0.0/16 via 10.0.0.254"]}
       s1: {kind: switch, type: ovs}
     links:
       - [h1, s1]                      # short form
       - {a: h2, b: s1, bw: 1000, delay: 1ms, params1: {ip: 10.0.0.2/24}}
+
+A file is data from anyone: it is parsed with a safe loader, duplicate keys
+are refused, YAML aliases may not expand beyond a fixed budget (no "billion
+laughs"), and the file may not exceed 16 MiB.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 import yaml
+from pydantic import ValidationError
 
-from .errors import InputError, LabError
-from .topo import Topology
+from .errors import InputError, TopologyError
+
+MAX_BYTES = 16 * 1024 * 1024
+#: YAML nodes after alias expansion; a 1000-host topology is about 20,000.
+MAX_NODES = 500_000
 
 
-class _LineLoader(yaml.SafeLoader):
-    """A SafeLoader that remembers the line of every mapping and sequence."""
+class LineDict(dict):
+    """A mapping that remembers its own line and the line of each key."""
+
+    line = 0
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.lines: Dict[Any, int] = {}
 
 
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> Dict[str, Any]:
-    data = _LineDict(loader.construct_mapping(node, deep=True))
+class LineList(list):
+    """A sequence that remembers its own line and the line of each item."""
+
+    line = 0
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.lines: List[int] = []
+
+
+class LineLoader(yaml.SafeLoader):
+    """A SafeLoader that records lines, refuses duplicate keys and bounds aliases."""
+
+    def compose_document(self) -> Any:
+        node = super().compose_document()
+        _expanded_size(node, {}, set())
+        return node
+
+
+def _expanded_size(node: yaml.Node, memo: Dict[int, int], stack: set) -> int:
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if key in stack:
+        raise yaml.constructor.ConstructorError(
+            None, None, "a YAML alias refers to itself (recursive structure)", node.start_mark)
+    stack.add(key)
+    size = 1
+    if isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(c, memo, stack) for c in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo, stack) + _expanded_size(v, memo, stack)
+                    for k, v in node.value)
+    stack.discard(key)
+    if size > MAX_NODES:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"the document expands to more than {MAX_NODES:,} YAML nodes "
+                        "(aliases used as a 'billion laughs'?)", node.start_mark)
+    memo[key] = size
+    return size
+
+
+def _construct_mapping(loader: LineLoader, node: yaml.MappingNode) -> LineDict:
+    loader.flatten_mapping(node)
+    data = LineDict()
     data.line = node.start_mark.line + 1
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                "a key must be a plain value", key_node.start_mark) from None
+        if key in data:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping", node.start_mark,
+                f"duplicate key {key!r}", key_node.start_mark)
+        data[key] = loader.construct_object(value_node, deep=True)
+        data.lines[key] = key_node.start_mark.line + 1
     return data
 
 
-def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode):
-    data = _LineList(loader.construct_sequence(node, deep=True))
+def _construct_sequence(loader: LineLoader, node: yaml.SequenceNode) -> LineList:
+    data = LineList(loader.construct_object(c, deep=True) for c in node.value)
     data.line = node.start_mark.line + 1
+    data.lines = [c.start_mark.line + 1 for c in node.value]
     return data
 
 
-class _LineDict(dict):
-    line = 0
+LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
-class _LineList(list):
-    line = 0
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
-
-_TOP_KEYS = {"name", "switch", "nodes", "links", "auto_ip", "ip_base"}
-_LINK_KEYS = {"a", "b", "params1", "params2"}
-
-
-def load_yaml_topology(path: str) -> Topology:
-    """Read and validate ``path``; raise :class:`InputError` with ``file:line: problem``."""
+def read_yaml(path: str) -> Any:
+    """Parse ``path`` with line information; raise ``InputError`` as ``file:line: ...``."""
     try:
-        with open(path) as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise InputError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB")
     try:
-        doc = yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return yaml.load(text, Loader=LineLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else path
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"{where}: malformed YAML: {problem}") from None
+
+
+def line_of(doc: Any, loc: Tuple[Any, ...]) -> int:
+    """The line of the deepest element of ``loc`` found in ``doc``."""
+    line = getattr(doc, "line", 1) or 1
+    cur = doc
+    for part in loc:
+        if isinstance(cur, LineDict) and part in cur:
+            line = cur.lines.get(part, line)
+            cur = cur[part]
+        elif isinstance(cur, LineList) and isinstance(part, int) and 0 <= part < len(cur):
+            line = cur.lines[part]
+            cur = cur[part]
+        else:
+            break
+    return line
+
+
+def load_yaml_topology(path: str) -> "Any":
+    """Read and validate ``path``; raise :class:`TopologyError` with ``file:line: field: problem``."""
+    from .topo import Topology, explain, loc_path
+    doc = read_yaml(path)
     if not isinstance(doc, dict):
-        raise InputError(f"{path}:1: a topology must be a mapping with 'nodes' and 'links'")
-
-    def err(line: int, msg: str) -> InputError:
-        return InputError(f"{path}:{line}: {msg}")
-
-    unknown = set(doc) - _TOP_KEYS
-    if unknown:
-        raise err(doc.line, f"unknown key(s) {', '.join(sorted(unknown))} "
-                            f"(allowed: {', '.join(sorted(_TOP_KEYS))})")
-    nodes = doc.get("nodes")
-    if not isinstance(nodes, dict) or not nodes:
-        raise err(doc.line, "'nodes' must be a non-empty mapping of name: options")
-    topo = Topology(name=str(doc.get("name", path)), switch_type=str(doc.get("switch", "bridge")),
-                    auto_ip=bool(doc.get("auto_ip", True)),
-                    ip_base=str(doc.get("ip_base", "10.0.0.0/8")))
-    for name, opts in nodes.items():
-        line = getattr(opts, "line", nodes.line)
-        if opts is None:
-            opts = {}
-        if not isinstance(opts, dict):
-            raise err(line, f"node {name!r}: options must be a mapping")
-        opts = dict(opts)
-        kind = opts.pop("kind", "host")
-        try:
-            topo.add_node(str(name) if isinstance(name, str) else name, kind, **opts)
-        except LabError as exc:
-            raise err(line, str(exc)) from None
-    links = doc.get("links", []) or []
-    if not isinstance(links, list):
-        raise err(doc.line, "'links' must be a list")
-    for item in links:
-        line = getattr(item, "line", links.line)
-        try:
-            if isinstance(item, list):
-                if len(item) != 2:
-                    raise InputError(f"link {item!r}: the short form is [node_a, node_b]")
-                topo.add_link(item[0], item[1])
-            elif isinstance(item, dict):
-                opts = dict(item)
-                if "a" not in opts or "b" not in opts:
-                    raise InputError("a link needs 'a' and 'b'")
-                a, b = opts.pop("a"), opts.pop("b")
-                p1, p2 = opts.pop("params1", {}) or {}, opts.pop("params2", {}) or {}
-                topo.add_link(a, b, dict(p1), dict(p2), **opts)
-            else:
-                raise InputError(f"link {item!r}: use [a, b] or {{a: .., b: ..}}")
-        except LabError as exc:
-            raise err(line, str(exc)) from None
+        raise TopologyError(f"{path}:1: a topology must be a mapping with 'nodes' and 'links'")
+    if not doc.get("nodes"):
+        raise TopologyError(f"{path}:{doc.line}: 'nodes' must be a non-empty mapping of "
+                            "name: options")
+    data = dict(doc)
+    data.setdefault("name", path[-120:])
     try:
-        topo.validate()
-    except LabError as exc:
-        raise err(doc.line, str(exc)) from None
+        topo = Topology.model_validate(data)
+    except ValidationError as exc:
+        loc = loc_path(tuple(exc.errors(include_url=False)[0].get("loc", ())))
+        raise TopologyError(f"{path}:{line_of(doc, loc)}: {explain(exc, (), Topology)}",
+                            loc) from None
+    except TopologyError as exc:
+        raise TopologyError(f"{path}:{line_of(doc, exc.loc)}: {exc}") from None
+    topo._source = (path, doc)
     return topo
+
+
+__all__ = ["load_yaml_topology", "read_yaml", "line_of", "LineLoader", "MAX_BYTES", "MAX_NODES"]

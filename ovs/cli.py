@@ -177,9 +177,11 @@ def ethtool_cmd(iface: str, speed: Optional[int], duplex: Optional[str], autoneg
     """Show (or set, then show) what IFACE actually negotiated."""
     import os
 
-    from nslab.ovs.uplink import IFNAME_RE, parse_ethtool
+    from nslab.fields import check_ifname
+    from nslab.ovs.uplink import parse_ethtool
     from nslab.proc import run
-    if not IFNAME_RE.match(iface) or not os.path.isdir(f"/sys/class/net/{iface}"):
+    check_ifname(iface, "nslab ethtool")
+    if not os.path.isdir(f"/sys/class/net/{iface}"):
         raise InputError(f"no interface {iface!r} here")
     if speed or duplex or autoneg:
         argv = ["ethtool", "-s", iface]

@@ -32,7 +32,7 @@ PIDFILES = {"ovsdb-server": "/var/run/openvswitch/ovsdb-server.pid",
 
 def _daemon(name: str) -> Optional[Tuple[int, int]]:
     """(pid, start time in clock ticks since boot) of a running OVS daemon, or None."""
-    from nslab.clean import process_start_time
+    from nslab.proc import process_start_time
     try:
         with open(PIDFILES[name]) as f:
             pid = int(f.read().strip())
@@ -70,7 +70,7 @@ def ensure_running() -> bool:
         return False
     if not os.path.exists(OVS_CTL):
         raise CapabilityError(f"{OVS_CTL} is missing (apt install openvswitch-switch)")
-    from nslab.clean import process_start_time
+    from nslab.proc import process_start_time
     log.info("starting ovsdb-server and ovs-vswitchd (ovs-ctl --no-monitor start)")
     before = _running()  # a half-up set (ovsdb-server alone), e.g. after a crash
     owned = not before or started_by_nslab()
@@ -121,7 +121,7 @@ def started_by_nslab(wait: float = 0.0) -> bool:
     ``wait``: seconds to let an ``ovs-ctl start`` of ours (from a lab that was
     killed) finish first, so that what it starts is judged whole.
     """
-    from nslab.clean import process_start_time
+    from nslab.proc import process_start_time
     mark = statefile.read(_MARK)
     if mark is None:
         return False

@@ -7,7 +7,6 @@ from typing import List
 from nslab.errors import InputError
 from nslab.proc import run
 
-BRIDGE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,15}$")
 TARGET_RE = re.compile(r"^(tcp|ssl|unix|ptcp|pssl|punix):[A-Za-z0-9_.:/\[\]-]+$")
 
 ETHTOOL_HELP = """\
@@ -31,9 +30,9 @@ ethtool -S eth0                                   # NIC statistics (drops, error
 
 
 def check_bridge(name: str) -> str:
-    if not BRIDGE_RE.match(name or ""):
-        raise InputError(f"{name!r} is not a valid bridge name")
-    return name
+    """A bridge name is an interface name (and never reads as an option)."""
+    from nslab.fields import check_ifname
+    return check_ifname(name, "bridge")
 
 
 def vsctl(args: List[str]) -> str:
@@ -75,7 +74,7 @@ def get_controller(bridge: str) -> str:
 
 
 def set_controller(bridge: str, target: str) -> None:
-    if not TARGET_RE.match(target):
+    if not TARGET_RE.fullmatch(target):
         raise InputError(f"bad controller target {target!r}: use e.g. tcp:127.0.0.1:6653")
     vsctl(["set-controller", check_bridge(bridge), target])
 

@@ -15,9 +15,9 @@ import re
 from typing import Any, Dict, List, Optional
 
 from nslab.errors import InputError
+from nslab.fields import check_ifname
 from nslab.proc import run
 
-IFNAME_RE = re.compile(r"^[A-Za-z0-9_.:@-]{1,15}$")
 #: Offload features the lab may change on an uplink (userspace datapath: tx off).
 OFFLOADS = ("tx-checksumming", "generic-segmentation-offload", "tcp-segmentation-offload")
 _ETHTOOL_K = {"tx-checksumming": "tx", "generic-segmentation-offload": "gso",
@@ -34,8 +34,7 @@ def _json(argv: List[str]) -> Any:
 
 def check_uplink(iface: str, force: bool = False) -> None:
     """Raise :class:`InputError` naming why ``iface`` cannot be an uplink."""
-    if not IFNAME_RE.match(iface or ""):
-        raise InputError(f"{iface!r} is not a valid interface name")
+    check_ifname(iface, "uplink")
     if not os.path.isdir(f"/sys/class/net/{iface}"):
         raise InputError(f"no interface {iface!r} on this machine")
     if iface == "lo" or (_json(["ip", "-j", "link", "show", "dev", iface]) or [{}])[0].get(

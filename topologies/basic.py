@@ -26,9 +26,10 @@ def _link_opts(bw: Any = None, delay: Any = None, loss: Any = None,
     return opts
 
 
-def build_single(t: Any, k: int = 2, **link: Any) -> None:
+def build_single(t: Any, k: int = 2, switch_opts: Optional[Dict[str, Any]] = None,
+                 **link: Any) -> None:
     """Add k hosts on one switch to ``t`` (a Mininet ``Topo`` or a :class:`Topology`)."""
-    switch = t.addSwitch("s1")
+    switch = t.addSwitch("s1", **(switch_opts or {}))
     for h in range(1, int(k) + 1):
         t.addLink(t.addHost(f"h{h}"), switch, **_link_opts(**link))
 
@@ -51,9 +52,8 @@ def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None
     if uplink and switch != "ovs":
         raise InputError("an uplink attaches to an OVS bridge: add --switch ovs")
     t = Topology(name=f"single-{k}", switch_type=switch)
-    build_single(t, k, bw=bw, delay=delay, loss=loss, framing=framing)
-    if uplink:
-        t.nodes["s1"].params.update(uplink=uplink, force=bool(force))
+    build_single(t, k, switch_opts={"uplink": uplink, "force": bool(force)} if uplink else None,
+                 bw=bw, delay=delay, loss=loss, framing=framing)
     return t.validate()
 
 

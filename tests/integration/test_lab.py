@@ -161,7 +161,7 @@ def test_sigkill_then_clean_removes_only_tagged_objects(tmp_path, switch, bystan
         found = discover(run_id)[run_id]
         assert found.namespaces and found.pids
         if switch == "ovs":
-            assert found.bridges and found.interfaces
+            assert found.extra.get("ovs") and found.interfaces
     finally:
         crasher.send_signal(signal.SIGKILL)
         crasher.wait()

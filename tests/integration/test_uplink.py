@@ -11,6 +11,7 @@ import time
 import pytest
 
 from nslab import Lab
+from nslab.topo import Topology
 from nslab.errors import InputError
 from nslab.topologies import single
 
@@ -55,9 +56,11 @@ def stand_in_nic():
 
 
 def uplink_topology():
-    t = single(k=1, switch="ovs", uplink=NIC)
-    t.nodes["h1"].params["ip"] = "192.168.1.2/16"
-    return t
+    t = Topology(name="uplink", switch_type="ovs")
+    t.add_host("h1", ip="192.168.1.2/16")
+    t.add_switch("s1", uplink=NIC)
+    t.add_link("h1", "s1")
+    return t.validate()
 
 
 @needs("iperf", "ovs-vsctl")
@@ -68,7 +71,7 @@ def test_alias_study_across_the_uplink_and_exact_restore(stand_in_nic):
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         with Lab(uplink_topology()) as lab:
-            assert lab.uplinks[NIC]["addrs"] == ["192.168.77.1/24"]
+            assert lab.extension("ovs").uplinks[NIC]["addrs"] == ["192.168.77.1/24"]
             during = nic_state()
             assert during["in_ovs"] and during["addrs"] == []
             lab["h1"].run(["ip", "link", "set", "dev", "h1-eth0", "mtu", "1400"])

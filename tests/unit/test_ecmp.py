@@ -66,9 +66,9 @@ def test_clos_bad_input(kwargs, message):
 def test_clos_shape_addresses_and_expected_routes():
     t = clos(spines=2, servers=2)
     assert sorted(t.nodes) == ["server1", "server2", "spine1", "spine2"]
-    assert t.nodes["server1"].params["loopback"] == "10.0.200.1/32"
-    assert t.nodes["server2"].params["bgp"]["unnumbered"] == ["server2-eth0", "server2-eth1"]
-    assert t.nodes["spine1"].params["bgp"]["asn"] == 65000
+    assert str(t.nodes["server1"].loopback) == "10.0.200.1/32"
+    assert t.nodes["server2"].bgp.unnumbered == ["server2-eth0", "server2-eth1"]
+    assert t.nodes["spine1"].bgp.asn == 65000
     assert expected_routes(t) == {"server1": {"10.0.200.2/32": 2}, "server2": {"10.0.200.1/32": 2}}
     big = clos(spines=4, leaves=3, hosts_per_leaf=2)
     assert "h3x2" in big.nodes and "tor1" in big.nodes
@@ -77,11 +77,10 @@ def test_clos_shape_addresses_and_expected_routes():
 
 def test_bgp_config_renders_unnumbered_peers_ecmp_and_fast_timers(tmp_path):
     from nslab.frr.daemon import Bgpd, Zebra, private_tmp
-    from nslab.frr.router import DEFAULTS
 
     class FakeNode:
         name = "server1"
-    bgp = {**DEFAULTS, **clos().nodes["server1"].params["bgp"]}
+    bgp = clos().nodes["server1"].bgp
     ctx = {"node": "server1", "run_id": "nl0000", "interfaces": ["server1-eth0"], "bgp": bgp}
     text = Bgpd(FakeNode(), str(tmp_path), ctx).render()
     assert "router bgp 65001" in text and "bgp router-id 10.0.200.1" in text

@@ -68,7 +68,7 @@ def mark(tmp_path, monkeypatch):
     """The OVS start mark in a scratch dir; this test process plays ovs-vswitchd
     (its pidfile is written), ovsdb-server is not running."""
     import os
-    from nslab.clean import process_start_time
+    from nslab.proc import process_start_time
     from nslab.ovs import daemon
     monkeypatch.setattr(daemon, "_MARK", str(tmp_path / "ovs-started"))
     pidfiles = {"ovsdb-server": str(tmp_path / "ovsdb-server.pid"),
@@ -106,7 +106,7 @@ def test_an_intent_mark_owns_the_daemons_started_after_it(mark):
 
 def test_a_running_ovs_ctl_of_ours_is_waited_for_before_judging(mark):
     import subprocess
-    from nslab.clean import process_start_time
+    from nslab.proc import process_start_time
     daemon, _, me = mark
     ctl = subprocess.Popen(["sleep", "0.5"])
     statefile.write(daemon._MARK, {"since": me[1], "ctl": [ctl.pid, process_start_time(ctl.pid)]})

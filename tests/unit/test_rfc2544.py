@@ -44,7 +44,7 @@ def test_topologies_for_each_dut():
     assert b.links[0].shaping.overhead == 24 and b.links[0].shaping.rate == 100_000_000
     r = dut_chain("router")
     assert r.nodes["dut"].kind == "router"
-    assert r.addresses()[("dut", "dut-eth1")] == "192.168.2.1/24"
+    assert str(r.addresses()[("dut", "dut-eth1")]) == "192.168.2.1/24"
     assert roles("router") == ("192.168.2.10", "dut-eth0")
     with pytest.raises(InputError):
         dut_chain("hub")

@@ -13,7 +13,7 @@ def test_single_addresses_and_interface_names_follow_mininet():
     names = [(a, ia, b, ib) for _, a, ia, b, ib in t.interfaces()]
     assert names[0] == ("h1", "h1-eth0", "s1", "s1-eth1")
     assert names[2] == ("h3", "h3-eth0", "s1", "s1-eth3")
-    assert t.addresses()[("h2", "h2-eth0")] == "10.0.0.2/8"
+    assert str(t.addresses()[("h2", "h2-eth0")]) == "10.0.0.2/8"
 
 
 def test_pair_has_one_link_and_shaping_from_tclink_options():
@@ -44,11 +44,13 @@ def test_unsafe_node_names_are_refused(name):
     (lambda t: (t.add_host("h1", ip="10.0.0.1/24"), t.add_host("h2", ip="10.0.0.1/24"),
                 t.add_link("h1", "h2")), "used twice"),
     (lambda t: (t.add_host("h1", ip="10.0.0.300/24"), t.add_host("h2"),
-                t.add_link("h1", "h2")), "bad address"),
+                t.add_link("h1", "h2")), "nodes.h1.ip: '10.0.0.300/24' is not an IP address"),
     (lambda t: (t.add_host("h1", ip="10.0.0.3"), t.add_host("h2"),
                 t.add_link("h1", "h2")), "prefix length"),
-    (lambda t: (t.add_host("h1"), t.add_node("x1", "router9")), "unknown kind"),
-    (lambda t: (t.add_host("h1"), t.add_switch("s1", type="hub")), "unknown type"),
+    (lambda t: (t.add_host("h1"), t.add_node("x1", "router9")),
+     "nodes.x1.kind: 'router9' is not one of 'host', 'switch' or 'router'"),
+    (lambda t: (t.add_host("h1"), t.add_switch("s1", type="hub")),
+     "nodes.s1.type: 'hub' is not one of 'bridge' or 'ovs'"),
 ])
 def test_validation_names_the_problem(build, message):
     t = Topology()

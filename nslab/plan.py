@@ -1,0 +1,170 @@
+"""The build plan: what a lab will create, computed from a topology without root.
+
+:func:`plan` turns a validated :class:`~nslab.topo.Topology` and a run id into
+the exact ``ip -batch`` and ``tc -batch`` lines, sysctls and offload changes
+the core will apply, in order. It is a pure function: tests check it on any
+topology, and no value reaches a batch line except through
+:func:`nslab.render.line`.
+
+Order of application (see :class:`nslab.lab.Lab`):
+
+1. ``netns add`` for every node with a namespace (root ``ip -batch``);
+2. sysctls in each namespace (before links: e.g. no IPv6 DAD on link-locals);
+3. veth pairs created directly in their namespaces, root-namespace ports
+   tagged with ``ifalias`` (root ``ip -batch``);
+4. in each namespace: ``lo`` up, loopback address, Linux bridge and its ports,
+   interfaces up, MTUs, addresses, routes (``ip -n NS -batch``);
+5. GSO/TSO off where framing is counted, then ``tc -batch`` per namespace;
+6. extensions (OVS bridges over the root-namespace ports, FRR daemons).
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Collection, Dict, List, Optional, Tuple
+
+from .naming import ALIAS_PREFIX, ns_name, root_intf
+from .render import line
+from .topo import Topology
+
+
+@dataclass
+class NodePlan:
+    """One node as it will be built.
+
+    Attributes:
+        name, kind: from the topology.
+        netns: its namespace, or None for a switch built in the root
+            namespace by an extension (OVS).
+        intfs: its interfaces (the names inside its namespace; for a root
+            namespace switch, the root names ``<run>-p<N>``), in link order.
+        topo_intfs: the topology's names of those interfaces.
+        addrs: ``{interface: address}`` (``ipaddress`` interfaces).
+    """
+
+    name: str
+    kind: str
+    netns: Optional[str]
+    intfs: List[str] = field(default_factory=list)
+    topo_intfs: List[str] = field(default_factory=list)
+    addrs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class BuildPlan:
+    """Everything the core creates for a topology, as rendered batch lines."""
+
+    run_id: str
+    nodes: Dict[str, NodePlan]
+    netns_lines: List[str]
+    link_lines: List[str]
+    ns_lines: Dict[str, List[str]]
+    tc_lines: Dict[Optional[str], List[str]]
+    sysctls: Dict[str, Dict[str, str]]
+    gso_off: List[Tuple[Optional[str], str]]
+    #: Ports of switches built in the root namespace by an extension: ``{switch: [root port]}``.
+    root_ports: Dict[str, List[str]]
+    #: ``(netns, dev)`` of every end of a link to a root-namespace switch.
+    root_switch_links: List[Tuple[Optional[str], str]]
+
+    @property
+    def namespaces(self) -> List[str]:
+        return [n.netns for n in self.nodes.values() if n.netns]
+
+    @property
+    def root_interfaces(self) -> List[str]:
+        return [p for ports in self.root_ports.values() for p in ports]
+
+
+def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = ()) -> BuildPlan:
+    """The build plan of ``topo`` for run ``run_id``.
+
+    ``root_switch_types``: switch types an extension builds in the root
+    namespace (``ovs``); their ports are created there.
+    """
+    in_root = {s for s in topo.switches() if topo.switch_type_of(s) in root_switch_types}
+    nodes = {name: NodePlan(name, node.kind, None if name in in_root else ns_name(run_id, name))
+             for name, node in topo.nodes.items()}
+    netns_lines = [line("netns", "add", n.netns) for n in nodes.values() if n.netns]
+    sysctls = {nodes[n].netns: v for n, v in topo.sysctls().items() if nodes[n].netns}
+
+    addrs = topo.addresses()
+    macs = topo.macs()
+    link_lines: List[str] = []
+    ns_intf_lines: Dict[str, List[str]] = defaultdict(list)
+    tc_lines: Dict[Optional[str], List[str]] = defaultdict(list)
+    gso_off: List[Tuple[Optional[str], str]] = []
+    root_ports: Dict[str, List[str]] = defaultdict(list)
+    root_switch_links: List[Tuple[Optional[str], str]] = []
+    bridge_ports: Dict[str, List[str]] = defaultdict(list)
+    alias_lines: List[str] = []
+    counter = 0
+    for link, na, ia, nb, ib in topo.interfaces():
+        ends = []
+        for node, intf in ((na, ia), (nb, ib)):
+            np = nodes[node]
+            if np.netns is None:
+                counter += 1
+                dev = root_intf(run_id, counter)
+                root_ports[node].append(dev)
+                alias_lines.append(line("link", "set", "dev", dev, "alias",
+                                        f"{ALIAS_PREFIX}{run_id}:{node}:{intf}"))
+                alias_lines.append(line("link", "set", "dev", dev, "up"))
+            else:
+                dev = intf
+            np.intfs.append(dev)
+            np.topo_intfs.append(intf)
+            ends.append((np.netns, dev, node, intf))
+        create = ["link", "add", "name"]
+        for i, (ns, dev, node, intf) in enumerate(ends):
+            if i:
+                create += ["type", "veth", "peer", "name"]
+            create.append(dev)
+            if (node, intf) in macs:
+                create += ["address", macs[(node, intf)]]
+            if ns:
+                create += ["netns", ns]
+        link_lines.append(line(*create))
+        shaping = link.shaping
+        for ns, dev, node, intf in ends:
+            if ns is not None:
+                ns_intf_lines[ns].append(line("link", "set", "dev", dev, "up"))
+                if link.mtu:
+                    ns_intf_lines[ns].append(line("link", "set", "dev", dev, "mtu", link.mtu))
+                if topo.nodes[node].is_switch:
+                    bridge_ports[node].append(dev)
+            elif link.mtu:
+                alias_lines.append(line("link", "set", "dev", dev, "mtu", link.mtu))
+            if (node, intf) in addrs:
+                ns_intf_lines[ns].append(line("addr", "add", addrs[(node, intf)], "dev", dev))
+                nodes[node].addrs[dev] = addrs[(node, intf)]
+            if shaping is not None:
+                tc_lines[ns].extend(shaping.tc_batch(dev))
+                if shaping.overhead:
+                    # A per-frame overhead is charged per packet: with GSO a 64 KB
+                    # super-packet would count it once for ~45 frames.
+                    gso_off.append((ns, dev))
+        if na in in_root or nb in in_root:
+            root_switch_links.extend((ns, dev) for ns, dev, _, _ in ends)
+
+    ns_lines: Dict[str, List[str]] = {}
+    for name, np in nodes.items():
+        if np.netns is None:
+            continue
+        node = topo.nodes[name]
+        lines = [line("link", "set", "dev", "lo", "up")]
+        if node.loopback is not None:
+            lines.append(line("addr", "add", node.loopback, "dev", "lo"))
+            np.addrs["lo"] = node.loopback
+        if node.is_switch:
+            lines.append(line("link", "add", "name", name, "type", "bridge",
+                              *(["stp_state", "1"] if node.stp else [])))
+            lines += [line("link", "set", "dev", p, "master", name) for p in bridge_ports[name]]
+            lines.append(line("link", "set", "dev", name, "up"))
+        lines += ns_intf_lines.get(np.netns, [])
+        lines += [line("route", "add", *route.tokens()) for route in node.routes]
+        ns_lines[np.netns] = lines
+    return BuildPlan(run_id=run_id, nodes=nodes, netns_lines=netns_lines,
+                     link_lines=link_lines + alias_lines, ns_lines=ns_lines,
+                     tc_lines=dict(tc_lines), sysctls=sysctls, gso_off=gso_off,
+                     root_ports=dict(root_ports), root_switch_links=root_switch_links)
