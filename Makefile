@@ -4,12 +4,18 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The stock kernel the kernel tier boots (unpacked into .cache/kernel, never
+# installed): a metapackage or an exact package, e.g. linux-image-6.1.0-56-amd64.
+KERNEL_PKG ?= linux-image-amd64
 
-.PHONY: setup system venv demo test unit clean-lab help
+.PHONY: setup system venv demo test test-host test-kernel kernel-setup unit clean-lab help
 
 help:
-	@echo "make demo   set up everything missing, then run the quick reproduction of the three studies"
-	@echo "make test   set up everything missing, then run the whole test suite (root for integration tests)"
+	@echo "make demo         set up everything missing, then run the quick reproduction of the three studies"
+	@echo "make test         set up everything missing, then run the whole suite: the host tier, then"
+	@echo "                  the stock-kernel tier (QEMU guests on $(KERNEL_PKG), two boxes with real NIC drivers)"
+	@echo "make test-host    the unit, integration and smoke tiers on this machine's kernel"
+	@echo "make test-kernel  the stock-kernel tier only"
 
 system:
 	@scripts/setup-system.sh
@@ -32,8 +38,16 @@ setup: system venv
 demo: setup
 	$(BIN)/nslab reproduce --quick
 
-test: setup
+test: test-host test-kernel
+
+test-host: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+kernel-setup: setup
+	@KERNEL_PKG=$(KERNEL_PKG) scripts/setup-kernel.sh
+
+test-kernel: kernel-setup
+	$(BIN)/python scripts/kernel-tier.py $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

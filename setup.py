@@ -32,8 +32,15 @@ setup(
         "rich>=12.0",
         "pydantic>=2.5,<3",
         "typing_extensions>=4.6",
+        "scipy>=1.9",
+        "numpy>=1.22",
+        "psutil>=5.9",
+        "pyroute2>=0.7",
     ],
-    extras_require={"test": ["pytest>=7.0", "pytest-timeout>=2.1", "hypothesis>=6.80", "jsonschema>=4.0"]},
+    extras_require={"test": ["pytest>=7.0", "pytest-timeout>=2.1", "hypothesis>=6.80",
+                             "jsonschema>=4.0",
+                             # the stock-kernel tier: QEMU guests of the host's own filesystem
+                             "virtme-ng>=1.40"]},
     entry_points={
         "console_scripts": ["nslab=nslab.cli:main"],
         # Lab extensions: the core finds them here and never imports them.

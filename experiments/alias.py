@@ -124,56 +124,85 @@ def add_aliases(node: LabNode, iface: str, addresses: Sequence[str], prefix: int
     return time.monotonic() - t0
 
 
-_BYTES_RX_RE = re.compile(r"bytes_received:(\d+)")
-_BYTES_ACKED_RE = re.compile(r"bytes_acked:(\d+)")
-
-
-def parse_ss_bytes_received(text: str) -> Tuple[int, int]:
-    """Sum ``bytes_received`` over the sockets in ``ss -tin`` output; also count them."""
-    vals = [int(x) for x in _BYTES_RX_RE.findall(text)]
-    return sum(vals), len(vals)
-
-
-def parse_ss_bytes_acked(text: str) -> Tuple[int, int]:
-    """Sum ``bytes_acked`` (payload the far end acknowledged, i.e. received) over
-    the sender's sockets in ``ss -tin`` output; also count them."""
-    vals = [int(x) for x in _BYTES_ACKED_RE.findall(text)]
-    return sum(vals), len(vals)
-
-
-def parse_proc_stat(text: str) -> Tuple[int, int]:
-    """(busy, total) jiffies from the aggregate ``cpu`` line of /proc/stat."""
-    for line in text.splitlines():
-        if line.startswith("cpu "):
-            f = [int(x) for x in line.split()[1:]]
-            idle = f[3] + (f[4] if len(f) > 4 else 0)
-            return sum(f) - idle, sum(f)
-    raise ValueError("no cpu line in /proc/stat")
+def window_payload(before: Dict[Tuple[str, str], int],
+                   after: Dict[Tuple[str, str], int]) -> Tuple[int, int]:
+    """Payload moved between two samples, socket by socket: a socket opened in
+    between counts from zero; one closed in between is missing from ``after``
+    (its last bytes cannot be counted: returned as the second value, so the
+    point can be judged). Never negative, unlike a difference of sums."""
+    moved = sum(v - before.get(k, 0) for k, v in after.items())
+    closed = sum(1 for k in before if k not in after)
+    return moved, closed
 
 
 @dataclass
 class Sample:
     t: float
-    payload: int
+    per_socket: Dict[Tuple[str, str], int]
     sockets: int
     rx_bytes: int
     cpu_busy: int
     cpu_total: int
+    #: how long taking the sample took (its own uncertainty on ``t``)
+    duration: float = 0.0
 
 
-def sample(node: LabNode, iface: str, port: int = PORT, sender: bool = False) -> Sample:
-    """Counters at one instant: payload received by the server's sockets (or, at
-    the sender, payload the far end acknowledged), interface bytes, CPU."""
-    t0 = time.time()
-    filt = f"( dport = :{port} )" if sender else f"( sport = :{port} )"
-    ss = node.run(["ss", "-tinH", "state", "established", filt]).stdout
-    counter = "tx_bytes" if sender else "rx_bytes"
-    link = node.run(["cat", f"/sys/class/net/{iface}/statistics/{counter}"]).stdout
-    t1 = time.time()
-    with open("/proc/stat") as f:
-        busy, total = parse_proc_stat(f.read())
-    payload, socks = (parse_ss_bytes_acked if sender else parse_ss_bytes_received)(ss)
-    return Sample((t0 + t1) / 2, payload, socks, int(link.strip()), busy, total)
+def invalid_reasons(m: Dict[str, Any], n: int, window: float) -> List[str]:
+    """Why a point's receiver figure does not measure what it claims (empty: valid).
+
+    The window must lie inside the traffic: every connection open at both ends
+    of it, none closed in between, every client started on time, and each
+    sample short against the window (on a slow or emulated CPU a 3 s point can
+    fail all of these; a longer --duration fixes it).
+    """
+    out = []
+    if m["late_start"]:
+        out.append(f"a client started {-m['start_margin_s']:.2f} s late")
+    for when in ("start", "end"):
+        if m[f"sockets_at_window_{when}"] < n:
+            out.append(f"{m[f'sockets_at_window_{when}']}/{n} connections open at the window's {when}")
+    if m["sockets_closed_in_window"]:
+        out.append(f"{m['sockets_closed_in_window']} connections closed inside the window")
+    if window <= 0 or m["sample_s"] > 0.1 * window:
+        out.append(f"a sample took {m['sample_s']:.2f} s of a {window:.2f} s window")
+    return out
+
+
+def from_sampler(raw: Dict[str, Any], sender: bool = False) -> Sample:
+    """A :class:`Sample` from one sample of :mod:`nslab.experiments.sampler`."""
+    per = {tuple(k.split("|", 1)): int(v) for k, v in raw["sockets"].items()}
+    busy, total = raw["cpu"]
+    return Sample(float(raw["t"]), per, len(per), int(raw["counter"]), int(busy), int(total),
+                  float(raw.get("t_end", raw["t"])) - float(raw.get("t_start", raw["t"])))
+
+
+def start_sampler(node: LabNode, iface: str, port: int = PORT, sender: bool = False):
+    """Start the in-node sampler; return its process once it is ready to be
+    given the instants (:func:`sample_at`)."""
+    import subprocess
+    import sys
+    argv = [sys.executable, "-m", "nslab.experiments.sampler", "--port", str(port),
+            "--iface", iface, "--counter", "tx_bytes" if sender else "rx_bytes"]
+    proc = node.popen(argv + (["--sender"] if sender else []), name="sampler",
+                      stdin=subprocess.PIPE)
+    line = proc.popen.stdout.readline() if proc.popen.stdout else ""
+    if "ready" not in line:
+        raise LabError(f"the counter sampler in {node.name} did not start: "
+                       f"{proc.wait(timeout=10).stderr.strip()[-300:]}")
+    return proc
+
+
+def sample_at(proc, instants: Sequence[float]) -> None:
+    """Tell a ready sampler when to sample (epoch seconds)."""
+    proc.popen.stdin.write(" ".join(f"{t:.6f}" for t in instants) + "\n")
+    proc.popen.stdin.flush()
+
+
+def read_samples(proc, sender: bool, timeout: float) -> List[Sample]:
+    import json
+    res = proc.wait(timeout=timeout)
+    data = json.loads(res.stdout.strip().splitlines()[-1])
+    return [from_sampler(x, sender) for x in data["samples"]]
 
 
 def goodput_ceiling(rate_bps: float, mss: int = 1448, framing: bool = False) -> float:
@@ -200,10 +229,12 @@ class AliasRunner:
         self.addresses = alias_addresses(cfg.addr_template, max(cfg.aliases), cfg.prefix)
         self.servers_started = False
         self.alias_setup_s = 0.0
+        self.spawn_s = 0.0
 
     def setup(self) -> None:
         """Aliases in one batch, one iperf2 server bound to each, started once per run.
         In two-box mode, check that the other box serves the first and last alias."""
+        self.spawn_s = self._spawn_cost()
         if self.remote:
             for addr in (self.addresses[0], self.addresses[-1]):
                 res = self.client.run(["ping", "-c", "1", "-W", "2", addr], check=False)
@@ -223,6 +254,22 @@ class AliasRunner:
         self._wait_servers(len(self.addresses))
         self.servers_started = True
 
+    def _spawn_cost(self) -> float:
+        """Seconds to start one process in the client's namespace (the slowest of
+        three): the clients' common start is set far enough ahead for all of them."""
+        costs = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            self.client.run(["true"])
+            costs.append(time.monotonic() - t0)
+        return max(costs)
+
+    def lead(self, n: int) -> float:
+        """Seconds from now to the clients' common start: 1 s plus three times the
+        time spawning them takes on this machine (254 clients: ~0.5 s natively,
+        minutes in an emulated guest)."""
+        return max(1.0 + 0.004 * n, 1.0 + 3 * self.spawn_s * (n + 1))
+
     def _wait_servers(self, count: int, timeout: float = 60) -> None:
         from nslab.iperf import wait_listening
         wait_listening(self.server, PORT, timeout=timeout, count=count)
@@ -230,8 +277,11 @@ class AliasRunner:
     def measure(self, point: Dict[str, Any]):
         n, mode = int(point["n"]), point["mode"]
         dur = self.cfg.duration
-        lead = 1.0 + 0.004 * n  # spawning 254 clients took 0.53 s here; margin recorded
-        start = math.ceil(time.time() + lead)
+        warm, cool = min(1.0, 0.1 * dur), min(0.5, 0.05 * dur)
+        at = (self.client, "eth1", True) if self.remote else (self.server, SERVER_IFACE, False)
+        sampler = start_sampler(at[0], at[1], sender=at[2])
+        start = math.ceil(time.time() + self.lead(n))
+        sample_at(sampler, [start + warm, start + dur - cool])
         common = dict(time=dur, txstart=float(start), fmt="k", mss=self.cfg.mss,
                       nodelay=self.cfg.nodelay, cc=self.cfg.cc, port=PORT)
         procs = []
@@ -245,12 +295,7 @@ class AliasRunner:
             procs.append(self.client.popen(client_argv(self.addresses[0], parallel=n, **common),
                                            name="iperf-cP"))
             spawned.append(time.time())
-        warm, cool = min(1.0, 0.1 * dur), min(0.5, 0.05 * dur)
-        at = (self.client, "eth1", True) if self.remote else (self.server, SERVER_IFACE, False)
-        _sleep_until(start + warm)
-        s0 = sample(at[0], at[1], sender=at[2])
-        _sleep_until(start + dur - cool)
-        s1 = sample(at[0], at[1], sender=at[2])
+        s0, s1 = read_samples(sampler, at[2], timeout=start + dur - time.time() + 60)
         outputs, finished = [], 0
         for p in procs:
             try:
@@ -271,8 +316,10 @@ class AliasRunner:
             clients_sum = reports[0].total_bps if reports else 0.0
             reported = len(reports[0].streams) if reports else 0
         window = s1.t - s0.t
+        moved, closed = window_payload(s0.per_socket, s1.per_socket)
         m = {
-            "receiver_bps": (s1.payload - s0.payload) * 8 / window,
+            "receiver_bps": moved * 8 / window,
+            "sockets_closed_in_window": closed,
             "receiver_l2_bps": (s1.rx_bytes - s0.rx_bytes) * 8 / window,
             "clients_sum_bps": clients_sum,
             "window_s": window,
@@ -288,18 +335,14 @@ class AliasRunner:
             "receiver_measured_at": "sender, bytes acked by the far end" if self.remote
                                     else "receiver sockets, bytes received",
             "start_time": start,
+            "sample_s": max(s0.duration, s1.duration),
         }
+        m["invalid"] = invalid_reasons(m, n, window)
         summary = (f"receiver {m['receiver_bps'] / 1e6:.1f} Mbit/s, clients' sum "
                    f"{clients_sum / 1e6:.1f}, {s0.sockets}/{n} sockets, cpu {m['cpu_busy_pct']:.0f}%")
+        if m["invalid"]:
+            summary += f" [INVALID: {'; '.join(m['invalid'])}]"
         return m, [raw], summary
-
-
-def _sleep_until(t: float) -> None:
-    while True:
-        d = t - time.time()
-        if d <= 0:
-            return
-        time.sleep(min(d, 0.5))
 
 
 def points(cfg: AliasConfig, seed: int = 0) -> List[Dict[str, Any]]:
@@ -330,6 +373,7 @@ def run(cfg: AliasConfig, results_root: str = "results", run_id: Optional[str] =
         runner = AliasRunner(lab, cfg, store)
         runner.setup()
         extra = {"config": dataclasses.asdict(cfg), "alias_setup_s": runner.alias_setup_s,
+                 "spawn_s": runner.spawn_s,
                  "n_aliases": len(runner.addresses)}
         if cfg.uplink:
             extra["uplink"] = lab.extension("ovs").uplinks.get(cfg.uplink)  # its negotiated speed/duplex too

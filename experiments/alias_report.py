@@ -21,6 +21,8 @@ def summarize(records: List[Dict[str, Any]]) -> Dict[Tuple[str, str], Dict[int, 
     groups: Dict[Tuple[str, str, int], List[float]] = {}
     for r in records:
         p, m = r["params"], r["measurements"]
+        if m.get("invalid"):
+            continue  # the fidelity check failed: not a measurement of what it claims
         for metric in [k for k, _ in METHODS] + ["cpu_busy_pct", "start_margin_s"]:
             if metric in m:
                 groups.setdefault((p["mode"], metric, int(p["n"])), []).append(float(m[metric]))
@@ -78,7 +80,8 @@ def write_report(run_dir: str) -> Dict[str, str]:
     table = format_table(rows, all_ns)
     with open(os.path.join(run_dir, "table.md"), "w") as f:
         f.write(f"# Alias study: Kbits/sec vs number of aliases (median of repeats)\n\n{table}\n")
-    comparison = compare(summary, pub, cfg, prov)
+    excluded = [r for r in records if r["measurements"].get("invalid")]
+    comparison = compare(summary, pub, cfg, prov, excluded)
     with open(os.path.join(run_dir, "comparison.md"), "w") as f:
         f.write(comparison)
     paths = {"table": os.path.join(run_dir, "table.md"),
@@ -88,7 +91,7 @@ def write_report(run_dir: str) -> Dict[str, str]:
     return paths
 
 
-def compare(summary, pub, cfg, prov) -> str:
+def compare(summary, pub, cfg, prov, excluded=()) -> str:
     """A short written comparison: medians/spread per N next to the published values,
     and whether the rise with N appears under each method."""
     lines = ["# Alias study: comparison with the posts", ""]
@@ -99,6 +102,14 @@ def compare(summary, pub, cfg, prov) -> str:
                  f"{', MSS ' + str(cfg['mss']) if cfg.get('mss') else ''}"
                  f"{', TCP_NODELAY' if cfg.get('nodelay') else ''}.")
     lines.append("")
+    if excluded:
+        lines.append(f"**{len(excluded)} point(s) excluded** by the fidelity checks (the window did "
+                     "not lie inside the traffic):")
+        for r in excluded:
+            p = r["params"]
+            lines.append(f"- {p['mode']} N={p['n']} repeat {p['repeat']}: "
+                         f"{'; '.join(r['measurements']['invalid'])}")
+        lines.append("")
     for s in pub["series"]:
         r = rise({int(k): v for k, v in s["points"].items()})
         if r is not None:
@@ -111,8 +122,8 @@ def compare(summary, pub, cfg, prov) -> str:
                 continue
             med = {n: v["median"] for n, v in data.items()}
             r = rise(med)
-            spread = max((v["max"] - v["min"]) / v["median"] for v in data.values() if v["median"]) \
-                if data else 0
+            spread = max([(v["max"] - v["min"]) / v["median"] for v in data.values()
+                          if v["median"]] or [0.0])
             verdict = ("no N above 16 measured" if r is None else
                        f"{r * 100:+.1f} % from N<=16 to N={max(med)}: " +
                        ("rises" if r > max(0.02, spread) else "flat within the spread"))

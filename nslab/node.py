@@ -51,10 +51,10 @@ class LabNode:
 
     def popen(self, argv: Sequence[str], *, stdout: Union[int, IO, None] = subprocess.PIPE,
               stderr: Union[int, IO, None] = subprocess.PIPE, env: Optional[Dict[str, str]] = None,
-              name: str = "") -> Process:
+              name: str = "", stdin: Union[int, IO, None] = subprocess.DEVNULL) -> Process:
         """Start ``argv`` in the background; the lab stops it on teardown."""
         p = Process(argv, netns=self.netns, run_id=self.lab.run_id, stdout=stdout, stderr=stderr,
-                    env=env, where=self.name, name=name)
+                    env=env, where=self.name, name=name, stdin=stdin)
         self.lab.processes.append(p)
         return p
 

@@ -90,13 +90,14 @@ class Process:
                  run_id: Optional[str] = None, stdout: Union[int, IO, None] = subprocess.PIPE,
                  stderr: Union[int, IO, None] = subprocess.PIPE,
                  env: Optional[Mapping[str, str]] = None, where: str = "",
-                 name: str = "") -> None:
+                 name: str = "", stdin: Union[int, IO, None] = subprocess.DEVNULL) -> None:
         self.argv = netns_argv(netns, argv)
         self.where = where
         self.name = name or os.path.basename(str(argv[0]))
         log.debug("spawn%s: %s", f" [{netns}]" if netns else "", " ".join(self.argv))
         try:
-            self.popen = subprocess.Popen(self.argv, stdout=stdout, stderr=stderr, text=True,
+            self.popen = subprocess.Popen(self.argv, stdin=stdin, stdout=stdout, stderr=stderr,
+                                          text=True,
                                           env=tagged_env(run_id, env),
                                           start_new_session=True)
         except FileNotFoundError as exc:
@@ -163,7 +164,7 @@ def stop_all(procs: Sequence["Process"], grace: float = 2.0) -> None:
             p.popen.wait(timeout=0.5)
         except subprocess.TimeoutExpired:  # pragma: no cover - unkillable
             log.warning("process %s (%d) would not die", p.name, p.pid)
-        for stream in (p.popen.stdout, p.popen.stderr):
+        for stream in (p.popen.stdin, p.popen.stdout, p.popen.stderr):
             if stream is not None:
                 try:
                     stream.close()

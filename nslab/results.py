@@ -150,7 +150,8 @@ def collect_provenance(lab: Any = None, sysctls: Iterable[str] = (),
     from . import caps
     prov: Dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": platform.node(), "kernel": platform.release(), "machine": platform.machine(),
+        "host": platform.node(), "kernel": platform.release(), "kernel_build": platform.version(),
+        "machine": platform.machine(), "virtualization": _virtualization(),
         "cpus": os.cpu_count(), "cpu_model": _cpu_model(), "python": platform.python_version(),
         "versions": caps.versions(), "git_commit": git_commit(),
         "argv": list(__import__("sys").argv),
@@ -165,9 +166,15 @@ def collect_provenance(lab: Any = None, sysctls: Iterable[str] = (),
                 info["sysctls"] = {k: _out(["sysctl", "-n", k], node.netns) for k in sysctls}
             info["qdiscs"] = _out(["tc", "-s", "qdisc", "show"], node.netns)
             info["offloads"] = {i: _offloads(node.netns, i) for i in node.intfs[:4]}
+            info["drivers"] = {i: _driver(node.netns, i) for i in node.intfs[:4]}
             nodes[node.name] = info
         prov["lab"] = {"run_id": lab.run_id, "topology": lab.topology.name,
                        "datapath": lab.datapath, "nodes": nodes}
+        ovs = getattr(lab, "extensions", {}).get("ovs")
+        if ovs is not None and getattr(ovs, "uplinks", None):
+            prov["lab"]["uplinks"] = {i: {"driver": _driver(None, i),
+                                          "ethtool": snap.get("ethtool")}
+                                      for i, snap in ovs.uplinks.items()}
     if extra:
         prov.update(extra)
     return prov
@@ -183,6 +190,20 @@ def _offloads(netns: str, intf: str) -> Dict[str, str]:
         if k.strip() in keep:
             res[k.strip()] = v.strip()
     return res
+
+
+def _driver(netns: Optional[str], intf: str) -> Dict[str, str]:
+    """``ethtool -i``: the driver behind an interface (veth, e1000, 8139cp, ...)."""
+    out = _out(["ethtool", "-i", intf], netns)
+    keep = ("driver", "version", "firmware-version", "bus-info")
+    return {k.strip(): v.strip() for k, _, v in (l.partition(":") for l in out.splitlines())
+            if k.strip() in keep}
+
+
+def _virtualization() -> str:
+    """What the machine runs on (``none``, ``kvm``, ``qemu``...), as systemd-detect-virt says."""
+    out = _out(["systemd-detect-virt"])
+    return out or "unknown"
 
 
 def _cpu_model() -> str:

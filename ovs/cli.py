@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 from typing import List, Optional
 
 import click
@@ -193,10 +194,28 @@ def ethtool_cmd(iface: str, speed: Optional[int], duplex: Optional[str], autoneg
             argv += ["autoneg", autoneg]
         run(argv, where=iface)
     state = parse_ethtool(run(["ethtool", iface], check=False).stdout)
+    deadline = time.monotonic() + (5.0 if speed or duplex else 0.0)
+    while _mismatch(state, speed, duplex) and time.monotonic() < deadline:
+        time.sleep(0.5)  # the link renegotiates
+        state = parse_ethtool(run(["ethtool", iface], check=False).stdout)
     for k, v in state.items():
         click.echo(f"{k:8} {v if v is not None else '(not reported)'}")
-    if speed and state.get("speed") and not state["speed"].startswith(str(speed)):
-        raise InputError(f"{iface} negotiated {state['speed']}, not {speed}Mb/s")
+    wrong = _mismatch(state, speed, duplex)
+    if wrong:
+        asked = " ".join(x for x in (f"{speed}Mb/s" if speed else "", duplex or "") if x)
+        raise CapabilityError(f"{iface}: the driver took '{asked}', but the link negotiated "
+                              f"{state.get('speed')} {state.get('duplex')} (the PHY did not "
+                              f"honour it: {', '.join(wrong)})")
+
+
+def _mismatch(state: dict, speed: Optional[int], duplex: Optional[str]) -> list:
+    """What of the requested speed/duplex the link does not show."""
+    out = []
+    if speed and state.get("speed") and state["speed"] != f"{speed}Mb/s":
+        out.append(f"speed {state['speed']}")
+    if duplex and state.get("duplex") and state["duplex"].lower() != duplex:
+        out.append(f"duplex {state['duplex']}")
+    return out
 
 
 def register(cli: click.Group) -> None:

@@ -12,15 +12,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from nslab.topo import Topology
 
 
-def _link_opts(bw: Any = None, delay: Any = None, loss: Any = None,
+def _link_opts(bw: Any = None, delay: Any = None, jitter: Any = None, loss: Any = None,
                framing: bool = False) -> Dict[str, Any]:
-    opts: Dict[str, Any] = {}
-    if bw is not None:
-        opts["bw"] = bw
-    if delay is not None:
-        opts["delay"] = delay
-    if loss is not None:
-        opts["loss"] = loss
+    opts: Dict[str, Any] = {"bw": bw, "delay": delay, "jitter": jitter, "loss": loss}
+    opts = {k: v for k, v in opts.items() if v is not None}
     if framing:
         opts["framing"] = True
     return opts
@@ -40,8 +35,8 @@ def build_pair(t: Any, **link: Any) -> None:
 
 
 def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None,
-           loss: Any = None, framing: bool = False, uplink: Optional[str] = None,
-           force: bool = False) -> Topology:
+           jitter: Any = None, loss: Any = None, framing: bool = False,
+           uplink: Optional[str] = None, force: bool = False) -> Topology:
     """k hosts (10.0.0.1..k/8) on switch s1 (``bridge`` or ``ovs``); ``uplink``
     attaches a physical NIC to s1 (OVS only; ``force`` to allow the NIC of the
     default route or SSH session)."""
@@ -53,16 +48,16 @@ def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None
         raise InputError("an uplink attaches to an OVS bridge: add --switch ovs")
     t = Topology(name=f"single-{k}", switch_type=switch)
     build_single(t, k, switch_opts={"uplink": uplink, "force": bool(force)} if uplink else None,
-                 bw=bw, delay=delay, loss=loss, framing=framing)
+                 bw=bw, delay=delay, jitter=jitter, loss=loss, framing=framing)
     return t.validate()
 
 
-def pair(bw: Any = None, delay: Any = None, loss: Any = None, framing: bool = False,
-         **_ignored: Any) -> Topology:
+def pair(bw: Any = None, delay: Any = None, jitter: Any = None, loss: Any = None,
+         framing: bool = False) -> Topology:
     """h1 (10.0.0.1/8) and h2 (10.0.0.2/8) on one veth."""
     from nslab.topo import Topology
     t = Topology(name="pair")
-    build_pair(t, bw=bw, delay=delay, loss=loss, framing=framing)
+    build_pair(t, bw=bw, delay=delay, jitter=jitter, loss=loss, framing=framing)
     return t.validate()
 
 

@@ -5,13 +5,15 @@ import sys
 
 import pytest
 
+from nslab.testing import needs
+
 from nslab import Lab
 from nslab.frr import DaemonCheckError, wait_for_ecmp
 from nslab.topologies.clos import clos, expected_routes
 
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
-pytestmark = pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")
+pytestmark = [pytest.mark.root, needs("frr")]
 
 
 def frr_tmp():
@@ -21,6 +23,7 @@ def frr_tmp():
         return set()
 
 
+@pytest.mark.guest
 def test_clos_converges_with_ecmp_and_vtysh_reaches_a_node(make_lab):
     before = frr_tmp()
     t = clos(spines=2, servers=2)

@@ -15,7 +15,9 @@ from nslab.iperf import run_client, start_server, wait_listening
 from nslab.topo import Topology
 from nslab.topologies import pair, single
 
-from .conftest import needs
+from nslab.testing import needs
+
+pytestmark = pytest.mark.root
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -40,6 +42,7 @@ def test_bridge_switch_ping_and_tcp(make_lab):
     assert iperf_mbps(lab, "h1", "h3", 2) > 100
 
 
+@pytest.mark.guest
 @needs("iperf", "ping", "ovs-vsctl")
 def test_ovs_switch_passes_tcp_on_this_datapath(make_lab):
     lab = make_lab(single(k=2, switch="ovs"))
@@ -149,6 +152,7 @@ CRASHER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.guest
 @needs("iperf", "ovs-vsctl")
 @pytest.mark.parametrize("switch", ["bridge", "ovs"])
 def test_sigkill_then_clean_removes_only_tagged_objects(tmp_path, switch, bystanders):

@@ -12,7 +12,9 @@ import pytest
 from nslab.clean import discover
 from nslab.naming import STATE_DIR
 
-from .conftest import needs
+from nslab.testing import needs
+
+pytestmark = pytest.mark.root
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
@@ -53,7 +55,7 @@ def test_twenty_random_sigkills_leave_nothing_tagged_and_spare_the_rest(tmp_path
 
 
 @needs("iperf")
-@pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")
+@needs("frr")
 def test_two_experiments_at_once_both_finish_apart(tmp_path):
     a = subprocess.Popen([NSLAB, "--results", str(tmp_path / "a"), "run", "alias", "--aliases",
                           "1,4", "--duration", "2", "--repeat", "1", "--variants", "alias,parallel"],

@@ -1,3 +1,4 @@
+import pytest
 """The alias study end to end with tiny durations: real namespaces, iperf2 and ss."""
 import json
 import os
@@ -7,7 +8,9 @@ import sys
 import time
 
 
-from tests.integration.conftest import needs
+from nslab.testing import needs
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 

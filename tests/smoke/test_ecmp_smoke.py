@@ -5,13 +5,15 @@ import sys
 
 import pytest
 
-from tests.integration.conftest import needs
+from nslab.testing import needs
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
 
 @needs("iperf", "tcpdump")
-@pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")
+@needs("frr")
 def test_ecmp_policies_end_to_end(tmp_path):
     res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "ecmp", "--trials", "2",
                           "--duration", "2"], capture_output=True, text=True, timeout=300)

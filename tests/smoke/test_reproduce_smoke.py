@@ -8,6 +8,10 @@ import time
 
 import pytest
 
+from nslab.testing import needs
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
 
@@ -15,7 +19,7 @@ def records(path):
     return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
 
 
-@pytest.mark.skipif(not os.path.exists("/usr/lib/frr/bgpd"), reason="needs frr")
+@needs("frr")
 def test_reproduce_interrupted_and_resumed(tmp_path):
     p = subprocess.Popen([NSLAB, "--results", str(tmp_path), "reproduce", "--quick", "--only",
                           "ecmp"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

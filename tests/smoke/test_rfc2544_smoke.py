@@ -1,7 +1,10 @@
+import pytest
 import json
 import os
 import subprocess
 import sys
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")

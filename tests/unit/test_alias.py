@@ -6,7 +6,7 @@ import pytest
 
 from nslab.errors import InputError
 from nslab.experiments.alias import (AliasConfig, alias_addresses, alias_batch, goodput_ceiling,
-                                     parse_proc_stat, parse_ss_bytes_received, points)
+                                     points, window_payload)
 from nslab.experiments.alias_report import format_table, rise, summarize, write_report
 from nslab.published import load_published
 from nslab.results import ResultStore
@@ -58,13 +58,41 @@ def test_points_cover_the_grid_with_repeats_shuffled_but_reproducible():
     assert points(cfg) == pts  # a resumed run sees the same order
 
 
-def test_ss_and_proc_stat_parsers_on_captured_output():
-    with open(data("ss", "ss_tin_established.txt")) as f:
-        total, socks = parse_ss_bytes_received(f.read())
-    assert socks == 2 and total > 1_000_000_000
-    with open(data("ss", "proc_stat.txt")) as f:
-        busy, all_ = parse_proc_stat(f.read())
-    assert 0 < busy < all_
+def test_window_payload_counts_socket_by_socket_and_never_goes_negative():
+    before = {("10.0.0.2:5001", "10.0.0.1:53934"): 1543000156,
+              ("10.0.0.2:5001", "10.0.0.1:53932"): 1384272172}
+    # The busiest socket closed before the second sample (a client that ended
+    # early): a difference of sums goes negative, the per-socket count does not.
+    after = {("10.0.0.2:5001", "10.0.0.1:53932"): 1384272172 + 1000,
+             ("10.0.0.2:5001", "10.0.0.1:53940"): 500}  # opened in between: counted from 0
+    assert sum(after.values()) - sum(before.values()) < 0
+    assert window_payload(before, after) == (1500, 1)
+
+
+def test_counters_read_tcp_payload_by_netlink():
+    import socket
+    import time
+
+    from nslab.counters import tcp_bytes
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    cli = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    try:
+        cli.sendall(b"x" * 50000)
+        got = 0
+        while got < 50000:
+            got += len(conn.recv(65536))
+        time.sleep(0.05)
+        key = (f"127.0.0.1:{port}", f"127.0.0.1:{cli.getsockname()[1]}")
+        assert tcp_bytes(port, sender=False) == {key: 50000}
+        # the sender's view: the peer acknowledged it all
+        assert list(tcp_bytes(port, sender=True).values()) == [50000]
+    finally:
+        for s in (cli, conn, srv):
+            s.close()
 
 
 def test_goodput_ceiling():
@@ -106,3 +134,39 @@ def test_published_alias_data_is_complete():
     for s in pub["series"]:
         assert sorted(int(k) for k in s["points"]) == [1, 2, 4, 8, 16, 32, 64, 96, 128, 160,
                                                       192, 224, 254]
+
+
+def test_the_raw_sock_diag_reader_agrees_with_pyroute2():
+    import socket
+
+    from pyroute2 import DiagSocket
+    from pyroute2.netlink.diag import SS_ESTABLISHED
+
+    from nslab.counters import tcp_bytes
+    srv = socket.socket(socket.AF_INET6)
+    srv.bind(("::1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    pairs = []
+    try:
+        for i in range(5):
+            cli = socket.create_connection(("::1", port))
+            conn, _ = srv.accept()
+            cli.sendall(b"y" * (1000 * (i + 1)))
+            got = 0
+            while got < 1000 * (i + 1):
+                got += len(conn.recv(65536))
+            pairs.append((cli, conn))
+        ours = tcp_bytes(port, sender=False)
+        with DiagSocket() as ds:
+            ds.bind()
+            theirs = {(f"[{m['idiag_src']}]:{m['idiag_sport']}", f"[{m['idiag_dst']}]:{m['idiag_dport']}"):
+                      m.get_attr("INET_DIAG_INFO").get("tcpi_bytes_received")
+                      for m in ds.get_sock_stats(family=socket.AF_INET6, states=1 << SS_ESTABLISHED,
+                                                 extensions=2) if m["idiag_sport"] == port}
+        assert ours == theirs and sorted(ours.values()) == [1000, 2000, 3000, 4000, 5000]
+    finally:
+        for c, d in pairs:
+            c.close()
+            d.close()
+        srv.close()

@@ -89,3 +89,15 @@ def test_mininet_topo_converts_to_the_same_topology():
            [(a, ia, b, ib) for _, a, ia, b, ib in ref.interfaces()]
     assert ours.links[0].shaping == ref.links[0].shaping
     assert ours.addresses() == ref.addresses()
+
+
+def test_ready_topologies_take_jitter_and_swallow_no_option():
+    import inspect
+
+    from nslab import topologies
+    topologies._load_optional()
+    assert pair(delay="20ms", jitter="5ms").links[0].shaping.jitter_ms == 5.0
+    assert single(k=2, delay="1ms", jitter="0.5ms").links[1].shaping.jitter_ms == 0.5
+    for name, fn in topologies.REGISTRY.items():
+        kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{name} would ignore options silently"
