@@ -352,6 +352,54 @@ def _wait_listen(node, port: int = 5001, timeout: float = 5.0) -> None:
     wait_listening(node, port, timeout)
 
 
+# -- vm ---------------------------------------------------------------------------------
+@cli.group()
+def vm() -> None:
+    """Run nslab on a stock kernel in a QEMU guest (set up by `make test-kernel`)."""
+
+
+@vm.command("run", context_settings={"ignore_unknown_options": True})
+@click.option("--cpus", type=click.IntRange(1, 64), default=2, show_default=True)
+@click.option("--memory", default="2G", show_default=True, help="Guest memory, e.g. 2G.")
+@click.option("--timeout", type=click.FloatRange(10, 86400), default=1800, show_default=True,
+              help="Seconds before the guest is killed.")
+@click.option("--out", default=None, help="Where the console log goes (default: results/vm/<time>).")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def vm_run(ctx: click.Context, cpus: int, memory: str, timeout: float, out: Optional[str],
+           command: tuple) -> None:
+    """Run COMMAND (as root, in this directory) on the stock kernel, e.g.
+
+    \b
+      nslab vm run -- .venv/bin/nslab doctor
+      nslab vm run -- .venv/bin/nslab topo up pair --delay 20ms --for 10
+
+    The guest sees this machine's files read-only (results go to --out, shared
+    read-write); its kernel has netem, the openvswitch module, VRF, 802.1Q...
+    """
+    import re
+    import shlex
+
+    from . import vm as vmmod
+    from .caps import require_root
+    if not re.fullmatch(r"[0-9]{1,5}[MG]", memory):
+        raise InputError(f"--memory {memory!r}: use e.g. 512M or 2G")
+    require_root("nslab vm run")
+    vmmod.require()
+    out = out or os.path.join(ctx.obj.results, "vm", time.strftime("%Y%m%d-%H%M%S"))
+    os.makedirs(out, exist_ok=True)
+    info = vmmod.describe()
+    click.echo(f"booting {info['kernel']} ({info['accelerator']}); console: {out}", err=True)
+    res = vmmod.run(vmmod.Guest("vm", " ".join(shlex.quote(c) for c in command), os.path.abspath(out),
+                                cpus=cpus, memory=memory, timeout=timeout))
+    click.echo(res.stdout, nl=False)
+    if res.timed_out:
+        raise LabError(f"the guest ran past --timeout {timeout:g} s and was killed "
+                       f"(console: {out}/vm.console.log)")
+    if res.returncode:
+        raise SystemExit(res.returncode)
+
+
 # -- bench ------------------------------------------------------------------------------
 @cli.group()
 def bench() -> None:

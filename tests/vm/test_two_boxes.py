@@ -71,7 +71,10 @@ def test_alias_sweep_runs_across_the_uplink(boxes):
         assert m["receiver_measured_at"].startswith("sender")
         assert m["sockets_at_window_start"] == r["params"]["n"], m
         assert not m["late_start"] and m["sockets_closed_in_window"] == 0, m
-        assert 0 < m["receiver_bps"] <= 100e6 * 1.01  # the Realtek NIC's 100 Mbit/s
+        # The window's payload agrees with what the client itself reports (the
+        # window is inside its run). QEMU's emulated Realtek NIC does not hold
+        # traffic to its nominal 100 Mbit/s (measured: 141 Mbit/s), so no cap.
+        assert 1e6 < m["receiver_bps"] and 0.6 < m["receiver_bps"] / m["clients_sum_bps"] < 1.6, m
 
 
 def test_ethtool_reports_what_the_link_really_negotiated(boxes):
