@@ -1,0 +1,81 @@
+"""What is plugged into nslab, found through entry points (never imported by name).
+
+Groups (in ``setup.py``; a plugin of your own adds lines to its own package):
+
+* ``nslab.studies``: :class:`~nslab.study.Study` subclasses (``nslab run NAME``);
+* ``nslab.topologies``: functions returning a :class:`~nslab.topo.Topology`
+  (``nslab topo up NAME``);
+* ``nslab.commands``: click commands or groups added to the ``nslab`` CLI;
+* ``nslab.extensions``: lab extensions (see :mod:`nslab.extension`).
+
+A plugin that fails to import is reported with its name and the error, never
+skipped in silence.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Dict, List
+
+from .errors import InputError, LabError
+
+
+class PluginError(LabError):
+    """A registered plugin could not be loaded."""
+
+
+def _load(group: str) -> Dict[str, Any]:
+    from importlib.metadata import entry_points
+    out: Dict[str, Any] = {}
+    for ep in sorted(entry_points(group=group), key=lambda e: e.name):
+        try:
+            out[ep.name] = ep.load()
+        except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
+            raise PluginError(f"{group} plugin {ep.name!r} ({ep.value}) failed to load: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def studies() -> Dict[str, Any]:
+    """Registered studies by name (classes)."""
+    found = _load("nslab.studies")
+    for name, cls in found.items():
+        if getattr(cls, "name", name) != name:
+            raise PluginError(f"study entry point {name!r} names a study called {cls.name!r}")
+    return found
+
+
+def study(name: str) -> Any:
+    """The study class called ``name``; an unknown name lists the known ones."""
+    found = studies()
+    if name not in found:
+        raise InputError(f"unknown study {name!r} (registered: {', '.join(found) or 'none'}; "
+                         "or give a study file)")
+    return found[name]
+
+
+@functools.lru_cache(maxsize=None)
+def topologies() -> Dict[str, Callable[..., Any]]:
+    """Registered ready topologies by name."""
+    return _load("nslab.topologies")
+
+
+def topology(name: str) -> Callable[..., Any]:
+    found = topologies()
+    if name not in found:
+        raise InputError(f"unknown topology {name!r} (known: {', '.join(sorted(found))}; "
+                         "or give a .yaml/.py file)")
+    return found[name]
+
+
+def commands() -> List[Any]:
+    """CLI commands contributed by plugins."""
+    return list(_load("nslab.commands").values())
+
+
+def clear() -> None:
+    """Forget what was loaded (tests that register plugins at run time)."""
+    studies.cache_clear()
+    topologies.cache_clear()
+    from . import extension
+    extension.registered.cache_clear()

@@ -1,0 +1,77 @@
+"""Reports are templates over stored files: jinja2 renders Markdown from a
+study's ``templates/`` folder; Python-Markdown turns it into HTML inside one
+page template. Nothing is concatenated by hand, and nothing needs root.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional
+
+import jinja2
+
+_CORE_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
+
+
+def _num(x: Any, digits: int = 0) -> str:
+    """``12,345`` / ``12,345.6``; blank for None."""
+    if x is None:
+        return ""
+    return f"{float(x):,.{digits}f}"
+
+
+def _mbps(bps: Any, digits: int = 1) -> str:
+    return "" if bps is None else f"{float(bps) / 1e6:.{digits}f}"
+
+
+def _pct(x: Any, digits: int = 1, signed: bool = False) -> str:
+    if x is None:
+        return ""
+    return f"{float(x) * 100:{'+' if signed else ''}.{digits}f} %"
+
+
+def environment(template_dir: str) -> jinja2.Environment:
+    """A jinja2 environment for Markdown templates in ``template_dir`` (and the
+    core's shared ones). Markdown is not HTML: no autoescape here; HTML is
+    made by :func:`to_html`, which escapes raw HTML in the Markdown."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader([template_dir, _CORE_TEMPLATES]),
+                             undefined=jinja2.StrictUndefined, trim_blocks=True,
+                             lstrip_blocks=True, keep_trailing_newline=True,
+                             autoescape=False)
+    env.filters.update(num=_num, mbps=_mbps, pct=_pct, cell=_cell)
+    return env
+
+
+def _cell(value: Any) -> str:
+    """A value made safe for one Markdown table cell (no pipe, no line break)."""
+    return str("" if value is None else value).replace("|", "\\|").replace("\n", " ")
+
+
+def render(template_dir: str, name: str, **context: Any) -> str:
+    """Render ``name`` from ``template_dir`` with ``context``."""
+    return environment(template_dir).get_template(name).render(**context)
+
+
+def to_html(markdown_text: str, title: str, base: Optional[str] = None) -> str:
+    """A whole HTML page for Markdown text (tables and code blocks included).
+    Raw HTML inside the Markdown is escaped, not passed through."""
+    import markdown
+    from markupsafe import Markup
+    md = markdown.Markdown(extensions=["tables", "fenced_code", "toc"])
+    md.preprocessors.deregister("html_block")
+    md.inlinePatterns.deregister("html")
+    body = md.convert(markdown_text)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_CORE_TEMPLATES), autoescape=True)
+    return env.get_template("page.html.j2").render(title=title, body=Markup(body), base=base)
+
+
+def write(run_dir: str, name: str, text: str) -> str:
+    path = os.path.join(run_dir, name)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def write_markdown_and_html(run_dir: str, stem: str, markdown_text: str, title: str) -> Dict[str, str]:
+    """``<stem>.md`` and ``<stem>.html`` in ``run_dir``."""
+    return {"md": write(run_dir, f"{stem}.md", markdown_text),
+            "html": write(run_dir, f"{stem}.html", to_html(markdown_text, title))}

@@ -1,0 +1,186 @@
+"""Statistics behind every claim a report makes: an estimate, its interval, and a
+verdict of ``agrees``, ``disagrees`` or ``undecided`` with the reason.
+
+No verdict comes from one sample: with fewer than two values (or an interval
+that straddles the margin) the verdict is ``undecided``. Intervals say how they
+were computed:
+
+* a mean: Student's t interval;
+* a difference or ratio of two means: Welch's t interval for the difference
+  (unequal variances), expressed relative to the reference mean;
+* a proportion: Wilson's score interval (``scipy.stats.binomtest``);
+* "the same": two one-sided tests (TOST) at level alpha, i.e. the (1 - 2 alpha)
+  interval of the relative difference lies inside +-margin.
+
+scipy does the distributions; nothing here is hand-rolled beyond arithmetic.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Optional, Sequence, Tuple
+
+from typing_extensions import Literal
+
+Verdict = Literal["agrees", "disagrees", "undecided"]
+VERDICTS: Tuple[str, ...] = ("agrees", "disagrees", "undecided")
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A confidence interval: ``[low, high]`` at ``level`` by ``method``."""
+
+    low: float
+    high: float
+    level: float
+    method: str
+
+    def contains(self, x: float) -> bool:
+        return self.low <= x <= self.high
+
+    def inside(self, low: float, high: float) -> bool:
+        return low <= self.low and self.high <= high
+
+    def outside(self, low: float, high: float) -> bool:
+        return self.high < low or self.low > high
+
+    def fmt(self, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+        return (f"[{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]{unit} "
+                f"({self.level * 100:.0f} % {self.method})")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate, its interval (None when it cannot be computed, e.g. one
+    sample) and the number of observations behind it."""
+
+    value: float
+    ci: Optional[Interval]
+    n: int
+
+    def fmt(self, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+        text = f"{self.value * scale:.{digits}f}{unit}"
+        if self.ci is None:
+            return f"{text} (n={self.n}: no interval)"
+        return f"{text}, {self.ci.fmt(scale, digits, unit)}, n={self.n}"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Per-point summary over repeats."""
+
+    n: int
+    median: float
+    mean: float
+    stdev: float
+    min: float
+    max: float
+    ci: Optional[Interval]
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: the spread between repeats, relative."""
+        return (self.max - self.min) / self.median if self.median else 0.0
+
+
+def summarize(values: Sequence[float], level: float = 0.95) -> Summary:
+    """Median, mean, stdev, range and the t interval of the mean."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError("no values to summarize")
+    est = mean(vals, level)
+    return Summary(len(vals), statistics.median(vals), est.value,
+                   statistics.stdev(vals) if len(vals) > 1 else 0.0, min(vals), max(vals), est.ci)
+
+
+def mean(values: Sequence[float], level: float = 0.95) -> Estimate:
+    """The mean with Student's t interval (None for one value)."""
+    from scipy import stats
+    vals = [float(v) for v in values]
+    n = len(vals)
+    m = statistics.fmean(vals)
+    if n < 2:
+        return Estimate(m, None, n)
+    sem = statistics.stdev(vals) / math.sqrt(n)
+    if sem == 0:
+        return Estimate(m, Interval(m, m, level, "t, no spread"), n)
+    low, high = stats.t.interval(level, n - 1, loc=m, scale=sem)
+    return Estimate(m, Interval(float(low), float(high), level, "t"), n)
+
+
+def relative_difference(a: Sequence[float], b: Sequence[float],
+                        level: float = 0.95) -> Estimate:
+    """(mean(a) - mean(b)) / mean(b), with Welch's t interval of the difference
+    divided by mean(b). None interval when either side has one value."""
+    from scipy import stats
+    xa, xb = [float(v) for v in a], [float(v) for v in b]
+    ma, mb = statistics.fmean(xa), statistics.fmean(xb)
+    if mb == 0:
+        raise ValueError("relative difference to a zero mean")
+    value = (ma - mb) / mb
+    n = min(len(xa), len(xb))
+    if len(xa) < 2 or len(xb) < 2:
+        return Estimate(value, None, n)
+    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Estimate(value, Interval(value, value, level, "Welch t, no spread"), n)
+    df = (va + vb) ** 2 / ((va ** 2 / (len(xa) - 1) if va else 0) +
+                           (vb ** 2 / (len(xb) - 1) if vb else 0))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return Estimate(value, Interval((ma - mb - half) / mb, (ma - mb + half) / mb, level,
+                                    "Welch t"), n)
+
+
+def proportion(k: int, n: int, level: float = 0.95) -> Estimate:
+    """k of n, with Wilson's score interval."""
+    from scipy import stats
+    if n <= 0:
+        raise ValueError("a proportion of nothing")
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return Estimate(k / n, Interval(float(ci.low), float(ci.high), level, "Wilson"), n)
+
+
+def equivalence(a: Sequence[float], b: Sequence[float], margin: float,
+                alpha: float = 0.05) -> Tuple[Verdict, Estimate]:
+    """Two one-sided tests: are the means of ``a`` and ``b`` within
+    +-``margin`` (relative to ``b``)? ``agrees`` when the (1 - 2 alpha) interval
+    lies inside the margin, ``disagrees`` when it lies wholly outside,
+    ``undecided`` otherwise or with too few values."""
+    est = relative_difference(a, b, level=1 - 2 * alpha)
+    return within(est, -margin, margin), est
+
+
+def within(est: Estimate, low: float, high: float) -> Verdict:
+    """Is the estimated quantity within [low, high]? Decided by its interval."""
+    if est.ci is None:
+        return "undecided"
+    if est.ci.inside(low, high):
+        return "agrees"
+    if est.ci.outside(low, high):
+        return "disagrees"
+    return "undecided"
+
+
+def above(est: Estimate, threshold: float) -> Verdict:
+    """Is the estimated quantity above ``threshold``? Decided by its interval."""
+    if est.ci is None:
+        return "undecided"
+    if est.ci.low > threshold:
+        return "agrees"
+    if est.ci.high < threshold:
+        return "disagrees"
+    return "undecided"
+
+
+def below(est: Estimate, threshold: float) -> Verdict:
+    """Is the estimated quantity below ``threshold``? Decided by its interval."""
+    flipped = {"agrees": "disagrees", "disagrees": "agrees", "undecided": "undecided"}
+    if est.ci is None:
+        return "undecided"
+    if est.ci.high < threshold:
+        return "agrees"
+    if est.ci.low > threshold:
+        return "disagrees"
+    return flipped["undecided"]  # type: ignore[return-value]

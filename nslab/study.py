@@ -1,0 +1,271 @@
+"""Studies as plugins: data plus a runner, driven by one :func:`run_study`.
+
+A study (one folder under ``experiments/``, one entry point in
+``nslab.studies``) declares:
+
+* ``Config``: a typed configuration (:class:`StudyConfig`, pydantic) with named
+  presets (``quick``, ``default``, ``full``) defined once;
+* ``needs(cfg)``: capabilities, checked before anything is built;
+* ``labs(cfg)``: the labs it needs, by key (one per DUT for RFC 2544);
+* ``points(cfg)``: the parameter points, each a dict, with ``lab_key`` saying
+  which lab measures it;
+* ``runner(key, lab, cfg, store)``: an object with ``setup()``,
+  ``measure(point)`` and ``finish()``;
+* ``records``: its typed, versioned record model (:mod:`nslab.records`);
+* ``report(run_dir)``: the report, from stored files only (no root).
+
+:func:`run_study` does the rest for every study: the results directory and
+provenance, resume (points already stored are skipped), progress, labs built
+and torn down, and the report. No study re-implements the sweep.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import (Any, ClassVar, ContextManager, Dict, List, Optional, Protocol, Sequence,
+                    Tuple, Type)
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .errors import InputError
+from .records import RecordSchema
+from .results import ResultStore, point_key
+
+log = logging.getLogger(__name__)
+
+PRESETS = ("quick", "default", "full")
+
+
+class StudyConfig(BaseModel):
+    """Base of every study's configuration: typed fields with defaults (the
+    ``default`` preset), named presets as overrides of them, and the CLI
+    spellings the study's command keeps (``cli_aliases``: option -> field)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    #: preset name -> values that differ from the field defaults
+    presets: ClassVar[Dict[str, Dict[str, Any]]] = {"default": {}}
+    #: extra CLI option names, e.g. {"policy": "policies"}
+    cli_aliases: ClassVar[Dict[str, str]] = {}
+
+    @classmethod
+    def preset(cls, name: str = "default", **overrides: Any) -> "StudyConfig":
+        """The configuration of preset ``name`` with ``overrides`` on top."""
+        if name not in cls.presets:
+            raise InputError(f"unknown preset {name!r} (this study has: "
+                             f"{', '.join(cls.presets)})")
+        data = {**cls.presets[name], **overrides}
+        return cls.parse(data, f"preset {name}")
+
+    @classmethod
+    def parse(cls, data: Dict[str, Any], where: str = "configuration") -> "StudyConfig":
+        """Validate ``data``; errors name the field in one line."""
+        from .topo import explain
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise InputError(explain(exc, (), cls, where)) from None
+
+
+class Runner(Protocol):
+    """What a study's runner does with one lab."""
+
+    def setup(self) -> Dict[str, Any]:
+        """Prepare the lab; return facts for the provenance."""
+
+    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+        """Measure one point: (measurements, raw output paths, one-line summary)."""
+
+    def finish(self) -> None:
+        """Keep what must be kept before the lab goes (e.g. daemon logs)."""
+
+
+@dataclass
+class Claim:
+    """One claim of a study, checked: what the source says, what we measured
+    (with its interval), and the verdict (``agrees``/``disagrees``/``undecided``)
+    with the reason."""
+
+    claim: str
+    measured: str
+    verdict: str
+    why: str
+    source: str = ""
+
+
+@dataclass
+class StudyReport:
+    """What ``Study.report`` wrote: files by kind, the claims, and Markdown
+    for the reproduction's combined report."""
+
+    files: Dict[str, str]
+    claims: List[Claim] = field(default_factory=list)
+    markdown: str = ""
+    figures: List[str] = field(default_factory=list)
+
+
+class Study:
+    """Base class of studies (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    #: which published sources it reproduces (shown in reports)
+    source: ClassVar[str] = ""
+    Config: ClassVar[Type[StudyConfig]] = StudyConfig
+    records: ClassVar[RecordSchema]
+    #: sysctls recorded in the provenance of every lab
+    sysctls: ClassVar[Sequence[str]] = ()
+
+    def needs(self, cfg: Any) -> List[str]:
+        return []
+
+    def labs(self, cfg: Any) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def lab_key(self, cfg: Any, point: Dict[str, Any]) -> str:
+        keys = list(self.labs(cfg))
+        return keys[0]
+
+    def points(self, cfg: Any) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    def session(self, cfg: Any) -> ContextManager[Any]:
+        """Held around the whole run (e.g. a machine-wide lock)."""
+        return contextlib.nullcontext()
+
+    def runner(self, key: str, lab: Any, cfg: Any, store: ResultStore) -> Runner:
+        raise NotImplementedError
+
+    def report(self, run_dir: str) -> StudyReport:
+        raise NotImplementedError
+
+    def describe_point(self, point: Dict[str, Any]) -> str:
+        return " ".join(f"{k}={v}" for k, v in point.items())
+
+
+class Progress:
+    """One line per point on stderr, with a rich progress bar on a terminal:
+    ``[3/39] n=16 repeat=1: 941.2 Mbit/s (~12 s left)``."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.started = time.monotonic()
+        self._bar = None
+        if enabled and total and sys.stderr.isatty():
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
+                                       TextColumn, TimeRemainingColumn)
+            self._bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+            self._task = self._bar.add_task("measuring", total=total)
+            self._bar.start()
+
+    def point(self, desc: str, summary: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
+        line = f"[{self.done}/{self.total}] {desc}: {summary} (~{left:.0f} s left)"
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+            self._bar.advance(self._task)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def open_store(study: Study, cfg: Any, results_root: str, run_id: str,
+               resume: Optional[str] = None) -> Tuple[ResultStore, Any]:
+    """A new run directory, or on resume the existing one with the configuration
+    it was started with (validated again)."""
+    if not resume:
+        return ResultStore(results_root, study.name, run_id), cfg
+    store = ResultStore.open(resume)
+    prov = store.provenance()
+    if prov.get("experiment") not in (None, "", study.name):
+        raise InputError(f"{resume}: a {prov['experiment']} run, not {study.name}")
+    saved = prov.get("config")
+    if not saved:
+        raise InputError(f"{resume}: no saved configuration to resume")
+    return store, study.Config.parse(saved, f"{resume}: saved configuration")
+
+
+def run_study(study: Study, cfg: Any, results_root: str = "results",
+              run_id: Optional[str] = None, resume: Optional[str] = None,
+              progress: bool = True) -> str:
+    """Run ``study`` with ``cfg`` (or resume a run directory); write the report.
+
+    Returns the run directory. Points are appended to the records as soon as
+    they are measured, so an interrupted run keeps them and a resumed one
+    measures only what is missing.
+    """
+    from . import caps
+    from .lab import Lab
+    from .naming import new_run_id
+    from .results import collect_provenance
+    run_id = run_id or new_run_id()
+    store, cfg = open_store(study, cfg, results_root, run_id, resume)
+    store.schema_version = study.records.version
+    caps.require(study.needs(cfg), f"the {study.name} study")
+    plan = study.points(cfg)
+    done = store.done_keys()
+    todo = [p for p in plan if point_key(p) not in done]
+    if len(todo) < len(plan):
+        log.info("resuming %s: %d of %d points already measured", store.path,
+                 len(plan) - len(todo), len(plan))
+    labs = study.labs(cfg)
+    prog = Progress(len(todo), enabled=progress)
+    try:
+        with study.session(cfg):
+            for i, (key, topo) in enumerate(labs.items()):
+                mine = [p for p in todo if study.lab_key(cfg, p) == key]
+                if not mine:
+                    continue
+                lab_id = run_id if i == 0 else new_run_id()
+                with Lab(topo, run_id=lab_id) as lab:
+                    runner = study.runner(key, lab, cfg, store)
+                    info = runner.setup()
+                    _provenance(store, collect_provenance(
+                        lab, sysctls=study.sysctls,
+                        extra={"config": cfg.model_dump(mode="json"),
+                               "study": study.name}), key, info)
+                    try:
+                        for point in mine:
+                            m, raw, summary = runner.measure(point)
+                            store.append(point, m, raw=raw)
+                            prog.point(study.describe_point(point), summary)
+                    finally:
+                        runner.finish()
+    finally:
+        prog.close()
+    study.report(store.path)
+    return store.path
+
+
+def _provenance(store: ResultStore, prov: Dict[str, Any], key: str, info: Dict[str, Any]) -> None:
+    """Write the run's provenance, keeping each lab's setup (and earlier ones on resume)."""
+    old = store.provenance()
+    setups = dict(old.get("setups", {}))
+    setups[key] = info
+    prov["setups"] = setups
+    if old.get("started"):
+        prov.setdefault("first_started", old.get("first_started", old["started"]))
+    store.write_provenance(prov)
+
+
+def results_dir_of(root: str, study: str) -> Optional[str]:
+    """The newest run directory of ``study`` under ``root`` (for reproductions)."""
+    d = os.path.join(root, study)
+    if not os.path.isdir(d):
+        return None
+    runs = sorted(os.path.join(d, x) for x in os.listdir(d)
+                  if os.path.isfile(os.path.join(d, x, "provenance.json")))
+    return runs[-1] if runs else None

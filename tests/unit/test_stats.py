@@ -1,0 +1,72 @@
+"""The statistics behind the verdicts, on textbook values (computed here by hand
+from their closed forms, independently of scipy)."""
+import math
+
+import pytest
+
+from nslab import stats
+
+
+def test_mean_interval_is_students_t():
+    # 1..5: mean 3, s = sqrt(2.5), t(0.975, 4) = 2.7764451 (tables)
+    est = stats.mean([1, 2, 3, 4, 5])
+    half = 2.7764451 * math.sqrt(2.5) / math.sqrt(5)
+    assert est.value == 3 and est.n == 5
+    assert est.ci.low == pytest.approx(3 - half, abs=1e-6)
+    assert est.ci.high == pytest.approx(3 + half, abs=1e-6)
+    assert est.ci.method == "t"
+
+
+def test_one_sample_has_no_interval_and_decides_nothing():
+    est = stats.mean([42.0])
+    assert est.ci is None
+    assert stats.within(est, 0, 100) == "undecided"
+    assert stats.above(est, 0) == "undecided"
+    assert "no interval" in est.fmt()
+
+
+def test_wilson_interval_matches_its_closed_form():
+    k, n, z = 7, 50, 1.959963984540054
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    est = stats.proportion(k, n)
+    assert est.value == pytest.approx(0.14)
+    assert est.ci.low == pytest.approx(centre - half, abs=1e-9)
+    assert est.ci.high == pytest.approx(centre + half, abs=1e-9)
+    # all n of n: the interval still reaches below 1 (never certainty from a count)
+    assert stats.proportion(10, 10).ci.low == pytest.approx(0.7224672, abs=1e-6)
+
+
+def test_welch_interval_of_a_relative_difference():
+    a, b = [10.0, 12.0, 11.0, 13.0], [20.0, 21.0, 19.0, 20.0]
+    ma, mb = 11.5, 20.0
+    va, vb = (5 / 3) / 4, (2 / 3) / 4
+    df = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 3)
+    from scipy.stats import t
+    half = t.ppf(0.975, df) * math.sqrt(va + vb)
+    est = stats.relative_difference(a, b)
+    assert est.value == pytest.approx((ma - mb) / mb)
+    assert est.ci.low == pytest.approx((ma - mb - half) / mb)
+    assert est.ci.high == pytest.approx((ma - mb + half) / mb)
+    assert stats.below(est, 0) == "agrees" and stats.above(est, 0) == "disagrees"
+
+
+@pytest.mark.parametrize("a, b, margin, verdict", [
+    ([100, 101, 99, 100], [100, 100.5, 99.5, 100], 0.05, "agrees"),      # same, tight
+    ([120, 121, 119, 120], [100, 100.5, 99.5, 100], 0.05, "disagrees"),  # 20 % apart, tight
+    ([90, 110, 100], [100, 80, 120], 0.05, "undecided"),                # too noisy to tell
+    ([100], [100], 0.05, "undecided"),                                  # one sample each
+])
+def test_equivalence_by_two_one_sided_tests(a, b, margin, verdict):
+    got, est = stats.equivalence(a, b, margin)
+    assert got == verdict, est
+    assert est.ci is None or est.ci.level == pytest.approx(0.90)
+
+
+def test_summary_and_spread():
+    s = stats.summarize([950, 955, 960])
+    assert (s.n, s.median, s.min, s.max) == (3, 955, 950, 960)
+    assert s.spread == pytest.approx(10 / 955)
+    with pytest.raises(ValueError):
+        stats.summarize([])
