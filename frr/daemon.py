@@ -113,8 +113,8 @@ class Daemon:
 
     def start(self) -> None:
         log_path = os.path.join(self.dir, f"{self.NAME}.stdout")
-        out = open(log_path, "w")
-        self.process = self.node.popen(self.argv(), stdout=out, stderr=out, name=self.NAME)
+        with open(log_path, "w") as out:  # the daemon keeps its own copy of the descriptor
+            self.process = self.node.popen(self.argv(), stdout=out, stderr=out, name=self.NAME)
 
     def stop(self) -> None:
         """Stop by pid file (falls back to our child process), before the namespace goes."""

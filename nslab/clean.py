@@ -19,7 +19,7 @@ from typing import Callable, Dict, List, Optional
 
 from . import statefile
 from .naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR
-from .proc import kill_pids, pids_with_tag, process_start_time, run
+from .proc import kill_pids, pids_with_tag, process_name, process_start_time, run
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class Inventory:
         out += [f"interface {i}" for i in self.interfaces]
         for name, objs in self.extra.items():
             out += [exts[name].describe(o) if name in exts else f"{name} {o}" for o in objs]
-        out += [f"process {p} ({_comm(p)})" for p in self.pids]
+        out += [f"process {p} ({process_name(p)})" for p in self.pids]
         for restore in (self.journal or {}).get("restore", []):
             out.append(f"restore {restore.get('what', '?')}")
         if self.journal is not None:
@@ -93,14 +93,6 @@ def write_journal(run_id: str, data: dict) -> None:
 def remove_journal(run_id: str) -> None:
     """Remove the journal and any half-renamed copy of it."""
     statefile.remove(journal_path(run_id))
-
-
-def _comm(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().strip()
-    except OSError:
-        return "?"
 
 
 def run_is_live(journal: Optional[dict]) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 SocketKey = Tuple[str, str]
 
@@ -128,6 +128,37 @@ def link_stats(ifnames: Optional[List[str]] = None) -> Dict[str, Dict[str, int]]
             stats = link.get_attr("IFLA_STATS64") or {}
             out[name] = {k: int(v) for k, v in dict(stats).items()}
     return out
+
+
+def node_link_stats(node: "Any", intf: str) -> Dict[str, int]:
+    """Packet counters of ``intf`` inside a lab node (``ip -s -j link`` in its namespace)."""
+    import json
+    data = json.loads(node.run(["ip", "-s", "-j", "link", "show", "dev", intf]).stdout)[0]
+    st = data["stats64"]
+    return {"rx_packets": st["rx"]["packets"], "rx_dropped": st["rx"]["dropped"],
+            "tx_packets": st["tx"]["packets"], "tx_dropped": st["tx"]["dropped"]}
+
+
+def qdisc_drops(node: "Any", intf: str) -> int:
+    """Drops of the root qdisc of ``intf`` inside a lab node."""
+    import json
+    data = json.loads(node.run(["tc", "-s", "-j", "qdisc", "show", "dev", intf]).stdout or "[]")
+    return sum(q.get("drops", 0) for q in data if q.get("root"))
+
+
+def softnet_drops() -> List[int]:
+    """Per CPU, packets the input queue (backlog) dropped since boot."""
+    with open("/proc/net/softnet_stat") as f:
+        return [int(line.split()[1], 16) for line in f]
+
+
+def backlog_limit() -> Optional[int]:
+    """net.core.netdev_max_backlog: a CPU's input queue, which a burst fills."""
+    try:
+        with open("/proc/sys/net/core/netdev_max_backlog") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
 
 
 def cpu_times() -> List[Tuple[int, int]]:

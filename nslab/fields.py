@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional, TypeVar, Union
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field,
                       PlainSerializer, StrictBool, StrictInt, WithJsonSchema,
@@ -223,6 +223,33 @@ Delay = Annotated[float, BeforeValidator(_delay),
                                             {"type": "string"}],
                                   "description": "ms, or a time with a unit (5ms, 200us)"})]
 Percent = Annotated[float, BeforeValidator(_number), Field(ge=0, le=100)]
+
+
+def _rate_text(value: str) -> str:
+    if value.lower() != "none":
+        _rate(value)
+    return value
+
+
+#: A rate kept as written (``1Gbit``), or ``none`` for unshaped: a study
+#: configuration field, stored as the user gave it.
+RateText = Annotated[str, AfterValidator(_rate_text)]
+
+
+def _unique(value: List[Any]) -> List[Any]:
+    if not value:
+        raise ValueError("empty list")
+    seen = set()
+    for item in value:
+        if item in seen:
+            raise ValueError(f"{item!r} is listed twice")
+        seen.add(item)
+    return value
+
+
+T = TypeVar("T")
+#: A non-empty list without repeats (e.g. the points of a sweep).
+UniqueList = Annotated[List[T], AfterValidator(_unique)]
 Mtu = Annotated[StrictInt, Field(ge=68, le=65535)]
 QueueLimit = Annotated[StrictInt, Field(ge=1, le=10_000_000)]
 Bytes = Annotated[StrictInt, Field(ge=1, le=2 ** 31 - 1)]

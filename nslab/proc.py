@@ -193,45 +193,55 @@ def kill_pids(pids: Sequence[int], grace: float = 1.0) -> None:
         pids = live
 
 
-def process_start_time(pid: int) -> Optional[int]:
-    """The process's start time (clock ticks since boot), or None if it is gone.
+def process_start_time(pid: int) -> Optional[float]:
+    """The process's start time (seconds since the epoch, psutil's ``create_time``),
+    or None if it is gone.
 
     A pid together with its start time names one process for good: a pid
     reused by a later process has another start time.
     """
+    import psutil
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
         return None
+
+
+def boot_clock() -> float:
+    """Now, on the clock of :func:`process_start_time` (boot time plus time since
+    boot), so that "started after this instant" compares like with like."""
+    import psutil
+    return psutil.boot_time() + time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+def process_name(pid: int) -> str:
+    """The process's command name, or ``?`` if it is gone."""
+    import psutil
+    try:
+        return psutil.Process(pid).name()
+    except (psutil.Error, OSError):
+        return "?"
 
 
 def pid_running(pid: int) -> bool:
     """True if ``pid`` runs (a zombie, finished but not reaped, does not count)."""
+    import psutil
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, OSError):
         return False
 
 
 def pids_with_tag(run_id: Optional[str] = None) -> Dict[int, str]:
     """PIDs whose environment carries ``NSLAB_RUN`` (any run, or ``run_id``)."""
+    import psutil
     found: Dict[int, str] = {}
     me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+    for proc in psutil.process_iter(["environ"]):
+        if proc.pid == me:
             continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        for item in env:
-            if item.startswith(TAG_ENV.encode() + b"="):
-                rid = item.split(b"=", 1)[1].decode(errors="replace")
-                if run_id is None or rid == run_id:
-                    found[int(entry)] = rid
-                break
+        env = proc.info.get("environ") or {}  # None: gone or not readable
+        rid = env.get(TAG_ENV)
+        if rid is not None and (run_id is None or rid == run_id):
+            found[proc.pid] = rid
     return found

@@ -1,28 +1,25 @@
-"""The studies' published reference numbers, stored as data in ``results/published``."""
+"""The studies' published reference numbers, stored as data in ``results/published``
+and shipped as package data (``nslab/published_data`` points there)."""
 from __future__ import annotations
 
 import json
 import os
+from importlib import resources
 from typing import Any, Dict
 
 from .errors import InputError
 
-#: Repository copy first; an installed copy can point elsewhere with NSLAB_PUBLISHED.
-_DEFAULT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "results", "published")
-
-
-def published_dir() -> str:
-    return os.environ.get("NSLAB_PUBLISHED", _DEFAULT)
-
 
 def load_published(study: str) -> Dict[str, Any]:
-    """Load ``results/published/<study>.json``."""
-    path = os.path.join(published_dir(), f"{study}.json")
+    """Load the published numbers of ``study`` (``results/published/<study>.json``);
+    ``NSLAB_PUBLISHED`` points at another directory."""
+    override = os.environ.get("NSLAB_PUBLISHED")
     try:
-        with open(path) as f:
-            return json.load(f)
-    except OSError as exc:
-        raise InputError(f"published data for {study!r} not found at {path}: {exc.strerror}") from None
+        if override:
+            with open(os.path.join(override, f"{study}.json")) as f:
+                return json.load(f)
+        return json.loads((resources.files("nslab") / "published_data" / f"{study}.json").read_text())
+    except (OSError, FileNotFoundError) as exc:
+        raise InputError(f"published data for {study!r} not found: {exc}") from None
     except ValueError as exc:
-        raise InputError(f"{path}: not valid JSON: {exc}") from None
+        raise InputError(f"published data for {study!r}: not valid JSON: {exc}") from None

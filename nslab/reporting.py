@@ -5,9 +5,56 @@ page template. Nothing is concatenated by hand, and nothing needs root.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 import jinja2
+
+@dataclass
+class Claim:
+    """One claim of a study, checked: what the source says, what we measured
+    (with its interval), and the verdict (``agrees``/``disagrees``/``undecided``)
+    with the reason."""
+
+    claim: str
+    measured: str
+    verdict: str
+    why: str
+    source: str = ""
+
+
+@dataclass
+class StudyReport:
+    """What ``Study.report`` wrote: files by kind, the claims, and Markdown
+    for the reproduction's combined report."""
+
+    files: Dict[str, str]
+    claims: List[Claim] = field(default_factory=list)
+    markdown: str = ""
+    figures: List[str] = field(default_factory=list)
+
+
+@dataclass
+class StoredRun:
+    """A run directory as a report reads it: typed records, provenance, the
+    configuration it ran with, and the published numbers it is compared with."""
+
+    path: str
+    records: List[Any]
+    prov: Dict[str, Any]
+    cfg: Dict[str, Any]
+    published: Dict[str, Any]
+
+
+def load_run(run_dir: str, schema: Any, study: str) -> StoredRun:
+    """Read ``run_dir`` through ``schema`` (a :class:`~nslab.records.RecordSchema`);
+    ``study`` names the published reference data to compare with."""
+    from .published import load_published
+    from .results import ResultStore
+    prov = ResultStore.open(run_dir).provenance()
+    return StoredRun(run_dir, schema.load(run_dir), prov, prov.get("config", {}),
+                     load_published(study))
+
 
 _CORE_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 

@@ -43,6 +43,8 @@ class ResultStore:
         self.path = path or os.path.join(root, experiment, run_id)
         self.experiment = experiment
         self.run_id = run_id
+        #: the schema version new records are written with (the study's)
+        self.schema_version = SCHEMA_VERSION
         os.makedirs(self.raw_dir, exist_ok=True)
 
     @classmethod
@@ -71,11 +73,17 @@ class ResultStore:
         return os.path.relpath(path, self.path)
 
     def write_provenance(self, prov: Dict[str, Any]) -> None:
-        prov = dict(prov, schema_version=SCHEMA_VERSION, experiment=self.experiment,
+        """Write ``provenance.json``; a resumed run keeps the start times of its
+        earlier sessions in ``sessions``."""
+        prov = dict(prov, schema_version=self.schema_version, experiment=self.experiment,
                     run_id=self.run_id)
         old = self.provenance()
-        if old:  # resumed: keep the history of sessions
-            prov["sessions"] = old.get("sessions", []) + [old.get("started")]
+        sessions = list(old.get("sessions", []))
+        if old.get("started") and old.get("started") != prov.get("started") \
+                and old.get("started") not in sessions:
+            sessions.append(old["started"])
+        if sessions:
+            prov["sessions"] = sessions
         with open(os.path.join(self.path, PROVENANCE), "w") as f:
             json.dump(prov, f, indent=1, sort_keys=True, default=str)
 
@@ -89,7 +97,7 @@ class ResultStore:
     def append(self, params: Dict[str, Any], measurements: Dict[str, Any],
                raw: Iterable[str] = (), kind: str = "point", **extra: Any) -> Dict[str, Any]:
         """Append one record and flush it to disk."""
-        rec = {"schema_version": SCHEMA_VERSION, "experiment": self.experiment,
+        rec = {"schema_version": self.schema_version, "experiment": self.experiment,
                "run_id": self.run_id, "kind": kind, "time": time.time(),
                "params": params, "measurements": measurements,
                "raw": [self.rel(p) if os.path.isabs(p) else p for p in raw]}
@@ -119,9 +127,6 @@ def iter_records(path: str, kind: Optional[str] = None) -> Iterator[Dict[str, An
                 rec = json.loads(line)
             except ValueError:
                 continue
-            if rec.get("schema_version", 0) > SCHEMA_VERSION:
-                raise InputError(f"{path}: schema version {rec['schema_version']} is newer than "
-                                 f"this nslab understands ({SCHEMA_VERSION})")
             if kind is None or rec.get("kind") == kind:
                 yield rec
 

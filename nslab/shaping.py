@@ -207,3 +207,14 @@ def frame_rate(link_bps: float, frame_size: int, overhead: int = 20) -> float:
     E.g. 64-byte frames at 100 Mbit/s: 148,810 fps.
     """
     return link_bps / ((frame_size + overhead) * 8)
+
+
+def goodput_ceiling(rate_bps: float, mss: int = 1448, framing: bool = False) -> float:
+    """Most TCP payload a link of ``rate_bps`` carries in full-size segments.
+
+    Per segment: TCP header with timestamps (32) + IP (20) + Ethernet (14), plus
+    24 bytes of preamble, gap and FCS when framing is modelled. E.g. 1 Gbit/s:
+    956 Mbit/s, or 941 with framing (what real GbE gives TCP).
+    """
+    wire = mss + 32 + 20 + 14 + (24 if framing else 0)
+    return rate_bps * mss / wire

@@ -23,9 +23,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import (Any, ClassVar, ContextManager, Dict, List, Optional, Protocol, Sequence,
                     Tuple, Type)
 
@@ -33,11 +33,42 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import InputError
 from .records import RecordSchema
+from .reporting import Claim, StudyReport
 from .results import ResultStore, point_key
+
+__all__ = ["Claim", "ConfigError", "PRESETS", "Progress", "Runner", "Study", "StudyConfig",
+           "StudyReport", "expand", "open_store", "results_dir_of", "run_study"]
 
 log = logging.getLogger(__name__)
 
 PRESETS = ("quick", "default", "full")
+
+
+def expand(grid: Dict[str, Sequence[Any]], repeat: int, shuffle_seed: Optional[int] = 0
+           ) -> List[Dict[str, Any]]:
+    """All combinations of ``grid`` for repeats 0..repeat-1; order shuffled within
+    each repeat after the first (seeded, so a resumed sweep sees the same order)."""
+    combos: List[Dict[str, Any]] = [{}]
+    for k in grid:
+        combos = [dict(c, **{k: v}) for c in combos for v in grid[k]]
+    points = []
+    rng = random.Random(shuffle_seed)
+    for rep in range(repeat):
+        batch = [dict(c, repeat=rep) for c in combos]
+        if rep > 0 and shuffle_seed is not None:
+            rng.shuffle(batch)
+        points.extend(batch)
+    return points
+
+
+class ConfigError(InputError):
+    """A study configuration that does not validate: the message, and the field's
+    location, offending value and reason (for a command line to name its option)."""
+
+    def __init__(self, message: str, loc: Tuple[Any, ...] = (), value: Any = None,
+                 reason: str = "") -> None:
+        super().__init__(message)
+        self.loc, self.value, self.reason = loc, value, reason
 
 
 class StudyConfig(BaseModel):
@@ -59,16 +90,21 @@ class StudyConfig(BaseModel):
             raise InputError(f"unknown preset {name!r} (this study has: "
                              f"{', '.join(cls.presets)})")
         data = {**cls.presets[name], **overrides}
-        return cls.parse(data, f"preset {name}")
+        return cls.parse(data)
 
     @classmethod
-    def parse(cls, data: Dict[str, Any], where: str = "configuration") -> "StudyConfig":
-        """Validate ``data``; errors name the field in one line."""
-        from .topo import explain
+    def parse(cls, data: Dict[str, Any], where: str = "") -> "StudyConfig":
+        """Validate ``data``; errors name the field in one line (after ``where``)."""
+        from .topo import explain, loc_path
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise InputError(explain(exc, (), cls, where)) from None
+            msg = explain(exc, (), cls)
+            err = exc.errors(include_url=False)[0]
+            raise ConfigError(f"{where}: {msg}" if where else msg,
+                              loc_path(tuple(err.get("loc", ()))), err.get("input"),
+                              str(err.get("msg", "invalid")).removeprefix("Value error, ")
+                              ) from None
 
 
 class Runner(Protocol):
@@ -84,35 +120,13 @@ class Runner(Protocol):
         """Keep what must be kept before the lab goes (e.g. daemon logs)."""
 
 
-@dataclass
-class Claim:
-    """One claim of a study, checked: what the source says, what we measured
-    (with its interval), and the verdict (``agrees``/``disagrees``/``undecided``)
-    with the reason."""
-
-    claim: str
-    measured: str
-    verdict: str
-    why: str
-    source: str = ""
-
-
-@dataclass
-class StudyReport:
-    """What ``Study.report`` wrote: files by kind, the claims, and Markdown
-    for the reproduction's combined report."""
-
-    files: Dict[str, str]
-    claims: List[Claim] = field(default_factory=list)
-    markdown: str = ""
-    figures: List[str] = field(default_factory=list)
-
-
 class Study:
     """Base class of studies (see the module docstring)."""
 
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""
+    #: where it comes in ``nslab reproduce`` and its report
+    order: ClassVar[int] = 100
     #: which published sources it reproduces (shown in reports)
     source: ClassVar[str] = ""
     Config: ClassVar[Type[StudyConfig]] = StudyConfig
@@ -142,6 +156,10 @@ class Study:
 
     def report(self, run_dir: str) -> StudyReport:
         raise NotImplementedError
+
+    def note(self, cfg: Any) -> Optional[str]:
+        """Something the user should know before the run starts (printed on stderr)."""
+        return None
 
     def describe_point(self, point: Dict[str, Any]) -> str:
         return " ".join(f"{k}={v}" for k, v in point.items())
@@ -222,6 +240,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
         log.info("resuming %s: %d of %d points already measured", store.path,
                  len(plan) - len(todo), len(plan))
     labs = study.labs(cfg)
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     prog = Progress(len(todo), enabled=progress)
     try:
         with study.session(cfg):
@@ -235,7 +254,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                     info = runner.setup()
                     _provenance(store, collect_provenance(
                         lab, sysctls=study.sysctls,
-                        extra={"config": cfg.model_dump(mode="json"),
+                        extra={"config": cfg.model_dump(mode="json"), "started": started,
                                "study": study.name}), key, info)
                     try:
                         for point in mine:
@@ -256,8 +275,6 @@ def _provenance(store: ResultStore, prov: Dict[str, Any], key: str, info: Dict[s
     setups = dict(old.get("setups", {}))
     setups[key] = info
     prov["setups"] = setups
-    if old.get("started"):
-        prov.setdefault("first_started", old.get("first_started", old["started"]))
     store.write_provenance(prov)
 
 

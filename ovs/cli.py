@@ -216,8 +216,3 @@ def _mismatch(state: dict, speed: Optional[int], duplex: Optional[str]) -> list:
     if duplex and state.get("duplex") and state["duplex"].lower() != duplex:
         out.append(f"duplex {state['duplex']}")
     return out
-
-
-def register(cli: click.Group) -> None:
-    cli.add_command(ovs_group)
-    cli.add_command(ethtool_cmd)

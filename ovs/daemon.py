@@ -26,12 +26,14 @@ log = logging.getLogger(__name__)
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 _MARK = os.path.join(STATE_DIR, "ovs-started")
+#: the clock of the start mark's process start times (psutil's create_time)
+CLOCK = "psutil-create-time"
 PIDFILES = {"ovsdb-server": "/var/run/openvswitch/ovsdb-server.pid",
             "ovs-vswitchd": "/var/run/openvswitch/ovs-vswitchd.pid"}
 
 
-def _daemon(name: str) -> Optional[Tuple[int, int]]:
-    """(pid, start time in clock ticks since boot) of a running OVS daemon, or None."""
+def _daemon(name: str) -> Optional[Tuple[int, float]]:
+    """(pid, start time) of a running OVS daemon, or None."""
     from nslab.proc import process_start_time
     try:
         with open(PIDFILES[name]) as f:
@@ -42,13 +44,8 @@ def _daemon(name: str) -> Optional[Tuple[int, int]]:
     return (pid, start) if start is not None else None
 
 
-def _running() -> Dict[str, Tuple[int, int]]:
+def _running() -> Dict[str, Tuple[int, float]]:
     return {n: d for n in PIDFILES if (d := _daemon(n)) is not None}
-
-
-def _now_ticks() -> int:
-    with open("/proc/uptime") as f:
-        return int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
 
 
 def datapath_type() -> str:
@@ -70,12 +67,14 @@ def ensure_running() -> bool:
         return False
     if not os.path.exists(OVS_CTL):
         raise CapabilityError(f"{OVS_CTL} is missing (apt install openvswitch-switch)")
-    from nslab.proc import process_start_time
+    from nslab.proc import boot_clock, process_start_time
     log.info("starting ovsdb-server and ovs-vswitchd (ovs-ctl --no-monitor start)")
     before = _running()  # a half-up set (ovsdb-server alone), e.g. after a crash
     owned = not before or started_by_nslab()
-    mark: dict = {"started_at": time.time(),
-                  "since": min(d[1] for d in before.values()) if before else _now_ticks()}
+    # "since": daemons started after this instant are ours (a hair early, for the
+    # 10 ms resolution of process start times).
+    mark: dict = {"clock": CLOCK, "started_at": time.time(),
+                  "since": min(d[1] for d in before.values()) if before else boot_clock() - 0.02}
     if owned:
         statefile.write(_MARK, mark)
     else:
@@ -123,8 +122,8 @@ def started_by_nslab(wait: float = 0.0) -> bool:
     """
     from nslab.proc import process_start_time
     mark = statefile.read(_MARK)
-    if mark is None:
-        return False
+    if mark is None or mark.get("clock") != CLOCK:
+        return False  # none, or written by an older nslab on another clock: not provably ours
     ctl = mark.get("ctl")
     deadline = time.monotonic() + wait
     while (ctl and pid_running(ctl[0]) and process_start_time(ctl[0]) == ctl[1]
@@ -136,7 +135,7 @@ def started_by_nslab(wait: float = 0.0) -> bool:
     if mark.get("daemons"):
         return all(mark["daemons"].get(n) == list(d) for n, d in running.items())
     since = mark.get("since")
-    return isinstance(since, int) and all(d[1] >= since for d in running.values())
+    return isinstance(since, (int, float)) and all(d[1] >= since for d in running.values())
 
 
 def release(active_users: List[str]) -> bool:

@@ -8,7 +8,6 @@ from typing import Any
 from nslab.errors import InputError
 from nslab.topo import Topology
 
-from . import register
 
 SERVER_IP = "192.168.1.1/16"
 CLIENT_IP = "192.168.1.2/16"
@@ -46,6 +45,3 @@ def alias_client_uplink(uplink: str, force: bool = False, bw: Any = "1Gbit",
     shaping = {} if str(bw).lower() == "none" else {"bw": bw, "framing": framing}
     t.add_link("cl", "s1", {"ip": CLIENT_IP, "intf": "eth1"}, None, **shaping)
     return t.validate()
-
-
-register("alias_pair", alias_pair)

@@ -18,7 +18,6 @@ from typing import Any, Dict, Optional
 from nslab.errors import InputError
 from nslab.topo import Topology
 
-from . import register
 
 SPINE_ASN = 65000
 MAX_SPINES = 16
@@ -88,6 +87,3 @@ def expected_routes(t: Topology) -> Dict[str, Dict[str, int]]:
     leaves = [n for n, node in t.nodes.items() if node.bgp and n not in spines]
     nets = {n: [str(p) for p in t.nodes[n].bgp.networks] for n in leaves}
     return {n: {p: len(spines) for m in leaves if m != n for p in nets[m]} for n in leaves}
-
-
-register("clos", clos)

@@ -13,7 +13,6 @@ from typing import Any, Dict, Tuple
 from nslab.errors import InputError
 from nslab.topo import Topology
 
-from . import register
 
 DUTS = ("bridge", "router", "ovs")
 #: An IPv4-only test bed: IPv6 neighbour discovery and MLD frames would be
@@ -50,6 +49,3 @@ def roles(dut: str) -> Tuple[str, str]:
     if dut == "router":
         return "192.168.2.10", "dut-eth0"
     return "192.168.1.20", "dut-eth1"
-
-
-register("rfc2544", dut_chain)

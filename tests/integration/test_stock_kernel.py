@@ -86,7 +86,7 @@ def test_netem_jitter_spreads_the_delay(make_lab):
 def test_netem_loss_count_falls_in_the_binomial_interval(make_lab):
     from scipy.stats import binom
 
-    from nslab.experiments.rfc2544 import pktgen_path
+    from nslab.pktgen import pktgen_path
     lab = make_lab(pair(loss=10))
     lab.static_arp()
     pg = pktgen_path()

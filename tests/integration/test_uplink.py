@@ -190,7 +190,8 @@ def test_run_alias_across_the_uplink_measures_at_the_sender(stand_in_nic, tmp_pa
         assert not m["invalid"], m["invalid"]
         assert m["receiver_bps"] > 50e6 and m["sockets_at_window_start"] == r["params"]["n"]
     prov = json.load(open(run / "provenance.json"))
-    assert prov["uplink"]["iface"] == NIC and "speed" in prov["uplink"]["ethtool"]
+    uplink = prov["setups"]["client"]["uplink"]
+    assert uplink["iface"] == NIC and "speed" in uplink["ethtool"]
     assert nic_state() == before
 
 

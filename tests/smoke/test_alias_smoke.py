@@ -38,8 +38,8 @@ def test_alias_sweep_end_to_end(tmp_path):
         assert m["clients_finished"] >= 1 and not m["late_start"]
         assert os.path.exists(os.path.join(run_dir, r["raw"][0]))
     prov = json.load(open(os.path.join(run_dir, "provenance.json")))
-    assert prov["n_aliases"] == 8 and prov["config"]["aliases"] == [1, 8]
-    for f in ("table.md", "comparison.md", "alias.png", "alias.svg"):
+    assert prov["setups"]["pair"]["n_aliases"] == 8 and prov["config"]["aliases"] == [1, 8]
+    for f in ("report.md", "report.html", "alias.png", "alias.svg"):
         assert os.path.getsize(os.path.join(run_dir, f)) > 0
 
 

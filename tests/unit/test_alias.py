@@ -5,11 +5,13 @@ import shutil
 import pytest
 
 from nslab.errors import InputError
-from nslab.experiments.alias import (AliasConfig, alias_addresses, alias_batch, goodput_ceiling,
-                                     points, window_payload)
-from nslab.experiments.alias_report import format_table, rise, summarize, write_report
+from nslab.experiments.alias.config import AliasConfig
+from nslab.experiments.alias.model import alias_addresses, alias_batch, rise, window_payload
+from nslab.experiments.alias.records import SCHEMA
+from nslab.experiments.alias.report import summarize, write_report
+from nslab.experiments.alias.study import AliasStudy
 from nslab.published import load_published
-from nslab.results import ResultStore
+from nslab.shaping import goodput_ceiling
 from tests.conftest import data
 
 
@@ -33,23 +35,36 @@ def test_bad_templates_and_counts(template, n, message):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"aliases": [1, 2, 2]}, "duplicate N 2"),
-    ({"aliases": [0, 1]}, "N must be >= 1"),
+    ({"aliases": [1, 2, 2]}, "aliases: 2 is listed twice"),
+    ({"aliases": [0, 1]}, "aliases.0: Input should be greater than or equal to 1"),
     ({"aliases": [1, 255]}, "not a usable host"),
-    ({"duration": 0}, "must be positive"),
-    ({"duration": -3}, "must be positive"),
-    ({"modes": ("alias", "magic")}, "unknown variant 'magic'"),
+    ({"duration": 0}, "duration: Input should be greater than or equal to 2"),
+    ({"modes": ["alias", "magic"]}, "modes.1: 'magic' is not one of"),
     ({"addr_template": "192.168.2.x"}, "exactly one %d"),
-    ({"switch": "hub"}, "unknown --switch"),
-    ({"repeat": 0}, "--repeat"),
+    ({"switch": "hub"}, "switch: 'hub' is not one of"),
+    ({"repeat": 0}, "repeat: Input should be greater than or equal to 1"),
+    ({"cc": "bbr; x"}, "not a congestion control name"),
+    ({"uplink": "eth0\nx"}, "not a valid interface name"),
+    ({"colour": "red"}, "unknown key 'colour'"),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(InputError, match=message):
-        AliasConfig(**kwargs).validate()
+        AliasConfig.parse(kwargs)
+
+
+def test_presets_are_defined_once_and_options_override_them():
+    quick = AliasConfig.preset("quick")
+    assert quick.aliases == [1, 16, 254] and quick.repeat == 1 and quick.modes == ["alias", "parallel"]
+    assert AliasConfig.preset("default").modes == ["alias"]  # `nslab run alias` as documented
+    assert AliasConfig.preset("full").modes == ["alias", "parallel"]  # reproduce --full
+    assert AliasConfig.preset("quick", duration=5).duration == 5
+    with pytest.raises(InputError, match="unknown preset 'fast'"):
+        AliasConfig.preset("fast")
 
 
 def test_points_cover_the_grid_with_repeats_shuffled_but_reproducible():
-    cfg = AliasConfig(aliases=[1, 16, 254], repeat=3, modes=("alias", "parallel"))
+    cfg = AliasConfig(aliases=[1, 16, 254], repeat=3, modes=["alias", "parallel"])
+    points = AliasStudy().points
     pts = points(cfg)
     assert len(pts) == 3 * 2 * 3
     assert pts[:6] == [{"mode": m, "n": n, "repeat": 0} for m in ("alias", "parallel")
@@ -101,39 +116,34 @@ def test_goodput_ceiling():
 
 
 def test_rise_compares_the_small_n_plateau_with_the_largest_n():
-    post2 = {int(k): v for k, v in load_published("alias")["series"][1]["points"].items()}
-    assert rise(post2) == pytest.approx((990832 - 920909) / 920909, rel=0.01)
-    assert rise({1: 1.0, 16: 1.0}) is None
+    assert rise({1: 100.0, 8: 102.0, 16: 98.0, 254: 110.0}) == pytest.approx(0.10)
+    assert rise({1: 1.0, 16: 1.0}) is None  # no N above the plateau
 
 
-def test_table_has_the_posts_format():
-    text = format_table([("x", {1: 615216.4, 254: 670788})], [1, 2, 254])
-    assert text.splitlines()[0] == "| # of alias | 1 | 2 | 254 |"
-    assert text.splitlines()[2] == "| *Kbits/sec* (x) | 615,216 |  | 670,788 |"
-
-
-def test_report_redraws_from_a_stored_run_without_root(tmp_path):
+def test_report_redraws_from_a_stored_run_in_the_posts_format(tmp_path):
     run = tmp_path / "alias" / "nlc945"
     shutil.copytree(data("alias_run"), run)
-    paths = write_report(str(run))
-    for key in ("table", "comparison", "plot_png", "plot_svg"):
-        assert os.path.getsize(paths[key]) > 0
-    table = open(paths["table"]).read()
-    assert "published: post 2" in table and "alias: receiver window" in table
-    comparison = open(paths["comparison"]).read()
-    assert "from N<=16 to N=254" in comparison
-    summary = summarize(ResultStore.open(str(run)).records())
-    # In the captured run the posts' method overstates N=254 relative to the receiver.
+    rep = write_report(str(run))
+    for key in ("md", "html", "plot_png", "plot_svg"):
+        assert os.path.getsize(rep.files[key]) > 0
+    text = open(rep.files["md"]).read()
+    lines = text.splitlines()
+    header = next(l for l in lines if l.startswith("| # of alias |"))
+    assert header == "| # of alias | 1 | 2 | 4 | 8 | 16 | 32 | 64 | 96 | 128 | 160 | 192 | 224 | 254 |"
+    post1 = next(l for l in lines if "published: post 1" in l)
+    first = load_published("alias")["series"][0]["points"]["1"]
+    assert post1.split("|")[2].strip() == f"{first:,.0f}"  # the published value, in Kbits/sec
+    ours = next(l for l in lines if "alias: receiver window" in l)
+    recs = SCHEMA.load(str(run))
+    n1 = next(r for r in recs if r.params.n == 1 and r.params.mode == "alias")
+    assert ours.split("|")[2].strip() == f"{n1.measurements.receiver_bps / 1e3:,.0f}"
+    assert "from N<=16 to N=254" in text
+    # v1 records (before the fidelity checks) load, and say they were not checked
+    assert all(r.measurements.invalid is None for r in recs) and "not checked" in text
+    summary = summarize(recs)
     assert summary[("alias", "clients_sum_bps")][254]["median"] > \
         summary[("alias", "receiver_bps")][254]["median"]
-
-
-def test_published_alias_data_is_complete():
-    pub = load_published("alias")
-    assert [s["id"] for s in pub["series"]] == ["post1", "post2_tcp", "post2_nodelay"]
-    for s in pub["series"]:
-        assert sorted(int(k) for k in s["points"]) == [1, 2, 4, 8, 16, 32, 64, 96, 128, 160,
-                                                      192, 224, 254]
+    assert {c.claim for c in rep.claims} >= {"Linux IP aliasing adds no measurable overhead"}
 
 
 def test_the_raw_sock_diag_reader_agrees_with_pyroute2():

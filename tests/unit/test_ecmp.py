@@ -1,4 +1,5 @@
 """ECMP study logic, FRR config rendering, and the report from a captured run."""
+import json
 import os
 import shutil
 from collections import Counter
@@ -6,10 +7,11 @@ from collections import Counter
 import pytest
 
 from nslab.errors import InputError
-from nslab.experiments.ecmp import (EcmpConfig, assign_links, chance, parse_tcpdump_ports, points,
-                                    split_label)
-from nslab.experiments.ecmp_report import distribution, post_format, write_report
-from nslab.results import ResultStore
+from nslab.experiments.ecmp.config import EcmpConfig
+from nslab.experiments.ecmp.model import assign_links, chance, parse_tcpdump_ports, split_label
+from nslab.experiments.ecmp.records import SCHEMA
+from nslab.experiments.ecmp.report import distribution, post_format, write_report
+from nslab.experiments.ecmp.study import EcmpStudy
 from nslab.topologies.clos import clos, expected_routes
 from tests.conftest import data
 
@@ -40,18 +42,22 @@ def test_link_assignment_takes_the_majority():
 
 
 def test_points_interleave_policies():
-    assert points(EcmpConfig(trials=2)) == [{"policy": 0, "trial": 0}, {"policy": 1, "trial": 0},
+    assert EcmpStudy().points(EcmpConfig(trials=2)) == [{"policy": 0, "trial": 0}, {"policy": 1, "trial": 0},
                                              {"policy": 0, "trial": 1}, {"policy": 1, "trial": 1}]
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"policies": [0, 7]}, "--policy 7"), ({"policies": [1, 1]}, "twice"),
-    ({"trials": 0}, "--trials"), ({"streams": 0}, "--streams"), ({"spines": 0}, "--spines"),
-    ({"link_rate": "10 parsecs"}, "bad rate"), ({"duration": 1}, "too short"),
+    ({"policies": [0, 7]}, "policies.1: Input should be less than or equal to 3"),
+    ({"policies": [1, 1]}, "policies: 1 is listed twice"),
+    ({"trials": 0}, "trials: Input should be greater than or equal to 1"),
+    ({"streams": 0}, "streams: Input should be greater than or equal to 1"),
+    ({"spines": 0}, "spines: Input should be greater than or equal to 1"),
+    ({"link_rate": "10 parsecs"}, "link_rate: bad rate"),
+    ({"duration": 1}, "duration: Input should be greater than or equal to 2"),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(InputError, match=message):
-        EcmpConfig(**kwargs).validate()
+        EcmpConfig.parse(kwargs)
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -103,10 +109,12 @@ def test_bgp_config_renders_unnumbered_peers_ecmp_and_fast_timers(tmp_path):
 def test_report_redraws_from_a_captured_run(tmp_path):
     run = tmp_path / "ecmp" / "nle9b7"
     shutil.copytree(data("ecmp_run"), run)
-    paths = write_report(str(run))
-    text = open(paths["report"]).read()
+    rep = write_report(str(run))
+    text = open(rep.files["md"]).read()
     assert "| 0 | 3+0 | 3 | 100 % | 25 % |" in text
-    assert "published" in text and os.path.getsize(paths["plot_png"]) > 0
-    recs = ResultStore.open(str(run)).records()
+    prov = json.load(open(run / "provenance.json"))  # a run from before the Study API:
+    assert f"BGP converged {prov['convergence_s']:.2f} s" in text  # kept at its top level
+    assert "published" in text and os.path.getsize(rep.files["plot_png"]) > 0
+    recs = SCHEMA.load(str(run))
     assert distribution(recs)[0] == Counter({"3+0": 3})
     assert "[SUM]" in post_format(recs[0]) and "via server2-eth" in post_format(recs[0])

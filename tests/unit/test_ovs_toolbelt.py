@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from nslab import statefile
@@ -25,8 +27,26 @@ def test_bridge_names_are_checked():
         check_bridge("br0;rm -rf")
 
 
-def test_ethtool_help_has_the_advertise_table():
-    assert "0x020   1000 Full" in ETHTOOL_HELP and "0x03F   Auto" in ETHTOOL_HELP
+def test_the_advertise_table_matches_the_kernels_link_mode_bits():
+    """Every mask of `nslab ovs ethtool-help` is the kernel's own bit for that mode
+    (read from linux/ethtool.h), and Auto is the union of the 10/100/1000 modes."""
+    import re
+    header = "/usr/include/linux/ethtool.h"
+    if not os.path.exists(header):
+        pytest.skip("no kernel headers (linux-libc-dev) here")
+    found = re.findall(r"ETHTOOL_LINK_MODE_(\d+)base(T|X)_(Half|Full)_BIT\s*=\s*(\d+)",
+                       open(header).read())
+    bits = {}
+    for sp, _, du, b in found:  # the legacy 32-bit mask holds the lowest bit of each mode
+        bits[(sp, du)] = min(int(b), bits.get((sp, du), 99))
+    rows = re.findall(r"^\s+0x([0-9A-Fa-f]+)\s+(\d+|Auto)\s*(Half|Full)?", ETHTOOL_HELP, re.M)
+    assert len(rows) == 9
+    for mask, speed, duplex in rows:
+        if speed == "Auto":
+            assert int(mask, 16) == sum(1 << bits[(s, d)] for s in ("10", "100", "1000")
+                                        for d in ("Half", "Full"))
+        else:
+            assert int(mask, 16) == 1 << bits[(speed, duplex)], (mask, speed, duplex)
 
 
 def test_parse_ethtool_on_captured_veth_output():
@@ -84,12 +104,12 @@ def test_a_complete_mark_is_believed_only_for_the_daemons_it_names(mark):
     import os
     daemon, pidfiles, me = mark
     assert not daemon.started_by_nslab()  # no mark
-    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": me}})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "daemons": {"ovs-vswitchd": me}})
     assert daemon.started_by_nslab()
     # same pid, another process (restarted by someone else): not ours any more
-    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
     assert not daemon.started_by_nslab()
-    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": me}})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "daemons": {"ovs-vswitchd": me}})
     os.unlink(pidfiles["ovs-vswitchd"])  # daemons gone
     assert not daemon.started_by_nslab()
 
@@ -98,21 +118,49 @@ def test_an_intent_mark_owns_the_daemons_started_after_it(mark):
     # A lab killed between starting ovs-ctl and recording the daemons left only
     # its intent: daemons that started at or after its clock are its own.
     daemon, _, me = mark
-    statefile.write(daemon._MARK, {"since": me[1]})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": me[1]})
     assert daemon.started_by_nslab()
-    statefile.write(daemon._MARK, {"since": me[1] + 1})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": me[1] + 1})
     assert not daemon.started_by_nslab()
+
+
+def test_a_mark_from_another_clock_is_not_believed(mark):
+    # Marks written before start times came from psutil held clock ticks since
+    # boot: compared with today's clock they would claim any daemon. Not ours.
+    daemon, _, me = mark
+    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": me}})
+    assert not daemon.started_by_nslab()
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0,
+                                   "daemons": {"ovs-vswitchd": me}})
+    assert daemon.started_by_nslab()
+
+
+def test_the_intent_clock_and_process_start_times_compare_like_with_like():
+    import subprocess
+    from nslab.proc import boot_clock, process_start_time
+    for _ in range(5):
+        before = boot_clock()
+        child = subprocess.Popen(["sleep", "5"])
+        try:
+            start = process_start_time(child.pid)
+            after = boot_clock()
+            # start times have a 10 ms resolution (clock ticks): the child started
+            # between the two readings, give or take one tick.
+            assert before - 0.011 <= start <= after + 0.011, (before, start, after)
+        finally:
+            child.kill()
+            child.wait()
 
 
 def test_a_running_ovs_ctl_of_ours_is_waited_for_before_judging(mark):
     import subprocess
-    from nslab.proc import process_start_time
+    from nslab.proc import pid_running, process_start_time
     daemon, _, me = mark
     ctl = subprocess.Popen(["sleep", "0.5"])
-    statefile.write(daemon._MARK, {"since": me[1], "ctl": [ctl.pid, process_start_time(ctl.pid)]})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": me[1], "ctl": [ctl.pid, process_start_time(ctl.pid)]})
     try:
         assert daemon.started_by_nslab(wait=30)
-        assert open(f"/proc/{ctl.pid}/stat").read().rsplit(") ", 1)[1][0] == "Z"  # it finished first
+        assert not pid_running(ctl.pid)  # it finished first (a zombie until reaped)
     finally:
         ctl.wait()
 
@@ -121,9 +169,9 @@ def test_a_mark_left_half_renamed_is_read_and_dropped_whole(mark):
     import json
     import os
     daemon, _, me = mark
-    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "daemons": {"ovs-vswitchd": [me[0], me[1] + 1]}})
     with open(daemon._MARK + ".tmp", "w") as f:
-        json.dump({"since": 0, "daemons": {"ovs-vswitchd": me}}, f)
+        json.dump({"clock": daemon.CLOCK, "since": 0, "daemons": {"ovs-vswitchd": me}}, f)
     assert daemon.started_by_nslab()  # the newer, complete .tmp wins
     statefile.remove(daemon._MARK)
     assert not os.path.exists(daemon._MARK) and not os.path.exists(daemon._MARK + ".tmp")
@@ -135,7 +183,7 @@ def test_ours_with_a_foreign_bridge_stay_up_and_stay_marked(mark, monkeypatch):
     daemon, _, me = mark
     calls = []
     monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
-    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": me}})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "daemons": {"ovs-vswitchd": me}})
     monkeypatch.setattr(bridge, "foreign_bridges", lambda: ["users-br"])
     assert daemon.release([]) is False and calls == []
     assert daemon.started_by_nslab()  # still ours: stopped once the user's bridge is gone
@@ -150,6 +198,6 @@ def test_a_stale_mark_stops_nothing_and_goes(mark, monkeypatch):
     daemon, _, _ = mark
     calls = []
     monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
-    statefile.write(daemon._MARK, {"since": 0, "daemons": {"ovs-vswitchd": [1, 1]}})
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "daemons": {"ovs-vswitchd": [1, 1]}})
     assert daemon.stop_if_ours() is False and calls == []
     assert not os.path.exists(daemon._MARK)

@@ -6,12 +6,15 @@ import subprocess
 
 import pytest
 
+from nslab.counters import busy_pct
 from nslab.errors import InputError
-from nslab.experiments.rfc2544 import (PAPER_FPS, Rfc2544Config, busy_pct, pktgen_path,
-                                       theory_table)
-from nslab.experiments.rfc2544_report import back_to_back_rows, table3, write_report
+from nslab.experiments.rfc2544.config import Rfc2544Config
+from nslab.experiments.rfc2544.model import PAPER_FPS, loads, theory_table
+from nslab.experiments.rfc2544.records import SCHEMA, BackToBack, Throughput
+from nslab.experiments.rfc2544.report import back_to_back_rows, table3, write_report
+from nslab.experiments.rfc2544.study import Rfc2544Study
+from nslab.pktgen import pktgen_path
 from nslab.published import load_published
-from nslab.results import ResultStore
 from nslab.topologies.rfc2544 import dut_chain, roles
 from tests.conftest import data
 
@@ -22,20 +25,20 @@ def test_theory_table_matches_rfc2544():
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"frame_sizes": [63]}, "under Ethernet's minimum"),
+    ({"frame_sizes": [63]}, "frame_sizes.0: Input should be greater than or equal to 64"),
     ({"frame_sizes": [1519]}, "over what an MTU of 1500"),
-    ({"duts": ["switch9"]}, "unknown DUT 'switch9'"),
-    ({"tests": ["speed"]}, "unknown test"),
-    ({"link_rate": "10 parsecs"}, "bad rate"),
-    ({"trial": 0.1}, "too short"),
-    ({"resolution": 0}, "resolution"),
-    ({"dut_cost": -1}, "--dut-cost"),
-    ({"tests": []}, "empty list"),
-    ({"tests": ["back-to-back"], "b2b_repeat": 0}, "--b2b-repeat"),
+    ({"duts": ["switch9"]}, "duts.0: 'switch9' is not one of"),
+    ({"tests": ["speed"]}, "tests.0: 'speed' is not one of"),
+    ({"link_rate": "10 parsecs"}, "link_rate: bad rate"),
+    ({"trial": 0.1}, "trial: Input should be greater than or equal to 0.5"),
+    ({"resolution": 0}, "resolution: Input should be greater than 0"),
+    ({"dut_cost": -1}, "dut_cost: Input should be greater than or equal to 0"),
+    ({"tests": []}, "tests: empty list"),
+    ({"tests": ["back-to-back"], "b2b_repeat": 0}, "b2b_repeat: Input should be greater"),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(InputError, match=message):
-        Rfc2544Config(**kwargs).validate()
+        Rfc2544Config.parse(kwargs)
 
 
 def test_topologies_for_each_dut():
@@ -54,10 +57,21 @@ def test_busy_pct():
     assert busy_pct([(0, 0), (10, 100)], [(0, 0), (60, 200)], 1) == 50.0
 
 
-def test_published_table3_is_stored_as_data():
+def test_the_load_sweep_uses_the_papers_rates_for_64_bytes():
     t3 = load_published("rfc2544")["table3_bridge_overload_64B"]
-    assert [r[0] for r in t3["rows"]] == PAPER_FPS
-    assert t3["rows"][-2][2] == 22987
+    assert [r[0] for r in t3["rows"]] == PAPER_FPS  # the sweep offers the paper's own loads
+    assert loads(64, 148810.0, True, False, [10]) == [float(f) for f in PAPER_FPS] + [163691.0]
+    assert loads(1518, 8127.0, True, True, [10]) == [812.7, 4063.5, 7314.3, 8939.7]
+
+
+def test_one_lab_per_dut_and_the_points_in_order():
+    cfg = Rfc2544Config.preset("quick", duts=["router", "ovs"])
+    study = Rfc2544Study()
+    assert list(study.labs(cfg)) == ["router", "ovs"]
+    pts = study.points(cfg)
+    assert len(pts) == 2 * 2 * 3 and pts[0] == {"dut": "router", "frame": 64, "test": "throughput",
+                                                "repeat": 0}
+    assert {study.lab_key(cfg, p) for p in pts} == {"router", "ovs"}
 
 
 def test_generator_and_sink_on_loopback_without_root():
@@ -92,20 +106,22 @@ def test_generator_rejects_a_runt_frame():
 def test_report_from_a_captured_run(tmp_path):
     run = tmp_path / "rfc2544" / "nlb9f9"
     shutil.copytree(data("rfc2544_run"), run)
-    paths = write_report(str(run))
-    text = open(paths["report"]).read()
+    rep = write_report(str(run))
+    text = open(rep.files["md"]).read()
     assert "Table 3 format: bridge" in text and "Published: the paper's Table 3" in text
-    assert "| 66,667 | 34,133,333 | 22,987 | 25,000,000 | N/A |" in text
-    rows = table3(ResultStore.open(str(run)).records(), "bridge")
+    paper = load_published("rfc2544")["table3_bridge_overload_64B"]["rows"]
+    fps, inp, lat, tp, _ = paper[-2]
+    assert f"| {fps:,} | {inp:,} | {lat:,} | {tp:,} | N/A |" in text
+    rows = table3(SCHEMA.load(str(run)), "bridge")
     assert rows[0]["fps"] == 1000 and rows[-1]["fps"] == 100000
     # The captured run saturated the DUT at the top load: latency far above the bottom.
     assert rows[-1]["latency_us"] > 100 * rows[0]["latency_us"]
-    assert os.path.getsize(paths["plot_png"]) > 0
+    assert os.path.getsize(rep.files["plot_png"]) > 0
 
 
-def test_back_to_back_is_a_known_but_opt_in_test():
+def test_back_to_back_is_opt_in_and_in_the_full_preset():
     assert "back-to-back" not in Rfc2544Config().tests
-    assert Rfc2544Config(tests=["throughput", "back-to-back"]).validate()
+    assert "back-to-back" in Rfc2544Config.preset("full").tests
 
 
 def test_generator_sends_an_exact_burst_with_count():
@@ -130,25 +146,21 @@ def test_generator_sends_an_exact_burst_with_count():
 def test_back_to_back_report_from_a_captured_run(tmp_path):
     run = tmp_path / "rfc2544" / "nlbdce"
     shutil.copytree(data("rfc2544_b2b_run"), run)
-    text = open(write_report(str(run))["report"]).read()
+    text = open(write_report(str(run)).files["md"]).read()
     assert "## Back-to-back" in text
-    recs = ResultStore.open(str(run)).records()
+    recs = SCHEMA.load(str(run))
     rows = {(x["dut"], x["frame"]): x for x in back_to_back_rows(recs)}
     assert set(rows) == {("bridge", 64), ("bridge", 1518), ("router", 64), ("router", 1518)}
     # 1518 bytes: the DUT kept up for the whole trial, so there is no limit to predict.
     assert rows[("bridge", 1518)]["whole_trial"] and rows[("bridge", 1518)]["predicted"] is None
     assert "all 4,064 tried" in text
     # 64 bytes: the prediction is the input queue over the rate it fills at.
-    tp = next(r["measurements"] for r in recs
-              if r["params"] == {"dut": "bridge", "frame": 64, "repeat": 0, "test": "throughput"})
-    b2b = next(r["measurements"] for r in recs
-               if r["params"] == {"dut": "bridge", "frame": 64, "repeat": 0, "test": "back-to-back"})
-    want = b2b["backlog_limit"] / (1 - tp["throughput_fps"] / tp["line_fps"])
+    tp = next(r.measurements for r in recs
+              if (r.params.dut, r.params.frame, r.params.test) == ("bridge", 64, "throughput"))
+    b2b = next(r.measurements for r in recs
+               if (r.params.dut, r.params.frame, r.params.test) == ("bridge", 64, "back-to-back"))
+    assert isinstance(tp, Throughput) and isinstance(b2b, BackToBack)
+    want = b2b.backlog_limit / (1 - tp.throughput_fps / tp.line_fps)
     assert rows[("bridge", 64)]["predicted"] == pytest.approx(want)
-    assert f"| bridge | 64 | {b2b['frames_mean']:,.0f} |" in text
-    # The captured search: the reported burst was clean, every longer one lost frames.
-    probes = b2b["searches"][0]["probes"]
-    best = b2b["frames_mean"]
-    assert any(p["frames_requested"] == best and p["lost"] == 0 for p in probes)
-    assert all(p["lost"] > 0 for p in probes if p["frames_requested"] > best)
+    assert f"| bridge | 64 | {b2b.frames_mean:,.0f} |" in text
     assert "back-to-back, bridge at 64 bytes" in text

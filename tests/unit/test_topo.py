@@ -2,7 +2,8 @@ import pytest
 
 from nslab.errors import InputError, TopologyError
 from nslab.topo import Topology
-from nslab.topologies import get, pair, single
+from nslab.registry import topology as get
+from nslab.topologies import pair, single
 from nslab.topologies.basic import build_single
 
 
@@ -94,10 +95,9 @@ def test_mininet_topo_converts_to_the_same_topology():
 def test_ready_topologies_take_jitter_and_swallow_no_option():
     import inspect
 
-    from nslab import topologies
-    topologies._load_optional()
+    from nslab.registry import topologies
     assert pair(delay="20ms", jitter="5ms").links[0].shaping.jitter_ms == 5.0
     assert single(k=2, delay="1ms", jitter="0.5ms").links[1].shaping.jitter_ms == 0.5
-    for name, fn in topologies.REGISTRY.items():
+    for name, fn in topologies().items():
         kinds = {p.kind for p in inspect.signature(fn).parameters.values()}
         assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{name} would ignore options silently"

@@ -182,7 +182,7 @@ def test_hostile_values_are_refused_naming_file_line_and_field(tmp_path, path, v
                                                    and len(h[0]) >= 3],
                          ids=lambda x: str(x)[:40])
 def test_the_python_api_refuses_the_same_values(path, value, message):
-    node, key = path[1], path[2]
+    node = path[1]
     opts = copy.deepcopy(BASE["nodes"][node])
     _set(opts, path[2:], value)
     kind = opts.pop("kind", "host")

@@ -1,5 +1,4 @@
-"""Study 3: RFC 2544 throughput, latency and frame loss of a Linux bridge, a
-Linux router (and OVS) as the device under test (seed 004).
+"""RFC 2544 trials on a running test bed: generator -- DUT -- sink.
 
 CPU model: the generator and the sink run on CPU0; Receive Packet Steering
 sends the DUT's receive processing (forwarding, its egress shaper) to CPU1,
@@ -21,162 +20,22 @@ import json
 import logging
 import os
 import statistics
-import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.errors import CapabilityError, InputError, LabError
-from nslab.shaping import frame_rate, parse_rate
+from nslab.counters import (backlog_limit, busy_pct, cpu_times, node_link_stats,
+                            process_cpu_seconds, qdisc_drops, softnet_drops)
+from nslab.errors import CapabilityError, LabError
+from nslab.pktgen import pktgen_path
+from nslab.shaping import frame_rate
+
+from .config import Rfc2544Config
+from .model import NOMINAL_FPS, loads
 
 log = logging.getLogger(__name__)
 
-FRAME_SIZES = [64, 128, 256, 512, 1024, 1280, 1518]
-#: The paper's Table 3 input rates (frames/s, 64-byte frames).
-PAPER_FPS = [100, 1000, 10000, 20000, 40000, 50000, 55556, 58824, 62500, 64516, 65574, 66225,
-             66667, 100000]
-QUICK_FPS = [1000, 20000, 40000, 55556, 62500, 66667, 100000]
-QUICK_LOAD_PCT = [10, 50, 90, 110]
-LOAD_PCT = [10, 20, 40, 60, 80, 90, 100, 110]
-TESTS = ("throughput", "latency", "loss")
-#: Every test the runner knows; back-to-back is opt-in (``--tests ...,back-to-back``).
-ALL_TESTS = TESTS + ("back-to-back",)
 GEN_CPU, DUT_CPU = 0, 1
-NOMINAL_FPS = 1000
 PORT = 9
-#: Calibrated on the development machine: 700 filters put the 64-byte knee
-#: between 66 and 80 kfps (the paper's: ~66 kfps). ``--dut-cost 0`` = bare veth.
-DEFAULT_DUT_COST = 700
-
-
-@dataclass
-class Rfc2544Config:
-    duts: List[str] = field(default_factory=lambda: ["bridge", "router"])
-    frame_sizes: List[int] = field(default_factory=lambda: list(FRAME_SIZES))
-    link_rate: str = "100Mbit"
-    tests: List[str] = field(default_factory=lambda: list(TESTS))
-    trial: float = 2.0
-    warmup: float = 0.5
-    loss_tolerance: float = 0.0
-    resolution: float = 0.02
-    repeat: int = 1
-    #: Back-to-back searches per frame size (RFC 2544 asks for 50; each is a binary search).
-    b2b_repeat: int = 3
-    dut_cost: int = DEFAULT_DUT_COST
-    loads_pct: List[int] = field(default_factory=lambda: list(LOAD_PCT))
-    paper_rates: bool = True
-    quick_loads: bool = False
-    mtu: int = 1500
-
-    def line_bps(self) -> Optional[float]:
-        """The shaped rate, or None for unshaped links."""
-        if str(self.link_rate).lower() == "none":
-            return None
-        return parse_rate(self.link_rate)
-
-    def validate(self) -> "Rfc2544Config":
-        from nslab.topologies.rfc2544 import DUTS
-        for d in self.duts:
-            if d not in DUTS:
-                raise InputError(f"unknown DUT {d!r} (use {', '.join(DUTS)})")
-        if not self.duts:
-            raise InputError("--dut: empty list")
-        for f in self.frame_sizes:
-            if f < 64:
-                raise InputError(f"frame size {f} is under Ethernet's minimum of 64 bytes")
-            if f > self.mtu + 18:
-                raise InputError(f"frame size {f} is over what an MTU of {self.mtu} allows "
-                                 f"({self.mtu + 18} bytes with header and FCS)")
-        for t in self.tests:
-            if t not in ALL_TESTS:
-                raise InputError(f"unknown test {t!r} (use {', '.join(ALL_TESTS)})")
-        if not self.tests:
-            raise InputError("--tests: empty list")
-        if self.b2b_repeat < 1:
-            raise InputError("--b2b-repeat must be >= 1")
-        if self.trial < 0.5:
-            raise InputError(f"--trial {self.trial:g} s is too short (at least 0.5 s)")
-        if not 0 <= self.loss_tolerance < 100:
-            raise InputError(f"--loss-tolerance {self.loss_tolerance} % is out of range 0..100")
-        if not 0 < self.resolution <= 0.5:
-            raise InputError(f"--resolution {self.resolution} must be a fraction of line rate in (0, 0.5]")
-        if self.dut_cost < 0 or self.dut_cost > 5000:
-            raise InputError(f"--dut-cost {self.dut_cost} is out of range 0..5000 filters")
-        if self.repeat < 1:
-            raise InputError("--repeat must be >= 1")
-        self.line_bps()
-        for p in self.loads_pct:
-            if p <= 0 or p > 200:
-                raise InputError(f"load {p} % is out of range (0, 200]")
-        return self
-
-
-def theory_table(link_bps: float, sizes: List[int]) -> List[Tuple[int, float, float]]:
-    """(frame size, max frames/s, max bit/s of frames) on a link of ``link_bps``."""
-    return [(s, frame_rate(link_bps, s), frame_rate(link_bps, s) * s * 8) for s in sizes]
-
-
-def pktgen_path() -> str:
-    """The generator built by setup (``make setup``), next to this Python."""
-    cand = os.path.join(os.path.dirname(sys.executable), "nslab-pktgen")
-    if os.path.exists(cand):
-        return cand
-    import shutil
-    found = shutil.which("nslab-pktgen")
-    if found:
-        return found
-    raise CapabilityError("the packet generator nslab-pktgen is not built: run `make setup` "
-                          "(needs gcc)")
-
-
-# -- counters -------------------------------------------------------------------------
-def link_stats(node, intf: str) -> Dict[str, int]:
-    data = json.loads(node.run(["ip", "-s", "-j", "link", "show", "dev", intf]).stdout)[0]
-    st = data["stats64"]
-    return {"rx_packets": st["rx"]["packets"], "rx_dropped": st["rx"]["dropped"],
-            "tx_packets": st["tx"]["packets"], "tx_dropped": st["tx"]["dropped"]}
-
-
-def qdisc_drops(node, intf: str) -> int:
-    data = json.loads(node.run(["tc", "-s", "-j", "qdisc", "show", "dev", intf]).stdout or "[]")
-    return sum(q.get("drops", 0) for q in data if q.get("root"))
-
-
-def softnet_drops() -> List[int]:
-    with open("/proc/net/softnet_stat") as f:
-        return [int(l.split()[1], 16) for l in f]
-
-
-def _backlog_limit() -> Optional[int]:
-    """net.core.netdev_max_backlog: the DUT CPU's input queue, which a burst fills."""
-    try:
-        with open("/proc/sys/net/core/netdev_max_backlog") as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def cpu_times() -> List[Tuple[int, int]]:
-    """(busy, total) jiffies per CPU."""
-    out = []
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith("cpu") and line[3] != " ":
-                v = [int(x) for x in line.split()[1:]]
-                idle = v[3] + v[4]
-                out.append((sum(v) - idle, sum(v)))
-    return out
-
-
-def busy_pct(a: List[Tuple[int, int]], b: List[Tuple[int, int]], cpu: int) -> float:
-    db, dt = b[cpu][0] - a[cpu][0], b[cpu][1] - a[cpu][1]
-    return 100.0 * db / dt if dt > 0 else 0.0
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class CpuSplitLock:
@@ -232,7 +91,8 @@ class Rfc2544Runner:
         info: Dict[str, Any] = {"dut": self.dut, "static_arp": self.lab.static_arp()}
         if self.dut == "ovs":
             info["cpu_model"] = "ovs-vswitchd CPU time (userspace datapath); RPS and cost knob n/a"
-            self.ovs_pid = int(open("/var/run/openvswitch/ovs-vswitchd.pid").read().strip())
+            with open("/var/run/openvswitch/ovs-vswitchd.pid") as f:
+                self.ovs_pid = int(f.read().strip())
             self.dut_in = self.lab["dut"].intfs[1]
             self.dut_out = self.lab["dut"].intfs[2]
         else:
@@ -348,19 +208,19 @@ class Rfc2544Runner:
 
     def _counters(self) -> Dict[str, Any]:
         c = {"t": time.monotonic(), "cpu": cpu_times(), "softnet": softnet_drops()}
-        gs = link_stats(self.gen, "gen-eth0")
+        gs = node_link_stats(self.gen, "gen-eth0")
         # veth counts a frame the next hop's backlog refused as the sender's
         # tx_dropped, not tx_packets: offered = both.
         c["gen_tx"] = gs["tx_packets"] + gs["tx_dropped"]
-        c["sink_rx"] = link_stats(self.sink, "sink-eth0")["rx_packets"]
+        c["sink_rx"] = node_link_stats(self.sink, "sink-eth0")["rx_packets"]
         c["gen_qdrops"] = qdisc_drops(self.gen, "gen-eth0")
         if self.dut == "ovs":
             from nslab.proc import run
             c["dut_tx"] = int(run(["cat", f"/sys/class/net/{self.dut_out}/statistics/tx_packets"]).stdout)
             c["dut_qdrops"] = 0
-            c["ovs_cpu"] = proc_cpu_seconds(self.ovs_pid) if self.ovs_pid else 0.0
+            c["ovs_cpu"] = process_cpu_seconds(self.ovs_pid) if self.ovs_pid else 0.0
         else:
-            c["dut_tx"] = link_stats(self.dutn, self.dut_out)["tx_packets"]
+            c["dut_tx"] = node_link_stats(self.dutn, self.dut_out)["tx_packets"]
             c["dut_qdrops"] = qdisc_drops(self.dutn, self.dut_out)
         return c
 
@@ -472,7 +332,7 @@ class Rfc2544Runner:
                 "generator_ceiling_fps": ceiling, "generator_limited": line >= 0.9 * ceiling,
                 # The kernel's input queue bounds a burst for bridge and router, not
                 # for OVS's userspace datapath (its own queues): no prediction there.
-                "backlog_limit": None if self.ovs_pid else _backlog_limit(),
+                "backlog_limit": None if self.ovs_pid else backlog_limit(),
                 "searches": searches}
 
     def line_fps(self, size: int) -> float:
@@ -481,94 +341,33 @@ class Rfc2544Runner:
         return frame_rate(bps, size) if bps else self.measure_ceiling(size)
 
     def loads(self, size: int) -> List[float]:
-        line = self.line_fps(size)
-        if size == 64 and self.cfg.paper_rates:
-            # The paper's rates, then past line rate.
-            return [float(f) for f in (QUICK_FPS if self.cfg.quick_loads else PAPER_FPS)] + \
-                [round(1.1 * line, 1)]
-        pcts = QUICK_LOAD_PCT if self.cfg.quick_loads else self.cfg.loads_pct
-        return [round(line * p / 100.0, 1) for p in pcts]
+        return loads(size, self.line_fps(size), self.cfg.paper_rates, self.cfg.quick_loads,
+                     self.cfg.loads_pct)
 
+    def measure(self, p: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+        """One point: a test at one frame size."""
+        size, test = p["frame"], p["test"]
+        if test == "back-to-back":
+            m = self.back_to_back(size)
+            if m["whole_trial"]:
+                return m, [], (f"back-to-back: every burst up to {m['longest_tried']} frames "
+                               "(one trial) clean")
+            return m, [], (f"back-to-back {m['frames_mean']:.0f} frames (min {m['frames_min']:.0f}, "
+                           f"max {m['frames_max']:.0f}) = {m['burst_ms_mean']:.1f} ms at line rate")
+        if test == "throughput":
+            m = self.throughput(size)
+            return m, [], (f"throughput {m['throughput_fps']:.0f} fps ({m['pct_of_line']:.0f} % "
+                           "of line)" + (" [generator-limited]" if m["generator_limited"] else ""))
+        if test == "latency":
+            trials = [self.trial(size, NOMINAL_FPS)]
+            trials.append(self.trial(size, 0.9 * self.line_fps(size)))
+            m = {"trials": trials}
+            return m, [], (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at {NOMINAL_FPS} "
+                           f"fps, {trials[1]['latency_us']['avg']:.0f} us at 90 % of line")
+        trials = [self.trial(size, fps) for fps in self.loads(size)]
+        worst = max(trials, key=lambda t: t["loss_pct"])
+        return {"trials": trials}, [], (f"{len(trials)} loads; worst loss {worst['loss_pct']:.1f} % "
+                                        f"at {worst['target_fps']:.0f} fps")
 
-def run(cfg: Rfc2544Config, results_root: str = "results", run_id: Optional[str] = None,
-        resume: Optional[str] = None, progress: bool = True) -> str:
-    """All DUTs, frame sizes and tests; one lab per DUT. Returns the run dir."""
-    import dataclasses
-
-    from nslab import caps
-    from nslab.experiment import Progress, open_store
-    from nslab.lab import Lab
-    from nslab.naming import new_run_id
-    from nslab.results import collect_provenance, point_key
-    from nslab.topologies.rfc2544 import dut_chain
-
-    from .rfc2544_report import write_report
-    run_id = run_id or new_run_id()
-    store, cfg = open_store("rfc2544", cfg, results_root, run_id, resume)
-    cfg.validate()
-    need = ["htb", "tbf"]
-    if any(d != "ovs" for d in cfg.duts):
-        need.append("rps")
-        if cfg.dut_cost:
-            need.append("u32")
-    caps.require(need, "the RFC 2544 study")
-    if (os.cpu_count() or 1) < 2:
-        raise CapabilityError("the RFC 2544 CPU model needs 2 CPUs (generator and DUT apart)")
-    pktgen_path()
-    done = store.done_keys()
-    plan = []
-    for rep in range(cfg.repeat):
-        for dut in cfg.duts:
-            for size in cfg.frame_sizes:
-                for test in cfg.tests:
-                    plan.append({"dut": dut, "frame": size, "test": test, "repeat": rep})
-    todo = [p for p in plan if point_key(p) not in done]
-    prog = Progress(len(todo), enabled=progress)
-    prog.start()
-    setups = {}
-    with CpuSplitLock():
-        for dut in cfg.duts:
-            mine = [p for p in todo if p["dut"] == dut]
-            if not mine:
-                continue
-            topo = dut_chain(dut, link_rate=cfg.link_rate, framing=True)
-            with Lab(topo, run_id=new_run_id()) as lab:
-                runner = Rfc2544Runner(lab, cfg, dut, store)
-                setups[dut] = runner.setup()
-                if not store.provenance() or dut == cfg.duts[0]:
-                    store.write_provenance(collect_provenance(
-                        lab, extra={"config": dataclasses.asdict(cfg), "setups": setups}))
-                for p in mine:
-                    m, summary = _measure(runner, p)
-                    store.append(p, m)
-                    prog.point(p, summary)
-        prov = store.provenance()
-        prov["setups"] = {**prov.get("setups", {}), **setups}
-        store.write_provenance({k: v for k, v in prov.items()
-                                if k not in ("schema_version", "experiment", "run_id")})
-    write_report(store.path)
-    return store.path
-
-
-def _measure(runner: Rfc2544Runner, p: Dict[str, Any]) -> Tuple[Dict[str, Any], str]:
-    size, test = p["frame"], p["test"]
-    if test == "back-to-back":
-        m = runner.back_to_back(size)
-        if m["whole_trial"]:
-            return m, f"back-to-back: every burst up to {m['longest_tried']} frames (one trial) clean"
-        return m, (f"back-to-back {m['frames_mean']:.0f} frames (min {m['frames_min']:.0f}, "
-                   f"max {m['frames_max']:.0f}) = {m['burst_ms_mean']:.1f} ms at line rate")
-    if test == "throughput":
-        m = runner.throughput(size)
-        return m, (f"throughput {m['throughput_fps']:.0f} fps ({m['pct_of_line']:.0f} % of line)"
-                   + (" [generator-limited]" if m["generator_limited"] else ""))
-    if test == "latency":
-        trials = [runner.trial(size, NOMINAL_FPS)]
-        trials.append(runner.trial(size, 0.9 * runner.line_fps(size)))
-        m = {"trials": trials}
-        return m, (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at {NOMINAL_FPS} fps, "
-                   f"{trials[1]['latency_us']['avg']:.0f} us at 90 % of line")
-    trials = [runner.trial(size, fps) for fps in runner.loads(size)]
-    worst = max(trials, key=lambda t: t["loss_pct"])
-    return {"trials": trials}, (f"{len(trials)} loads; worst loss {worst['loss_pct']:.1f} % at "
-                                f"{worst['target_fps']:.0f} fps")
+    def finish(self) -> None:
+        """Nothing to keep: every count is in the record."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -17,7 +18,7 @@ from nslab.naming import new_run_id
 from nslab.proc import Process, process_start_time, run, stop_all
 from nslab.render import text
 
-from .alias import alias_addresses, alias_batch
+from .model import alias_addresses, alias_batch
 
 
 def _check_iface(iface: str) -> None:
@@ -49,10 +50,10 @@ def serve(iface: str, n: int, template: str, prefix: int, hold: Optional[float],
         echo(f"Taking {n} aliases up on {iface} ({addrs[0]} .. {addrs[-1]})...")
         run(["ip", "-batch", "-"], input=text(alias_batch(iface, addrs, prefix)))
         echo("Starting iperf servers...")
-        devnull = open(os.devnull, "w")
         for a in addrs:
             procs.append(Process(server_argv(bind=a, enhanced=False), run_id=run_id,
-                                 stdout=devnull, stderr=devnull, name=f"iperf-s-{a}"))
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 name=f"iperf-s-{a}"))
         echo(f"Started (run {run_id}). Press Ctrl-C to stop.")
         try:
             if hold is not None:

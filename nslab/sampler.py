@@ -6,7 +6,7 @@ instant asked for, not a process spawn through ``ip netns exec`` (measured in a
 QEMU guest on an emulated CPU: two spawns per sample took longer than a 3 s
 point, and the window missed the traffic).
 
-    python -m nslab.experiments.sampler --port 5001 --iface eth1 --counter rx_bytes [--sender]
+    python -m nslab.sampler --port 5001 --iface eth1 --counter rx_bytes [--sender]
 
 prints ``{"ready": true}``, reads the instants (epoch seconds, space-separated)
 from one line of stdin, samples at each and prints one JSON object: ``{"samples": [{"t", "t_start", "t_end", "sockets":

@@ -1,0 +1,63 @@
+"""The alias study's records, typed and versioned.
+
+Version 1 (before per-socket windows): no ``sockets_closed_in_window``,
+``sample_s`` or ``invalid``, and ``receiver_measured_at`` only in two-box
+runs. Version 2 adds them; a v1 record loads with them unknown (None), which
+reports show as "not checked".
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from typing_extensions import Literal
+
+from nslab.records import Record, RecordSchema, Strict
+
+
+class AliasPoint(Strict):
+    mode: Literal["alias", "parallel"]
+    n: int
+    repeat: int
+
+
+class AliasMeasurements(Strict):
+    receiver_bps: float
+    receiver_l2_bps: float
+    clients_sum_bps: float
+    window_s: float
+    sockets_at_window_start: int
+    sockets_at_window_end: int
+    sockets_closed_in_window: Optional[int]
+    clients_reported: int
+    clients_finished: int
+    streams: int
+    spawn_spread_s: float
+    start_margin_s: float
+    late_start: bool
+    cpu_busy_pct: float
+    receiver_measured_at: str
+    start_time: float
+    sample_s: Optional[float]
+    #: why the point is not a valid measurement (empty: valid; None: not checked, v1)
+    invalid: Optional[List[str]]
+
+
+class AliasRecord(Record[AliasPoint, AliasMeasurements]):
+    pass
+
+
+def _v1_to_v2(rec: Dict[str, Any]) -> Dict[str, Any]:
+    m = dict(rec["measurements"])
+    m.setdefault("receiver_measured_at", "receiver sockets, bytes received")
+    for key in ("sockets_closed_in_window", "sample_s", "invalid"):
+        m.setdefault(key, None)
+    rec["measurements"] = m
+    return rec
+
+
+SCHEMA = RecordSchema(AliasRecord, version=2, upgrades={1: _v1_to_v2})
+
+
+def valid(rec: AliasRecord) -> bool:
+    """A point the fidelity checks passed (or that predates them)."""
+    return not rec.measurements.invalid

@@ -1,0 +1,213 @@
+"""The alias study on a running lab: aliases and servers once, then one point at
+a time (clients started together, payload counted over a fixed window by an
+in-node sampler, the clients' own reports kept beside it)."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from nslab.errors import InputError, LabError
+from nslab.iperf import client_argv, parse, server_argv, wait_listening
+from nslab.node import LabNode
+from nslab.render import text
+
+from .config import AliasConfig
+from .model import alias_addresses, alias_batch, invalid_reasons, window_payload
+
+log = logging.getLogger(__name__)
+
+SERVER_IFACE = "eth1"
+PORT = 5001
+
+
+def add_aliases(node: LabNode, iface: str, addresses: Sequence[str], prefix: int = 16) -> float:
+    """Add all aliases in one ``ip -batch``; return the seconds it took."""
+    t0 = time.monotonic()
+    node.run(["ip", "-batch", "-"], input=text(alias_batch(iface, addresses, prefix)))
+    return time.monotonic() - t0
+
+
+@dataclass
+class Sample:
+    """Counters at one instant, from the in-node sampler."""
+
+    t: float
+    per_socket: Dict[Tuple[str, str], int]
+    sockets: int
+    rx_bytes: int
+    cpu_busy: int
+    cpu_total: int
+    #: how long taking the sample took (its own uncertainty on ``t``)
+    duration: float = 0.0
+
+
+def from_sampler(raw: Dict[str, Any]) -> Sample:
+    """A :class:`Sample` from one sample of :mod:`nslab.sampler`."""
+    per = {tuple(k.split("|", 1)): int(v) for k, v in raw["sockets"].items()}
+    busy, total = raw["cpu"]
+    return Sample(float(raw["t"]), per, len(per), int(raw["counter"]), int(busy), int(total),
+                  float(raw["t_end"]) - float(raw["t_start"]))
+
+
+def start_sampler(node: LabNode, iface: str, port: int = PORT, sender: bool = False):
+    """Start the in-node sampler; return its process once it is ready to be
+    given the instants (:func:`sample_at`)."""
+    argv = [sys.executable, "-m", "nslab.sampler", "--port", str(port), "--iface", iface,
+            "--counter", "tx_bytes" if sender else "rx_bytes"] + (["--sender"] if sender else [])
+    proc = node.popen(argv, name="sampler", stdin=subprocess.PIPE)
+    line = proc.popen.stdout.readline() if proc.popen.stdout else ""
+    if "ready" not in line:
+        raise LabError(f"the counter sampler in {node.name} did not start: "
+                       f"{proc.wait(timeout=10).stderr.strip()[-300:]}")
+    return proc
+
+
+def sample_at(proc, instants: Sequence[float]) -> None:
+    """Tell a ready sampler when to sample (epoch seconds)."""
+    proc.popen.stdin.write(" ".join(f"{t:.6f}" for t in instants) + "\n")
+    proc.popen.stdin.flush()
+
+
+def read_samples(proc, timeout: float) -> List[Sample]:
+    res = proc.wait(timeout=timeout)
+    data = json.loads(res.stdout.strip().splitlines()[-1])
+    return [from_sampler(x) for x in data["samples"]]
+
+
+class AliasRunner:
+    """Measures one point of the sweep on a running lab."""
+
+    def __init__(self, lab, cfg: AliasConfig, store) -> None:
+        self.lab = lab
+        self.cfg = cfg
+        self.store = store
+        self.client: LabNode = lab["cl"]
+        # Two-box mode: the server is the other machine; measure at the sender.
+        self.remote = bool(cfg.uplink)
+        self.server: Optional[LabNode] = None if self.remote else lab["srv"]
+        self.addresses = alias_addresses(cfg.addr_template, max(cfg.aliases), cfg.prefix)
+        self.alias_setup_s = 0.0
+        self.spawn_s = 0.0
+
+    def setup(self) -> Dict[str, Any]:
+        """Aliases in one batch, one iperf2 server bound to each, started once per run.
+        In two-box mode, check that the other box serves the first and last alias."""
+        self.spawn_s = self._spawn_cost()
+        info: Dict[str, Any] = {"spawn_s": self.spawn_s, "n_aliases": len(self.addresses)}
+        if self.remote:
+            for addr in (self.addresses[0], self.addresses[-1]):
+                res = self.client.run(["ping", "-c", "1", "-W", "2", addr], check=False)
+                if not res.ok:
+                    raise InputError(
+                        f"no alias server answers at {addr} through {self.cfg.uplink}: run "
+                        f"`nslab alias serve --iface IFACE --aliases {len(self.addresses)} "
+                        f"--addr-template {self.cfg.addr_template}` on the other box")
+            ovs = self.lab.extension("ovs")
+            info["uplink"] = ovs.uplinks.get(self.cfg.uplink)  # its negotiated speed/duplex too
+            return info
+        assert self.server is not None
+        self.alias_setup_s = add_aliases(self.server, SERVER_IFACE, self.addresses, self.cfg.prefix)
+        log.info("%d aliases on %s:%s in %.3f s", len(self.addresses), self.server.name,
+                 SERVER_IFACE, self.alias_setup_s)
+        for addr in self.addresses:
+            self.server.popen(server_argv(bind=addr, port=PORT, enhanced=False, fmt="k"),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              name=f"iperf-s-{addr}")
+        wait_listening(self.server, PORT, timeout=60, count=len(self.addresses))
+        info["alias_setup_s"] = self.alias_setup_s
+        return info
+
+    def _spawn_cost(self) -> float:
+        """Seconds to start one process in the client's namespace (the slowest of
+        five): the clients' common start is set far enough ahead for all of them."""
+        costs = []
+        for _ in range(5):
+            t0 = time.monotonic()
+            self.client.run(["true"])
+            costs.append(time.monotonic() - t0)
+        return max(costs)
+
+    def lead(self, n: int) -> float:
+        """Seconds from now to the clients' common start: 1 s plus three times the
+        time spawning them takes on this machine (254 clients: ~0.5 s natively,
+        minutes in an emulated guest)."""
+        return max(1.0 + 0.004 * n, 1.0 + 3 * self.spawn_s * (n + 1))
+
+    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+        n, mode = int(point["n"]), point["mode"]
+        dur = self.cfg.duration
+        warm, cool = min(1.0, 0.1 * dur), min(0.5, 0.05 * dur)
+        at = (self.client, "eth1", True) if self.remote else (self.server, SERVER_IFACE, False)
+        sampler = start_sampler(at[0], at[1], sender=at[2])
+        start = math.ceil(time.time() + self.lead(n))
+        sample_at(sampler, [start + warm, start + dur - cool])
+        common = dict(time=dur, txstart=float(start), fmt="k", mss=self.cfg.mss,
+                      nodelay=self.cfg.nodelay, cc=self.cfg.cc, port=PORT)
+        procs = []
+        spawned = []
+        if mode == "alias":
+            for i in range(n):
+                procs.append(self.client.popen(client_argv(self.addresses[i], **common),
+                                               name=f"iperf-c{i + 1}"))
+                spawned.append(time.time())
+        else:
+            procs.append(self.client.popen(client_argv(self.addresses[0], parallel=n, **common),
+                                           name="iperf-cP"))
+            spawned.append(time.time())
+        s0, s1 = read_samples(sampler, timeout=start + dur - time.time() + 60)
+        outputs, finished = [], 0
+        for p in procs:
+            try:
+                res = p.wait(timeout=dur + 60)
+                outputs.append(res.stdout)
+                finished += 1 if res.returncode == 0 else 0
+            except LabError as exc:
+                outputs.append(f"# failed: {exc}")
+        raw = self.store.raw_path(f"{mode}-n{n}-r{point['repeat']}.txt")
+        with open(raw, "w") as f:
+            for i, out in enumerate(outputs, 1):
+                f.write(f"### client {i}\n{out}\n")
+        reports = [parse(o) for o in outputs if not o.startswith("# failed")]
+        if mode == "alias":
+            clients_sum = sum(r.streams[0].bps for r in reports if r.streams)
+            reported = sum(1 for r in reports if r.streams)
+        else:
+            clients_sum = reports[0].total_bps if reports else 0.0
+            reported = len(reports[0].streams) if reports else 0
+        window = s1.t - s0.t
+        moved, closed = window_payload(s0.per_socket, s1.per_socket)
+        m: Dict[str, Any] = {
+            "receiver_bps": moved * 8 / window,
+            "sockets_closed_in_window": closed,
+            "receiver_l2_bps": (s1.rx_bytes - s0.rx_bytes) * 8 / window,
+            "clients_sum_bps": clients_sum,
+            "window_s": window,
+            "sockets_at_window_start": s0.sockets,
+            "sockets_at_window_end": s1.sockets,
+            "clients_reported": reported,
+            "clients_finished": finished,
+            "streams": n,
+            "spawn_spread_s": spawned[-1] - spawned[0],
+            "start_margin_s": start - spawned[-1],
+            "late_start": spawned[-1] > start,
+            "cpu_busy_pct": 100.0 * (s1.cpu_busy - s0.cpu_busy) / max(1, s1.cpu_total - s0.cpu_total),
+            "receiver_measured_at": "sender, bytes acked by the far end" if self.remote
+                                    else "receiver sockets, bytes received",
+            "start_time": start,
+            "sample_s": max(s0.duration, s1.duration),
+        }
+        m["invalid"] = invalid_reasons(m, n, window)
+        summary = (f"receiver {m['receiver_bps'] / 1e6:.1f} Mbit/s, clients' sum "
+                   f"{clients_sum / 1e6:.1f}, {s0.sockets}/{n} sockets, cpu {m['cpu_busy_pct']:.0f}%")
+        if m["invalid"]:
+            summary += f" [INVALID: {'; '.join(m['invalid'])}]"
+        return m, [raw], summary
+
+    def finish(self) -> None:
+        """Nothing to keep: every output is already in the run directory."""

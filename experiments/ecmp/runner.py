@@ -1,0 +1,121 @@
+"""The ECMP study on a running clos: converge, set the hash policy in the
+sender's namespace, run ``iperf -P3`` and find each stream's link from short
+captures on the sender's uplinks (interface counters as a cross-check)."""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import shutil
+import time
+from collections import Counter
+from typing import Any, Dict, List, Optional, Tuple
+
+from nslab.errors import CommandError, InputError, LabError
+
+from .config import EcmpConfig
+from .model import PORT, assign_links, parse_tcpdump_ports, split_label
+
+log = logging.getLogger(__name__)
+
+SERVER = "server1"
+SENDER = "server2"
+TARGET = "10.0.200.1"
+POLICY_SYSCTL = "net.ipv4.fib_multipath_hash_policy"
+
+
+class EcmpRunner:
+    """The clos lab, the server, and one measurement per (policy, trial)."""
+
+    def __init__(self, lab, cfg: EcmpConfig, store) -> None:
+        self.lab = lab
+        self.cfg = cfg
+        self.store = store
+        self.sender = lab[SENDER]
+        self.uplinks = [f"{SENDER}-eth{s}" for s in range(cfg.spines)]
+        self.convergence_s: Optional[float] = None
+
+    def setup(self) -> Dict[str, Any]:
+        from nslab.frr import wait_for_ecmp
+        from nslab.iperf import start_server, wait_listening
+        from nslab.topologies.clos import expected_routes
+        self.convergence_s = wait_for_ecmp(self.lab, expected_routes(self.lab.topology), timeout=60)
+        log.info("ECMP routes on both servers %.2f s after FRR start", self.convergence_s)
+        for p in self.cfg.policies:  # refuse a policy the kernel rejects before measuring anything
+            self.set_policy(p)
+        start_server(self.lab[SERVER], enhanced=False)
+        wait_listening(self.lab[SERVER])
+        return {"convergence_s": self.convergence_s, "policy_set_in": SENDER,
+                "routes": {n: self.lab[n].run(["ip", "route"]).stdout for n in (SENDER, SERVER)}}
+
+    def set_policy(self, policy: int) -> None:
+        try:
+            self.sender.set_sysctls({POLICY_SYSCTL: policy})
+        except CommandError as exc:
+            raise InputError(f"the kernel rejects {POLICY_SYSCTL}={policy}: "
+                             f"{(exc.stderr or '').strip().splitlines()[-1:] or ''}") from None
+        got = self.sender.read_sysctl(POLICY_SYSCTL)
+        if got != str(policy):
+            raise InputError(f"the kernel did not keep {POLICY_SYSCTL}={policy} (reads {got})")
+
+    def _tx_bytes(self) -> Dict[str, int]:
+        return {intf: int(self.sender.run(["cat", f"/sys/class/net/{intf}/statistics/tx_bytes"])
+                          .stdout.strip()) for intf in self.uplinks}
+
+    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+        from nslab.iperf import client_argv, parse
+        policy, trial = int(point["policy"]), int(point["trial"])
+        self.set_policy(policy)
+        before = self._tx_bytes()
+        t0 = time.time()
+        client = self.sender.popen(client_argv(TARGET, time=self.cfg.duration,
+                                               parallel=self.cfg.streams), name="iperf-client")
+        time.sleep(min(1.5, self.cfg.duration / 3))
+        caps = {intf: self.sender.popen(["tcpdump", "-i", intf, "-nn", "-q", "-l", "-s", "96",
+                                         "-c", "3000", "tcp", "dst", "port", str(PORT)],
+                                        name=f"tcpdump-{intf}") for intf in self.uplinks}
+        time.sleep(0.6)
+        captures: Dict[str, Counter] = {}
+        raw_caps = []
+        for intf, proc in caps.items():
+            proc.stop(grace=1.0)
+            out, _ = proc.popen.communicate()
+            captures[intf] = parse_tcpdump_ports(out or "")
+            raw_caps.append(f"### capture on {intf}\n{out or ''}")
+        res = client.wait(timeout=self.cfg.duration + 60)
+        after = self._tx_bytes()
+        elapsed = time.time() - t0
+        raw = self.store.raw_path(f"p{policy}-t{trial}-iperf.txt")
+        with open(raw, "w") as f:
+            f.write(res.stdout + ("\n# stderr\n" + res.stderr if res.stderr else ""))
+        raw_cap = self.store.raw_path(f"p{policy}-t{trial}-captures.txt")
+        with open(raw_cap, "w") as f:
+            f.write("\n".join(raw_caps))
+        rep = parse(res.stdout)
+        if not rep.streams:
+            raise LabError(f"iperf client reported no streams (policy {policy}, trial {trial}); "
+                           f"see {raw}")
+        link_of = assign_links(captures)
+        streams = [{"id": s.id, "local_port": s.local_port, "bps": s.bps,
+                    "link": link_of.get(s.local_port)} for s in rep.streams]
+        per_link = [sum(1 for s in streams if s["link"] == intf) for intf in self.uplinks]
+        unknown = sum(1 for s in streams if s["link"] is None)
+        m = {"streams": streams, "sum_bps": rep.total_bps,
+             "sum_reported_by_iperf": rep.sum.bps if rep.sum else None,
+             "split": split_label(per_link) if not unknown else None,
+             "streams_per_link": dict(zip(self.uplinks, per_link)),
+             "unassigned_streams": unknown,
+             "link_bytes": {i: after[i] - before[i] for i in self.uplinks},
+             "link_mbps_avg": {i: (after[i] - before[i]) * 8 / elapsed / 1e6 for i in self.uplinks},
+             "policy_set_in": SENDER}
+        rates = ", ".join(f"{s['bps'] / 1e6:.0f}@{(s['link'] or '?').split('-')[-1]}" for s in streams)
+        return m, [raw, raw_cap], f"{rates}; SUM {rep.total_bps / 1e6:.0f} Mbit/s; split {m['split']}"
+
+    def finish(self) -> None:
+        """Copy every node's FRR logs and configs into the run directory."""
+        for path in glob.glob(os.path.join(self.lab.workdir, "frr", "*", "*")):
+            if path.endswith((".log", ".conf", ".stdout")):
+                node = os.path.basename(os.path.dirname(path))
+                dest = os.path.join(self.store.raw_dir, "frr", node)
+                os.makedirs(dest, exist_ok=True)
+                shutil.copy(path, dest)

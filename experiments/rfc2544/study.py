@@ -1,0 +1,64 @@
+"""Study 3: RFC 2544 throughput, latency and frame loss of a Linux bridge, a
+Linux router (and OVS) as the device under test (seed 004).
+
+One lab per DUT (generator -- DUT -- sink, links shaped with Ethernet framing
+counted); the whole run holds the machine's CPU split (generator CPU0, DUT
+CPU1), so two RFC 2544 runs cannot disturb each other. See
+:mod:`nslab.experiments.rfc2544.runner` for how each trial is counted.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, ContextManager, Dict, List
+
+from nslab.errors import CapabilityError
+from nslab.study import Study, StudyReport
+from nslab.topo import Topology
+
+from .config import Rfc2544Config
+from .records import SCHEMA
+
+
+class Rfc2544Study(Study):
+    name = "rfc2544"
+    title = "Study 3: RFC 2544, Linux bridge vs Linux router"
+    order = 3
+    source = "seed 004"
+    Config = Rfc2544Config
+    records = SCHEMA
+
+    def needs(self, cfg: Rfc2544Config) -> List[str]:
+        from nslab.pktgen import pktgen_path
+        if (os.cpu_count() or 1) < 2:
+            raise CapabilityError("the RFC 2544 CPU model needs 2 CPUs (generator and DUT apart)")
+        pktgen_path()
+        need = ["htb", "tbf"]
+        if any(d != "ovs" for d in cfg.duts):
+            need.append("rps")
+            if cfg.dut_cost:
+                need.append("u32")
+        return need
+
+    def labs(self, cfg: Rfc2544Config) -> Dict[str, Topology]:
+        from nslab.topologies.rfc2544 import dut_chain
+        return {d: dut_chain(d, link_rate=cfg.link_rate, framing=True) for d in cfg.duts}
+
+    def lab_key(self, cfg: Rfc2544Config, point: Dict[str, Any]) -> str:
+        return point["dut"]
+
+    def points(self, cfg: Rfc2544Config) -> List[Dict[str, Any]]:
+        return [{"dut": dut, "frame": size, "test": test, "repeat": rep}
+                for rep in range(cfg.repeat) for dut in cfg.duts
+                for size in cfg.frame_sizes for test in cfg.tests]
+
+    def session(self, cfg: Rfc2544Config) -> ContextManager[Any]:
+        from .runner import CpuSplitLock
+        return CpuSplitLock()
+
+    def runner(self, key: str, lab: Any, cfg: Rfc2544Config, store: Any):
+        from .runner import Rfc2544Runner
+        return Rfc2544Runner(lab, cfg, key, store)
+
+    def report(self, run_dir: str) -> StudyReport:
+        from .report import write_report
+        return write_report(run_dir)

@@ -1,0 +1,241 @@
+"""``nslab run STUDY``: one command per registered study, its options generated
+from the study's typed configuration, plus ``--preset``, ``--set key=value``,
+``--out`` and ``--resume``; and ``nslab report DIR``.
+
+Options keep the spellings the studies had (``--quick`` for ``--preset
+quick``, and each study's ``cli_aliases`` such as ``--policy`` for
+``policies``). An option not given leaves the preset's value.
+"""
+from __future__ import annotations
+
+import json
+import os
+import typing
+from typing import Any, Dict, List, Optional, Tuple, Type
+
+import click
+from typing_extensions import Literal
+
+from .errors import InputError
+
+def _unwrap(tp: Any) -> Tuple[Any, bool]:
+    """(the underlying type, optional?) of an annotation, through Annotated/Optional."""
+    optional = False
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+            continue
+        if origin is typing.Union:
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            optional = optional or len(args) < len(typing.get_args(tp))
+            if len(args) == 1:
+                tp = args[0]
+                continue
+        return tp, optional
+
+
+def _param_type(tp: Any) -> Tuple[str, Any]:
+    """('flag'|'list'|'scalar', click type or item type) for a config field."""
+    tp, _ = _unwrap(tp)
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        return "flag", None
+    if origin in (list, List, tuple):
+        item, _ = _unwrap(typing.get_args(tp)[0])
+        return "list", item
+    if origin is Literal:
+        return "scalar", click.Choice([str(a) for a in typing.get_args(tp)])
+    if tp in (int, float):
+        return "scalar", tp
+    return "scalar", str
+
+
+def _parse_list(text: str, item: Any, name: str) -> List[Any]:
+    parts = [p.strip() for p in str(text).split(",") if p.strip()]
+    if typing.get_origin(item) is Literal:
+        return parts
+    if item in (int, float):
+        try:
+            return [item(p) for p in parts]
+        except ValueError:
+            raise InputError(f"--{name}: expected comma-separated numbers, got {text!r}") from None
+    return parts
+
+
+def study_command(study_cls: Type[Any]) -> click.Command:
+    """The ``nslab run NAME`` command of one study."""
+    cfg_cls = study_cls.Config
+    aliases: Dict[str, List[str]] = {}
+    for alias, fname in cfg_cls.cli_aliases.items():
+        aliases.setdefault(fname, []).append(alias)
+    params: List[click.Parameter] = []
+    kinds: Dict[str, Tuple[str, Any]] = {}
+    for fname, field in cfg_cls.model_fields.items():
+        kind, tp = _param_type(field.annotation)
+        kinds[fname] = (kind, tp)
+        opt = "--" + fname.replace("_", "-")
+        names = [opt] + ["--" + a.replace("_", "-") for a in aliases.get(fname, [])]
+        default = field.get_default(call_default_factory=True)
+        help_text = (field.description or fname.replace("_", " "))
+        help_text += f" [default: {','.join(map(str, default)) if isinstance(default, list) else default}]"
+        if kind == "flag":
+            params.append(click.Option([f"{opt}/--no-{opt[2:]}"] +
+                                       [f"{n}/--no-{n[2:]}" for n in names[1:]] + [fname],
+                                       default=None, help=help_text))
+        elif kind == "list":
+            params.append(click.Option(names + [fname], default=None,
+                                       help=help_text + " (comma-separated)"))
+        else:
+            params.append(click.Option(names + [fname], type=tp, default=None, help=help_text))
+    presets = list(cfg_cls.presets)
+    params += [
+        click.Option(["--preset"], type=click.Choice(presets), default=None,
+                     help=f"Named settings ({', '.join(presets)}); options given override them."),
+        click.Option(["--quick"], is_flag=True, default=False, help="Same as --preset quick."),
+        click.Option(["--set", "sets"], multiple=True, metavar="KEY=VALUE",
+                     help="Any configuration field, e.g. --set duration=5 (repeatable)."),
+        click.Option(["--out"], default=None, help="Results root (default: --results)."),
+        click.Option(["--resume"], default=None,
+                     help="Continue an interrupted run directory (its own configuration)."),
+    ]
+
+    def callback(**kwargs: Any) -> None:
+        ctx = click.get_current_context()
+        quick = kwargs.pop("quick")
+        preset = kwargs.pop("preset") or ("quick" if quick else "default")
+        sets, out, resume = kwargs.pop("sets"), kwargs.pop("out"), kwargs.pop("resume")
+        overrides: Dict[str, Any] = {}
+        for fname, value in kwargs.items():
+            if value is None:
+                continue
+            kind, tp = kinds[fname]
+            overrides[fname] = _parse_list(value, tp, fname) if kind == "list" else value
+        for item in sets:
+            key, sep, value = item.partition("=")
+            key = key.strip().replace("-", "_")
+            if not sep or key not in kinds:
+                raise InputError(f"--set {item!r}: use KEY=VALUE with KEY one of "
+                                 f"{', '.join(sorted(kinds))}")
+            overrides[key] = _set_value(value, kinds[key], key)
+        run_study_command(ctx, study_cls, preset, overrides, out, resume)
+
+    presets_text = "; ".join(f"{name}: " + (", ".join(f"{k}={v}" for k, v in values.items())
+                                              or "the defaults")
+                             for name, values in cfg_cls.presets.items())
+    return click.Command(study_cls.name, params=params, callback=callback,
+                         help=f"{study_cls.title} ({study_cls.source}).\n\nPresets: {presets_text}.",
+                         short_help=study_cls.title)
+
+
+def _set_value(text: str, kind: Tuple[str, Any], key: str) -> Any:
+    if kind[0] == "list":
+        return _parse_list(text, kind[1], key)
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
+                      overrides: Dict[str, Any], out: Optional[str], resume: Optional[str]) -> None:
+    """Validate, run with logging and signals set up, keep what was measured on
+    Ctrl-C (and say how to resume), then print where the results are."""
+    from .cliutil import install_signals, setup_logging
+    from .naming import new_run_id
+    from .study import run_study
+    study = study_cls()
+    cfg = None if resume else _config(study_cls.Config, preset, overrides)
+    if resume and overrides:
+        raise InputError("--resume continues a run with its own configuration: give no other option")
+    if cfg is not None and getattr(study, "note", None):
+        note = study.note(cfg)
+        if note:
+            click.echo(note, err=True)
+    run_id = new_run_id()
+    setup_logging(ctx.obj, run_id)
+    install_signals()
+    root = out or ctx.obj.results
+    store_dir = resume or os.path.join(root, study.name, run_id)
+    try:
+        path = run_study(study, cfg, root, run_id=run_id, resume=resume)
+    except KeyboardInterrupt:
+        if os.path.isdir(store_dir):
+            click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
+                       f"`nslab run {study.name} --resume {store_dir}`", err=True)
+        raise
+    rep = study.report(path)
+    click.echo(f"results: {path}")
+    for c in rep.claims:
+        click.echo(f"  [{c.verdict}] {c.claim}: {c.measured}")
+    click.echo(f"report: {rep.files.get('md')} (and .html); plots: {', '.join(rep.figures)}")
+
+
+def _config(cfg_cls: Type[Any], preset: str, overrides: Dict[str, Any]) -> Any:
+    """The preset with the options on top; an invalid option value is named as
+    typed: ``--policies/--policy 9: Input should be less than or equal to 3``."""
+    from .study import ConfigError
+    try:
+        return cfg_cls.preset(preset, **overrides)
+    except ConfigError as exc:
+        if not exc.loc or exc.loc[0] not in overrides:
+            raise
+        fname = exc.loc[0]
+        names = ["--" + fname.replace("_", "-")] + sorted(
+            "--" + a.replace("_", "-") for a, f in cfg_cls.cli_aliases.items() if f == fname)
+        value = exc.value if exc.value is not None else overrides[fname]
+        if isinstance(value, list):
+            value = ",".join(map(str, value))
+        raise InputError(f"{'/'.join(names)} {value}: {exc.reason}") from None
+
+
+class RunGroup(click.Group):
+    """``nslab run``: a command per registered study (loaded when asked for)."""
+
+    def list_commands(self, ctx: click.Context) -> List[str]:
+        from .registry import studies
+        return sorted(studies())
+
+    def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
+        from .registry import studies
+        found = studies()
+        if name in found:
+            return study_command(found[name])
+        return None
+
+    def resolve_command(self, ctx: click.Context, args: List[str]):
+        name = args[0] if args else ""
+        cmd = self.get_command(ctx, name)
+        if cmd is None and name and not name.startswith("-"):
+            from .registry import study
+            study(name)  # raises InputError listing the registered studies
+        return super().resolve_command(ctx, args)
+
+
+@click.group("run", cls=RunGroup, invoke_without_command=True)
+@click.option("--list", "list_", is_flag=True, help="List the registered studies and their presets.")
+@click.pass_context
+def run_group(ctx: click.Context, list_: bool) -> None:
+    """Run a study (a registered one: nslab run --list)."""
+    if list_ or ctx.invoked_subcommand is None:
+        from .registry import studies
+        for name, cls in studies().items():
+            click.echo(f"{name:10} {cls.title} ({cls.source}); presets: {', '.join(cls.Config.presets)}")
+
+
+@click.command("report")
+@click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
+def report(run_dir: str) -> None:
+    """Redraw the report of RUN_DIR from its stored results (no root needed)."""
+    from .registry import study
+    from .results import ResultStore
+    if os.path.exists(os.path.join(run_dir, "mode")):  # a `nslab reproduce` directory
+        from .reproduce import write_report
+        for name, path in write_report(run_dir).items():
+            click.echo(f"{name}: {path}")
+        return
+    store = ResultStore.open(run_dir)
+    exp = store.provenance().get("experiment") or os.path.basename(os.path.dirname(run_dir.rstrip("/")))
+    rep = study(exp)().report(run_dir)
+    for name, path in rep.files.items():
+        click.echo(f"{name}: {path}")

@@ -1,0 +1,210 @@
+"""Benchmarks of building labs: ``nslab bench build|dataplane|clos``."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import statistics
+import sys
+import time
+from typing import Dict, List, Tuple
+
+import click
+
+from nslab.bench import save, time_command
+from nslab.errors import InputError
+
+log = logging.getLogger(__name__)
+
+#: Mininet's switch equivalent to ours (Mininet's LinuxBridge needs brctl; its
+#: OVS bridge must use the userspace datapath where the kernel module is missing).
+MN_SWITCH = {"bridge": "lxbr", "ovs": "ovsbr,datapath={dp}"}
+
+
+def _foreign_ovs_bridges() -> List[str]:
+    if not shutil.which("ovs-vsctl"):
+        return []
+    from nslab.ovs.bridge import foreign_bridges
+    return foreign_bridges()
+
+
+def bench_build(ks: List[int], switch: str, repeat: int, with_mininet: bool,
+                results_root: str) -> Dict[str, object]:
+    """Run the build benchmark, print a table and save it as JSON."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from nslab import caps
+    caps.require_root("nslab bench build")
+    nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
+    mn_ok = with_mininet and shutil.which("mn") is not None
+    if mn_ok and switch == "bridge" and not shutil.which("brctl"):
+        log.warning("Mininet's lxbr switch needs brctl (apt install bridge-utils): skipping Mininet")
+        mn_ok = False
+    if mn_ok and _foreign_ovs_bridges():
+        # On any error Mininet runs its global cleanup, which deletes every OVS
+        # bridge: never risk a user's bridges for a benchmark.
+        log.warning("skipping plain Mininet: this machine has OVS bridges nslab did not create, "
+                    "and Mininet's error cleanup would delete them")
+        mn_ok = False
+    dp = "user"
+    if switch == "ovs":
+        from nslab.ovs.daemon import datapath_type
+        dp = "kernel" if datapath_type() == "system" else "user"
+    rows = []
+    console = Console()
+    for k in ks:
+        ours, theirs = [], []
+        for _ in range(repeat):
+            ours.append(time_command([nslab, "--results", os.path.join(results_root, "bench"), "topo", "up",
+                               "single", "--k", str(k), "--switch", switch, "--for", "0"]))
+            if mn_ok:
+                theirs.append(time_command(["mn", "--topo", f"single,{k}", "--switch",
+                                     MN_SWITCH[switch].format(dp=dp), "--controller", "none",
+                                     "--test", "none"], cwd="/tmp"))
+        row = {"k": k, "nslab_s": statistics.median(ours), "nslab_all": ours}
+        if theirs:
+            row.update(mininet_s=statistics.median(theirs), mininet_all=theirs,
+                       ratio=statistics.median(theirs) / statistics.median(ours))
+        rows.append(row)
+        console.print(f"k={k}: nslab {row['nslab_s']:.2f} s" +
+                      (f", mininet {row['mininet_s']:.2f} s" if theirs else ""))
+    t = Table(title=f"build + teardown of single,k ({switch}; median of {repeat}, fresh process each)")
+    for col in ("k", "nslab (s)", "mininet (s)", "mininet / nslab"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(str(r["k"]), f"{r['nslab_s']:.2f}",
+                  f"{r['mininet_s']:.2f}" if "mininet_s" in r else "-",
+                  f"{r['ratio']:.1f}x" if "ratio" in r else "-")
+    console.print(t)
+    out = {"benchmark": "build", "switch": switch, "repeat": repeat, "rows": rows}
+    console.print(f"saved {save(results_root, f'build-{switch}', out)}")
+    return out
+
+
+def bench_clos(shapes: List[tuple], repeat: int, results_root: str) -> Dict[str, object]:
+    """From FRR daemon start to ECMP routes on every server/leaf, per fabric shape."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from nslab import caps
+    from nslab.frr import wait_for_ecmp
+    from nslab.lab import Lab
+
+    from .clos import clos, expected_routes
+    caps.require_root("nslab bench clos")
+    caps.require(["frr", "ecmp"], "nslab bench clos")
+    console = Console()
+    rows = []
+    for spines, leaves in shapes:
+        conv, build = [], []
+        for _ in range(repeat):
+            t = clos(spines=spines, servers=leaves)
+            with Lab(t) as lab:
+                conv.append(wait_for_ecmp(lab, expected_routes(t), timeout=120))
+                build.append(lab.build_seconds)
+        rows.append({"spines": spines, "servers": leaves, "convergence_s": statistics.median(conv),
+                     "convergence_all": conv, "build_s": statistics.median(build)})
+        console.print(f"{spines}x{leaves}: converged {rows[-1]['convergence_s']:.2f} s after FRR start")
+    t = Table(title=f"BGP-unnumbered clos: FRR start to ECMP routes everywhere (median of {repeat})")
+    for col in ("spines x servers", "nodes", "lab build (s)", "convergence (s)", "min-max (s)"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(f"{r['spines']} x {r['servers']}", str(r["spines"] + r["servers"]),
+                  f"{r['build_s']:.2f}", f"{r['convergence_s']:.2f}",
+                  f"{min(r['convergence_all']):.2f}-{max(r['convergence_all']):.2f}")
+    console.print(t)
+    out = {"benchmark": "clos", "repeat": repeat, "rows": rows,
+           "timers": "keepalive 1, hold 3, advertisement-interval 0, coalesce-time 100"}
+    console.print(f"saved {save(results_root, 'clos', out)}")
+    return out
+
+
+def bench_dataplane(seconds: float, repeat: int, results_root: str) -> Dict[str, object]:
+    """TCP over the lab's ``pair`` vs two bare namespaces on one veth, alternating."""
+    from rich.console import Console
+
+    from nslab import caps
+    from nslab.iperf import parse, run_client, start_server, wait_listening
+    from nslab.lab import Lab
+    from nslab.naming import new_run_id
+    from nslab.proc import Process, run
+
+    from .basic import pair
+    caps.require_root("nslab bench dataplane")
+    lab_bps, bare_bps = [], []
+    rid = new_run_id()
+    a, b = f"{rid}-bare1", f"{rid}-bare2"
+    try:
+        run(["ip", "netns", "add", a])
+        run(["ip", "netns", "add", b])
+        run(["ip", "link", "add", "name", "v0", "netns", a, "type", "veth", "peer", "name", "v1",
+             "netns", b])
+        run(["ip", "-n", a, "addr", "add", "10.9.9.1/24", "dev", "v0"])
+        run(["ip", "-n", b, "addr", "add", "10.9.9.2/24", "dev", "v1"])
+        run(["ip", "-n", a, "link", "set", "v0", "up"])
+        run(["ip", "-n", b, "link", "set", "v1", "up"])
+        srv = Process(["iperf", "-s"], netns=b, run_id=rid)
+        with Lab(pair()) as lab:
+            start_server(lab["h2"])
+            wait_listening(lab["h2"])
+            time.sleep(0.3)
+            for _ in range(repeat):
+                lab_bps.append(run_client(lab["h1"], lab["h2"].ip, time=seconds).total_bps)
+                res = run(["iperf", "-c", "10.9.9.2", "-t", f"{seconds:g}"], netns=a, run_id=rid,
+                          timeout=seconds + 30)
+                bare_bps.append(parse(res.stdout).total_bps)
+        srv.stop()
+    finally:
+        run(["ip", "netns", "del", a], check=False)
+        run(["ip", "netns", "del", b], check=False)
+    out = {"benchmark": "dataplane", "seconds": seconds, "repeat": repeat,
+           "lab_bps": statistics.median(lab_bps), "bare_bps": statistics.median(bare_bps),
+           "ratio": statistics.median(lab_bps) / statistics.median(bare_bps),
+           "lab_all": lab_bps, "bare_all": bare_bps}
+    Console().print(f"unshaped TCP, {seconds:g} s x {repeat}: lab pair {out['lab_bps'] / 1e9:.2f} Gbit/s, "
+                    f"bare veth {out['bare_bps'] / 1e9:.2f} Gbit/s: lab/bare = {out['ratio']:.2f}")
+    out["saved"] = save(results_root, "dataplane", out)
+    return out
+
+
+@click.command("build")
+@click.option("--sizes", default="2,8,32,64", show_default=True, help="Host counts k.")
+@click.option("--switch", type=click.Choice(["bridge", "ovs"]), default="bridge", show_default=True)
+@click.option("--repeat", type=int, default=3, show_default=True)
+@click.option("--no-mininet", is_flag=True, help="Skip plain Mininet.")
+@click.pass_context
+def build_cmd(ctx: click.Context, sizes: str, switch: str, repeat: int, no_mininet: bool) -> None:
+    """Build+teardown time of `single,k` for nslab vs plain Mininet (`mn --test none`)."""
+    from nslab.cliutil import int_list, setup_logging
+    setup_logging(ctx.obj, f"bench-build-{int(time.time())}")
+    bench_build(int_list(sizes, "--sizes"), switch, repeat, not no_mininet, ctx.obj.results)
+
+
+@click.command("clos")
+@click.option("--shapes", default="2x2,4x8", show_default=True, help="SPINESxSERVERS list.")
+@click.option("--repeat", type=int, default=3, show_default=True)
+@click.pass_context
+def clos_cmd(ctx: click.Context, shapes: str, repeat: int) -> None:
+    """Time from FRR start to ECMP routes installed everywhere, per clos size."""
+    from nslab.cliutil import setup_logging
+    parsed: List[Tuple[int, int]] = []
+    for item in shapes.split(","):
+        try:
+            s, n = (int(x) for x in item.lower().split("x"))
+        except ValueError:
+            raise InputError(f"--shapes: {item!r} is not SPINESxSERVERS (e.g. 2x2)") from None
+        parsed.append((s, n))
+    setup_logging(ctx.obj, f"bench-clos-{int(time.time())}")
+    bench_clos(parsed, repeat, ctx.obj.results)
+
+
+@click.command("dataplane")
+@click.option("--seconds", type=float, default=3, show_default=True)
+@click.option("--repeat", type=int, default=3, show_default=True)
+@click.pass_context
+def dataplane_cmd(ctx: click.Context, seconds: float, repeat: int) -> None:
+    """TCP through the lab's pair vs two bare namespaces on one veth (the lab's overhead)."""
+    from nslab.cliutil import setup_logging
+    setup_logging(ctx.obj, f"bench-dataplane-{int(time.time())}")
+    bench_dataplane(seconds, repeat, ctx.obj.results)
