@@ -98,6 +98,7 @@ def server(out: str, nic: str) -> dict:
     say(f"host says: {line.strip()!r}")
     sink.send_signal(signal.SIGINT)
     result["sink"] = json.loads(sink.communicate(timeout=30)[0].strip().splitlines()[-1])
+    result["rx_after"] = int(open(f"/sys/class/net/{nic}/statistics/rx_packets").read())
     serve.send_signal(signal.SIGINT)
     serve.communicate(timeout=60)
     result["serve_rc"] = serve.returncode
