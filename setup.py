@@ -75,6 +75,7 @@ setup(
             "dataplane = nslab.topologies.bench:dataplane_cmd",
             "aliases = nslab.experiments.alias.bench:aliases_cmd",
             "generator = nslab.experiments.rfc2544.bench:generator_cmd",
+            "search = nslab.experiments.rfc2544.bench:search_cmd",
         ],
     },
 )

@@ -78,6 +78,13 @@ def doctor() -> None:
         t.add_row(f"version:{name}", "[green]yes[/]" if v else "[yellow]no[/]", v or "not installed")
     console = Console()
     console.print(t)
+    from .noise import fitness, idle_jitter
+    noise = idle_jitter()
+    console.print(f"host noise: a 1 ms sleep wakes {noise['p50_us']:.0f} us late (median), "
+                  f"{noise['p99_us']:.0f} us (p99), {noise['max_us']:.0f} us (max) over "
+                  f"{noise['samples']:.0f} sleeps")
+    for study, (ok, why) in fitness(noise, os.cpu_count() or 1).items():
+        console.print(f"  fit for {study}: {'[green]yes[/]' if ok else '[red]no[/]'} ({why})")
     if not found.get("root", None) or not found["root"].ok:
         console.print("Kernel features are probed only as root (they need a scratch namespace).")
     if missing_required:

@@ -172,6 +172,28 @@ def cpu_times() -> List[Tuple[int, int]]:
     return out
 
 
+def idle_seconds() -> List[float]:
+    """Per CPU, seconds idle (idle + iowait) since boot.
+
+    Unlike busy time, which a kernel with tick-based CPU accounting
+    (``CONFIG_TICK_CPU_ACCOUNTING``) samples at each timer tick, idle time on a
+    tickless kernel is measured at every idle entry and exit: short bursts of
+    softirq work between ticks are missed by the busy counters but not by the
+    idle one. Busy = elapsed - idle is therefore the faithful figure at low load.
+    """
+    import psutil
+    return [t.idle + getattr(t, "iowait", 0.0) for t in psutil.cpu_times(percpu=True)]
+
+
+def busy_pct_from_idle(idle_a: List[float], idle_b: List[float], elapsed_s: float,
+                       cpu: int) -> float:
+    """Busy share of ``cpu`` over ``elapsed_s`` of wall time: 100 - idle share,
+    clamped to 0..100 (the idle counter has USER_HZ resolution)."""
+    if elapsed_s <= 0:
+        return 0.0
+    return min(100.0, max(0.0, 100.0 * (1 - (idle_b[cpu] - idle_a[cpu]) / elapsed_s)))
+
+
 def cpu_total() -> Tuple[int, int]:
     """(busy, total) clock ticks of all CPUs together."""
     per = cpu_times()

@@ -22,6 +22,12 @@ class Claim:
     why: str
     source: str = ""
 
+    def __post_init__(self) -> None:
+        from .stats import VERDICTS
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"claim {self.claim!r}: verdict {self.verdict!r} is not one of "
+                             f"{', '.join(VERDICTS)}")
+
 
 @dataclass
 class StudyReport:

@@ -59,8 +59,8 @@ class Estimate:
     ci: Optional[Interval]
     n: int
 
-    def fmt(self, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
-        text = f"{self.value * scale:.{digits}f}{unit}"
+    def fmt(self, scale: float = 1.0, digits: int = 1, unit: str = "", sign: bool = False) -> str:
+        text = f"{self.value * scale:{'+' if sign else ''}.{digits}f}{unit}"
         if self.ci is None:
             return f"{text} (n={self.n}: no interval)"
         return f"{text}, {self.ci.fmt(scale, digits, unit)}, n={self.n}"
@@ -184,3 +184,69 @@ def below(est: Estimate, threshold: float) -> Verdict:
     if est.ci.low > threshold:
         return "disagrees"
     return flipped["undecided"]  # type: ignore[return-value]
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Estimate:
+    """The mean of ``a[i] - b[i]`` with Student's t interval (pairs, e.g. our
+    value and the paper's at the same offered load)."""
+    if len(a) != len(b):
+        raise ValueError("paired values of unequal length")
+    return mean([float(x) - float(y) for x, y in zip(a, b)], level)
+
+
+def difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Estimate:
+    """mean(a) - mean(b) in the values' own unit, with Welch's t interval."""
+    from scipy import stats
+    xa, xb = [float(v) for v in a], [float(v) for v in b]
+    ma, mb = statistics.fmean(xa), statistics.fmean(xb)
+    n = min(len(xa), len(xb))
+    if len(xa) < 2 or len(xb) < 2:
+        return Estimate(ma - mb, None, n)
+    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Estimate(ma - mb, Interval(ma - mb, ma - mb, level, "Welch t, no spread"), n)
+    df = (va + vb) ** 2 / ((va ** 2 / (len(xa) - 1) if va else 0) +
+                           (vb ** 2 / (len(xb) - 1) if vb else 0))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return Estimate(ma - mb, Interval(ma - mb - half, ma - mb + half, level, "Welch t"), n)
+
+
+def r_squared(ours: Sequence[float], theirs: Sequence[float]) -> Optional[float]:
+    """1 - SS_res/SS_tot of ``ours`` as a prediction of ``theirs`` (None when
+    ``theirs`` has no spread): how much of the published curve ours explains."""
+    t = [float(v) for v in theirs]
+    if len(t) < 2:
+        return None
+    m = statistics.fmean(t)
+    tot = sum((v - m) ** 2 for v in t)
+    if tot == 0:
+        return None
+    res = sum((float(o) - v) ** 2 for o, v in zip(ours, t))
+    return 1 - res / tot
+
+
+@dataclass(frozen=True)
+class Check:
+    """A verdict and the reason for it, in words a reader can check."""
+
+    verdict: Verdict
+    why: str
+
+
+def judge(est: Estimate, low: float, high: float, what: str,
+          scale: float = 1.0, unit: str = "", digits: int = 1,
+          need: str = "more repeats") -> Check:
+    """Is ``est`` within ``[low, high]`` (either may be +-inf)? The reason names
+    the interval and the band; too few samples says what to run."""
+    def f(x: float) -> str:
+        return "-inf" if x == -math.inf else "+inf" if x == math.inf else f"{x * scale:.{digits}f}"
+    band = f"[{f(low)}, {f(high)}]{unit}"
+    if est.ci is None:
+        return Check("undecided", f"n={est.n}: no interval from one sample; {need}")
+    v = within(est, low, high)
+    if v == "agrees":
+        return Check(v, f"the interval lies inside {what} {band}")
+    if v == "disagrees":
+        return Check(v, f"the interval lies outside {what} {band}")
+    return Check(v, f"the interval straddles the edge of {what} {band}; {need}")

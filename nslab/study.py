@@ -241,6 +241,8 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                  len(plan) - len(todo), len(plan))
     labs = study.labs(cfg)
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    from .noise import idle_jitter
+    noise = idle_jitter()
     prog = Progress(len(todo), enabled=progress)
     try:
         with study.session(cfg):
@@ -255,7 +257,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                     _provenance(store, collect_provenance(
                         lab, sysctls=study.sysctls,
                         extra={"config": cfg.model_dump(mode="json"), "started": started,
-                               "study": study.name}), key, info)
+                               "study": study.name, "host_noise": noise}), key, info)
                     try:
                         for point in mine:
                             m, raw, summary = runner.measure(point)

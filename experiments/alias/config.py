@@ -15,7 +15,7 @@ from .model import alias_addresses
 
 #: The posts' alias counts.
 POST_ALIASES = [1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192, 224, 254]
-QUICK_ALIASES = [1, 16, 254]
+QUICK_ALIASES = [1, 254]
 ADDR_TEMPLATE = "192.168.2.%d"
 MODES = ("alias", "parallel")
 
@@ -42,7 +42,8 @@ class AliasConfig(StudyConfig):
     force: StrictBool = Field(False, description="allow the NIC of the default route or SSH")
 
     presets: ClassVar[Dict[str, Dict[str, object]]] = {
-        "quick": {"aliases": QUICK_ALIASES, "duration": 3, "repeat": 1,
+        # enough repeats for an interval at the two ends of the posts' range
+        "quick": {"aliases": QUICK_ALIASES, "duration": 3, "repeat": 3,
                   "modes": ["alias", "parallel"]},
         "default": {},
         # the seeds' own sweep (10 s points instead of the posts' 60 s) with the control

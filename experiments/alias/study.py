@@ -47,9 +47,14 @@ class AliasStudy(Study):
 
     def points(self, cfg: AliasConfig) -> List[Dict[str, Any]]:
         """Every (mode, N) per repeat; repeats after the first in a shuffled
-        order (seeded, so a resumed run sees the same order)."""
+        order (seeded, so a resumed run sees the same order). ``-P 1`` is the
+        same test as one alias: the parallel control skips N=1 when the alias
+        sweep measures it."""
         from nslab.study import expand
-        return expand({"mode": list(cfg.modes), "n": list(cfg.aliases)}, cfg.repeat, shuffle_seed=0)
+        pts = expand({"mode": list(cfg.modes), "n": list(cfg.aliases)}, cfg.repeat, shuffle_seed=0)
+        if "alias" in cfg.modes:
+            pts = [p for p in pts if not (p["mode"] == "parallel" and p["n"] == 1)]
+        return pts
 
     def runner(self, key: str, lab: Any, cfg: AliasConfig, store: Any):
         from .runner import AliasRunner

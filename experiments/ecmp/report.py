@@ -2,6 +2,7 @@
 distribution of splits per policy next to chance, the claims, and two plots."""
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from collections import Counter
@@ -34,34 +35,75 @@ def distribution(records: List[EcmpRecord]) -> Dict[int, Counter]:
     return out
 
 
+#: "Keeps the streams on one link" means: in more than this share of trials.
+MOSTLY = 0.5
+MORE = "undecided: run the default preset (10 trials per policy)"
+
+
 def claims(records: List[EcmpRecord], cfg: Dict[str, Any]) -> List[Claim]:
+    """The post's claims as proportions of trials (Wilson intervals) and a mean
+    SUM (t interval), each with a verdict."""
+    from nslab.stats import judge, mean, proportion
     dist = distribution(records)
     streams, spines = int(cfg.get("streams", 3)), int(cfg.get("spines", 2))
     one = f"{streams}+" + "+".join(["0"] * (spines - 1))
     exp = chance(streams, spines)
+    p_one = exp.get(one, 0.0)
     out: List[Claim] = []
+
+    def prop(k: int, n: int):
+        return proportion(k, n) if n >= 2 else None
+
     if 0 in dist:
         n0 = sum(dist[0].values())
+        k0 = dist[0].get(one, 0)
+        est = prop(k0, n0)
+        chk = (judge(est, MOSTLY, 1.0, "'most trials', a share in", 100, " %", 0, need=MORE)
+               if est else None)
         out.append(Claim("L3 hashing keeps -P3 on one link (991 Mbit/s)",
-                         f"policy 0: {dist[0].get(one, 0)}/{n0} trials all on one link",
-                         "reproduced" if dist[0].get(one, 0) == n0 else "not reproduced",
-                         f"{n0} trials; deterministic for one address pair", "seed 002"))
+                         f"policy 0: {k0}/{n0} trials all on one link, "
+                         + (est.ci.fmt(100, 0, " %") if est and est.ci else "one trial"),
+                         chk.verdict if chk else "undecided",
+                         chk.why if chk else f"one trial: {MORE}", "seed 002"))
     if 1 in dist:
         n1 = sum(dist[1].values())
-        spread_n = n1 - dist[1].get(one, 0)
-        sums = [r.measurements.sum_bps / 1e6 for r in records if r.params.policy == 1]
-        out.append(Claim("L4 hashing spreads the streams over both links (1.97 Gbit/s)",
-                         f"policy 1: {spread_n}/{n1} trials used both links; best SUM "
-                         f"{max(sums):.0f} Mbit/s",
-                         "reproduced" if spread_n > 0 else "not seen in these trials",
-                         f"{n1} trials", "seed 002"))
+        k1 = n1 - dist[1].get(one, 0)
+        sums = [r.measurements.sum_bps for r in records
+                if r.params.policy == 1 and r.measurements.split not in (None, one)]
+        rate = str(cfg.get("link_rate", "1Gbit"))
+        est = mean(sums)
+        if rate.lower() != "none" and sums:
+            ceiling = goodput_ceiling(parse_rate(rate), framing=bool(cfg.get("framing")))
+            chk = judge(est, ceiling, math.inf, "more than one link can carry, i.e. above",
+                        1e-6, " Mbit/s", 0, need=MORE)
+            measured = (f"policy 1: {k1}/{n1} trials used more than one link; their SUM "
+                        f"{est.fmt(1e-6, 0, ' Mbit/s')}")
+        else:
+            chk = None
+            measured = f"policy 1: {k1}/{n1} trials used more than one link"
+        out.append(Claim("L4 hashing spreads the streams over both links (1.97 Gbit/s)", measured,
+                         chk.verdict if chk else "undecided",
+                         chk.why if chk else ("no trial used more than one link; " + MORE
+                                              if not sums else "unshaped links: no ceiling"),
+                         "seed 002"))
+        k = dist[1].get(one, 0)
+        est = prop(k, n1)
+        if est is None or est.ci is None:
+            verdict, why = "undecided", f"one trial: {MORE}"
+        elif k > 0:
+            verdict, why = "agrees", (f"seen in {k} of {n1} trials (chance per trial with "
+                                      f"random hashing: {p_one * 100:.0f} %)")
+        elif est.ci.high < p_one:
+            verdict, why = "disagrees", (f"never in {n1} trials: the interval lies below the "
+                                         f"{p_one * 100:.0f} % random hashing gives")
+        else:
+            verdict, why = "undecided", (f"not seen in {n1} trials, but random hashing misses it "
+                                         f"that often with probability {(1 - p_one) ** n1 * 100:.0f}"
+                                         f" %; {MORE}")
         out.append(Claim("With L4, some attempts still hash all streams onto one link",
-                         f"{dist[1].get(one, 0)}/{n1} trials all on one link; chance "
-                         f"{exp.get(one, 0) * 100:.0f} %",
-                         "reproduced" if dist[1].get(one, 0) > 0 else
-                         f"not seen (chance of none in {n1} trials: "
-                         f"{(1 - exp.get(one, 0)) ** n1 * 100:.0f} %)",
-                         f"{n1} trials: a binomial count, wide interval at small n", "seed 002"))
+                         f"{k}/{n1} trials all on one link, "
+                         + (est.ci.fmt(100, 0, " %") if est and est.ci else "one trial")
+                         + f"; random hashing: {p_one * 100:.0f} %", verdict, why, "seed 002"))
     return out
 
 

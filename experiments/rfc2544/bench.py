@@ -1,8 +1,9 @@
 """``nslab bench generator``: the RFC 2544 generator's ceiling vs iperf2 and line rates."""
 from __future__ import annotations
 
+import statistics
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import click
 
@@ -61,3 +62,73 @@ def generator_cmd(ctx: click.Context, sizes: str) -> None:
     from nslab.cliutil import int_list, setup_logging
     setup_logging(ctx.obj, f"bench-generator-{int(time.time())}")
     bench_generator(int_list(sizes, "--sizes"), ctx.obj.results)
+
+
+def bench_search(dut: str, size: int, repeat: int, trial: float, dut_cost: Optional[int],
+                 results_root: str) -> Dict[str, object]:
+    """The RFC 2544 binary search and MLRsearch on the same DUT in one run,
+    alternating, ``repeat`` times each: results, trials, time, agreement."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from nslab import caps
+    from nslab.lab import Lab
+    from nslab.stats import mean, relative_difference
+    from nslab.topologies.rfc2544 import dut_chain
+
+    from .config import Rfc2544Config
+    from .runner import CpuSplitLock, Rfc2544Runner
+    caps.require_root("nslab bench search")
+    cfg = Rfc2544Config(duts=[dut], frame_sizes=[size], trial=trial, dut_cost=dut_cost)
+    rows: Dict[str, List[Dict[str, float]]] = {"RFC 2544 binary": [], "MLRsearch NDR": []}
+    with CpuSplitLock(), Lab(dut_chain(dut, link_rate=cfg.link_rate, framing=True)) as lab:
+        runner = Rfc2544Runner(lab, cfg, dut, None)
+        info = runner.setup()
+        for i in range(repeat):
+            t0 = time.monotonic()
+            probes: List[Dict[str, object]] = []
+            fps, _, _ = runner.search(size, probes)
+            rows["RFC 2544 binary"].append({"fps": fps, "trials": len(probes),
+                                            "wall_s": time.monotonic() - t0})
+            m = runner.mlr(size)
+            rows["MLRsearch NDR"].append({"fps": m["goals"]["NDR"]["fps"], "trials": m["trials"],
+                                          "wall_s": m["wall_s"],
+                                          "pdr": m["goals"]["PDR"]["fps"]})
+            click.echo(f"[{i + 1}/{repeat}] binary {fps:,.0f} fps in {len(probes)} trials; "
+                       f"MLRsearch NDR {m['goals']['NDR']['fps']:,.0f}, PDR "
+                       f"{m['goals']['PDR']['fps']:,.0f} fps in {m['trials']} trials", err=True)
+    t = Table(title=f"throughput search, {dut} at {size} B, {repeat} runs each, same DUT "
+                    f"({info.get('dut_cost_filters')} filters)")
+    for col in ("search", "fps (mean, 95 % t)", "trials (mean)", "time s (mean)"):
+        t.add_column(col, justify="right")
+    for name, rs in rows.items():
+        t.add_row(name, mean([r["fps"] for r in rs]).fmt(1, 0), f"{statistics.fmean(r['trials'] for r in rs):.1f}",
+                  f"{statistics.fmean(r['wall_s'] for r in rs):.1f}")
+    Console().print(t)
+    b, m_ = rows["RFC 2544 binary"], rows["MLRsearch NDR"]
+    agree = relative_difference([r["fps"] for r in m_], [r["fps"] for r in b])
+    time_ratio = statistics.fmean(r["wall_s"] for r in b) / statistics.fmean(r["wall_s"] for r in m_)
+    click.echo(f"MLRsearch NDR vs binary search: {agree.fmt(100, 1, ' %', sign=True)}; "
+               f"time binary/MLRsearch {time_ratio:.2f}x")
+    out = {"benchmark": "search", "dut": dut, "frame": size, "setup": info, "rows": rows,
+           "ndr_vs_binary": agree.value, "time_ratio_binary_over_mlr": time_ratio}
+    out["saved"] = save(results_root, "search", out)
+    return out
+
+
+@click.command("search")
+@click.option("--dut", type=click.Choice(["bridge", "router", "ovs"]), default="bridge",
+              show_default=True)
+@click.option("--frame", type=click.IntRange(64, 1518), default=64, show_default=True)
+@click.option("--repeat", type=click.IntRange(1, 20), default=3, show_default=True)
+@click.option("--trial", type=click.FloatRange(0.5, 60), default=1.0, show_default=True,
+              help="seconds of the binary search's trials and MLRsearch's longest")
+@click.option("--dut-cost", type=click.IntRange(0, 5000), default=None,
+              help="filters on the DUT (default: calibrate to the paper's knee)")
+@click.pass_context
+def search_cmd(ctx: click.Context, dut: str, frame: int, repeat: int, trial: float,
+               dut_cost: Optional[int]) -> None:
+    """RFC 2544 binary search vs MLRsearch on the same DUT: trials, time, agreement."""
+    from nslab.cliutil import setup_logging
+    setup_logging(ctx.obj, f"bench-search-{int(time.time())}")
+    bench_search(dut, frame, repeat, trial, dut_cost, ctx.obj.results)

@@ -11,15 +11,15 @@ from nslab.fields import RateText, UniqueList
 from nslab.study import StudyConfig
 
 FRAME_SIZES = [64, 128, 256, 512, 1024, 1280, 1518]
-TESTS = ["throughput", "latency", "loss"]
-#: Every test the runner knows; back-to-back is opt-in (``--tests ...,back-to-back``).
-ALL_TESTS = TESTS + ["back-to-back"]
+TESTS = ["cost", "throughput", "latency", "loss"]
+#: Every test the runner knows; back-to-back and MLRsearch are opt-in
+#: (``--tests ...,back-to-back,mlrsearch``) and in the full preset.
+ALL_TESTS = TESTS + ["back-to-back", "mlrsearch"]
 LOAD_PCT = [10, 20, 40, 60, 80, 90, 100, 110]
-#: Calibrated on the development machine: 700 filters put the 64-byte knee
-#: between 66 and 80 kfps (the paper's: ~66 kfps). ``--dut-cost 0`` = bare veth.
-DEFAULT_DUT_COST = 700
+#: Offered loads (64-byte frames/s) at which the intrinsic cost is measured.
+COST_FPS = [25000, 50000]
 Dut = Literal["bridge", "router", "ovs"]
-Test = Literal["throughput", "latency", "loss", "back-to-back"]
+Test = Literal["throughput", "latency", "loss", "back-to-back", "cost", "mlrsearch"]
 
 
 class Rfc2544Config(StudyConfig):
@@ -29,8 +29,10 @@ class Rfc2544Config(StudyConfig):
     frame_sizes: UniqueList[Annotated[int, Field(ge=64, le=9018)]] = Field(
         default_factory=lambda: list(FRAME_SIZES), description="frame sizes, FCS included")
     link_rate: RateText = Field("100Mbit", description="rate of both links, framing counted")
-    tests: UniqueList[Test] = Field(default_factory=lambda: list(TESTS),
-                              description="throughput, latency, loss, back-to-back")
+    tests: UniqueList[Test] = Field(
+        default_factory=lambda: list(TESTS),
+        description="cost (intrinsic ns/frame, no knob), throughput, latency, loss, back-to-back, "
+        "mlrsearch (NDR and PDR by the BMWG's Multiple Loss Ratio Search)")
     trial: Annotated[float, Field(ge=0.5, le=600)] = Field(2.0, description="seconds per trial")
     warmup: Annotated[float, Field(ge=0, le=60)] = Field(
         0.5, description="seconds of traffic before each trial's counters start")
@@ -40,8 +42,25 @@ class Rfc2544Config(StudyConfig):
     repeat: Annotated[int, Field(ge=1, le=100)] = Field(1, description="repeats of every test")
     b2b_repeat: Annotated[int, Field(ge=1, le=100)] = Field(
         3, description="back-to-back searches per frame size (RFC 2544 asks for 50)")
-    dut_cost: Annotated[int, Field(ge=0, le=5000)] = Field(
-        DEFAULT_DUT_COST, description="u32 filters on the DUT's ingress (0 = bare veth)")
+    searches: Annotated[int, Field(ge=1, le=50)] = Field(
+        3, description="throughput searches per point (their spread is the interval)")
+    latency_trials: Annotated[int, Field(ge=1, le=50)] = Field(
+        3, description="latency trials at 1,000 fps per point")
+    dut_fps_64: Optional[Annotated[float, Field(ge=1000, le=10_000_000)]] = Field(
+        None, description="calibrate the DUT so a bridge forwards this many 64-byte frames/s "
+        "at most (default: the paper's knee, from results/published)")
+    dut_us_per_frame: Optional[Annotated[float, Field(gt=0, le=1000)]] = Field(
+        None, description="calibrate the DUT to this CPU cost per frame instead")
+    dut_cost: Optional[Annotated[int, Field(ge=0, le=5000)]] = Field(
+        None, description="experts: exactly N u32 filters on the DUT's ingress, no calibration "
+        "(0 = bare veth)")
+    cost_fps: UniqueList[Annotated[float, Field(gt=0, le=10_000_000)]] = Field(
+        default_factory=lambda: list(COST_FPS),
+        description="offered 64-byte loads of the intrinsic-cost test")
+    cost_trials: Annotated[int, Field(ge=2, le=50)] = Field(
+        3, description="trials per load of the intrinsic-cost test")
+    cost_frames: Optional[UniqueList[Annotated[int, Field(ge=64, le=9018)]]] = Field(
+        None, description="frame sizes of the intrinsic-cost test (default: every frame size)")
     loads_pct: UniqueList[Annotated[int, Field(gt=0, le=200)]] = Field(
         default_factory=lambda: list(LOAD_PCT),
         description="offered loads of the loss sweep, percent of line rate")
@@ -52,8 +71,9 @@ class Rfc2544Config(StudyConfig):
     mtu: Annotated[int, Field(ge=576, le=9000)] = Field(1500, description="MTU of both links")
 
     presets: ClassVar[Dict[str, Dict[str, object]]] = {
-        "quick": {"frame_sizes": [64, 1518], "trial": 0.5, "warmup": 0.2, "resolution": 0.05,
-                  "quick_loads": True, "b2b_repeat": 1},
+        "quick": {"frame_sizes": [64, 1518], "trial": 0.5, "warmup": 0.2, "resolution": 0.03,
+                  "quick_loads": True, "b2b_repeat": 1, "cost_trials": 3,
+                  "cost_fps": [50000], "cost_frames": [64]},
         "default": {},
         # every frame size with the paper's Table 3 rates, and back-to-back
         "full": {"tests": list(ALL_TESTS)},
@@ -66,6 +86,18 @@ class Rfc2544Config(StudyConfig):
         if str(self.link_rate).lower() == "none":
             return None
         return parse_rate(self.link_rate)
+
+    @model_validator(mode="after")
+    def _one_cost_rule(self) -> "Rfc2544Config":
+        given = [k for k in ("dut_fps_64", "dut_us_per_frame", "dut_cost")
+                 if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)}: give one way to set the DUT's cost")
+        return self
+
+    def calibrates(self) -> bool:
+        """Is the knob's filter count found by calibration (not given)?"""
+        return self.dut_cost is None
 
     @model_validator(mode="after")
     def _frames_fit(self) -> "Rfc2544Config":

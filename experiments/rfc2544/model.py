@@ -1,7 +1,7 @@
 """The RFC 2544 study's pure logic: theoretical frame rates and the paper's loads."""
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.shaping import frame_rate
 
@@ -32,3 +32,64 @@ def backlog_prediction(backlog: int, throughput_fps: float, line_fps: float) -> 
     """The longest burst at line rate a DUT whose input queue holds ``backlog``
     frames and drains at ``throughput_fps`` takes without loss."""
     return backlog / (1 - throughput_fps / line_fps)
+
+
+def knee_index(latencies: List[float], factor: float = 10.0) -> Optional[int]:
+    """The index of the first load whose latency exceeds ``factor`` times the
+    lowest latency of the loads before it (None: no knee)."""
+    for i in range(1, len(latencies)):
+        floor = min(latencies[:i])
+        if floor > 0 and latencies[i] > factor * floor:
+            return i
+    return None
+
+
+def paper_knee(pub: Dict[str, Any]) -> float:
+    """The paper's 64-byte knee from its Table 3 (published data): the highest
+    offered load before latency first exceeds 10x its low-load value."""
+    rows = sorted(pub["table3_bridge_overload_64B"]["rows"], key=lambda r: r[0])
+    i = knee_index([float(r[2]) for r in rows])
+    if i is None:
+        raise ValueError("the published Table 3 has no knee")
+    return float(rows[i - 1][0])
+
+
+def next_filters(filters: int, capacity_fps: float, target_fps: float) -> int:
+    """The next calibration step: a frame's cost at saturation is nearly
+    proportional to the filters, so scale the count by capacity / target."""
+    if filters <= 0 or capacity_fps <= 0 or target_fps <= 0:
+        raise ValueError("calibration needs a positive count, capacity and target")
+    return max(1, int(round(filters * capacity_fps / target_fps)))
+
+
+#: The fidelity guard's thresholds (after Mininet-HiFi: check that the emulation,
+#: not the DUT, was not the bottleneck).
+GEN_CPU_SATURATED_PCT = 95.0
+GEN_SHORTFALL = 0.95
+
+
+def trial_invalid(m: Dict[str, Any], line_fps: float) -> List[str]:
+    """Why a trial does not measure the DUT (empty: it does). The DUT's own
+    saturation is the point of the test; the generator's and the sink's is not.
+
+    * the generator and the sink share one CPU: saturated, it paces late and
+      delays timestamps;
+    * the generator sent fewer frames than asked (up to line rate; its own
+      count over its whole run, exact, unlike a short window's counters);
+    * the sink's CPU dropped frames from its input queue (loss outside the DUT);
+    * the offered rate is over 90 % of the generator's measured ceiling.
+    """
+    out = []
+    busy = m.get("gen_cpu_busy_pct")
+    if busy is not None and busy >= GEN_CPU_SATURATED_PCT:
+        out.append(f"the generator/sink CPU was {busy:.0f} % busy")
+    want = min(float(m["target_fps"]), line_fps)
+    sent = m.get("gen_pps", m["offered_fps"])  # the generator's own count over its run
+    if want > 0 and sent < GEN_SHORTFALL * want:
+        out.append(f"the generator sent {sent:,.0f} of {want:,.0f} fps")
+    drops = m.get("sink_backlog_drops")
+    if drops:
+        out.append(f"{drops} frames dropped at the sink's CPU, outside the DUT")
+    if m.get("generator_limited"):
+        out.append("over 90 % of the generator's ceiling")
+    return out

@@ -1,9 +1,14 @@
-"""The RFC 2544 study's records, typed and versioned (version 1 is today's
-format). A point's measurements depend on its test: a throughput search, a
-list of trials (latency, loss), or back-to-back searches."""
+"""The RFC 2544 study's records, typed and versioned. A point's measurements
+depend on its test: throughput searches, a list of trials (latency, loss,
+cost), or back-to-back searches.
+
+Version 2 added the ``cost`` test, several throughput searches per point
+(``searches_fps``, ``occupancy_at_throughput_pct``) and several latency trials
+at 1,000 fps; version 1 records read as one search each.
+"""
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from typing_extensions import Literal
 
@@ -13,7 +18,7 @@ from nslab.records import Record, RecordSchema, Strict
 class RfcPoint(Strict):
     dut: Literal["bridge", "router", "ovs"]
     frame: int
-    test: Literal["throughput", "latency", "loss", "back-to-back"]
+    test: Literal["throughput", "latency", "loss", "back-to-back", "cost", "mlrsearch"]
     repeat: int
 
 
@@ -51,6 +56,10 @@ class Trial(Strict):
     dut_occupancy_pct: float
     us_per_packet: Optional[float]
     generator_limited: bool
+    #: the fidelity guard (version 2; None: not checked)
+    gen_cpu_busy_pct: Optional[float] = None
+    sink_backlog_drops: Optional[int] = None
+    invalid: Optional[List[str]] = None
 
 
 class Probe(Strict):
@@ -59,6 +68,7 @@ class Probe(Strict):
     received_fps: float
     loss_pct: float
     dut_occupancy_pct: float
+    invalid: Optional[List[str]] = None
 
 
 class Throughput(Strict):
@@ -70,6 +80,10 @@ class Throughput(Strict):
     confirmed: bool
     probes: List[Probe]
     pct_of_line: float
+    #: every search's result (version 2; version 1: the one result)
+    searches_fps: List[float]
+    #: the DUT's occupancy in each search's confirmation trial (version 2)
+    occupancy_at_throughput_pct: List[float]
 
 
 class Trials(Strict):
@@ -112,8 +126,33 @@ class BackToBack(Strict):
     searches: List[Search]
 
 
-class RfcRecord(Record[RfcPoint, Union[Throughput, Trials, BackToBack]]):
+class MlrGoal(Strict):
+    fps: float
+    lower_bound: float
+    upper_bound: float
+
+
+class Mlr(Strict):
+    """MLRsearch (version 2): NDR and PDR with their relevant bounds."""
+
+    goals: Dict[str, MlrGoal]
+    trials: int
+    trial_seconds: float
+    wall_s: float
+    line_fps: float
+    generator_ceiling_fps: float
+
+
+class RfcRecord(Record[RfcPoint, Union[Throughput, Trials, BackToBack, Mlr]]):
     pass
 
 
-SCHEMA = RecordSchema(RfcRecord, version=1)
+def _v1_to_v2(rec: Dict[str, Any]) -> Dict[str, Any]:
+    m = rec.get("measurements") or {}
+    if "throughput_fps" in m:
+        m.setdefault("searches_fps", [m["throughput_fps"]])
+        m.setdefault("occupancy_at_throughput_pct", [])
+    return rec
+
+
+SCHEMA = RecordSchema(RfcRecord, version=2, upgrades={1: _v1_to_v2})

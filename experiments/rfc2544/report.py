@@ -4,6 +4,7 @@ frame size at low and high input rate), latency vs offered load (log axis),
 and the claims."""
 from __future__ import annotations
 
+import math
 import os
 import statistics
 from typing import Any, Dict, List, Optional
@@ -12,7 +13,7 @@ from nslab.reporting import Claim, StudyReport, load_run, render, write_markdown
 from nslab.shaping import frame_rate, parse_rate
 
 from .model import backlog_prediction
-from .records import SCHEMA, BackToBack, RfcRecord, Throughput, Trials
+from .records import SCHEMA, BackToBack, Mlr, RfcRecord, Throughput, Trials
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 DUT_ORDER = ["bridge", "router", "ovs"]
@@ -34,7 +35,8 @@ def table3(recs: List[RfcRecord], dut: str, frame: int = 64) -> List[Dict[str, A
                          "latency_us": t.latency_us.avg, "throughput_bps": t.throughput_bps,
                          "cpu_pct": t.dut_occupancy_pct, "loss_pct": t.loss_pct,
                          "backlog_drops": t.dut_backlog_drops,
-                         "generator_limited": t.generator_limited})
+                         "generator_limited": t.generator_limited,
+                         "invalid": t.invalid or []})
     return sorted(rows, key=lambda x: x["fps"])
 
 
@@ -58,62 +60,198 @@ def back_to_back_rows(recs: List[RfcRecord]) -> List[Dict[str, Any]]:
     return sorted(rows, key=lambda x: (DUT_ORDER.index(x["dut"]), x["frame"]))
 
 
-def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any]) -> List[Claim]:
-    out: List[Claim] = []
-    src = "seed 004"
-    for dut in duts:
-        rows = table3(recs, dut)
-        if not rows:
-            continue
-        low = [x["latency_us"] for x in rows if x["loss_pct"] == 0]
-        knee = next((x for x in rows if x["loss_pct"] > 0.1 or
-                     x["latency_us"] > 10 * (min(low) if low else 1e9)), None)
-        if knee and low:
-            out.append(Claim(f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
-                             f"latency {min(low):.0f}-{statistics.median(low):.0f} us below the "
-                             f"knee; at {knee['fps']:,.0f} fps it is {knee['latency_us']:,.0f} us "
-                             f"with {knee['loss_pct']:.1f} % loss and the DUT CPU at "
-                             f"{knee['cpu_pct']:.0f} %",
-                             "reproduced", "paper: ~25 us, then 23 ms past ~66 k fps, CPU the limit",
-                             src))
-        elif low:
-            out.append(Claim(f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
-                             f"no knee within the offered loads (latency {min(low):.0f}-"
-                             f"{max(low):.0f} us)", "not reproduced",
-                             "the DUT was never CPU-bound here", src))
-    lat: Dict[str, Dict[int, float]] = {}
-    for r in by_test(recs, "latency"):
-        assert isinstance(r.measurements, Trials)
-        lat.setdefault(r.params.dut, {})[r.params.frame] = r.measurements.trials[0].latency_us.avg
-    if "bridge" in lat and "router" in lat:
-        common = sorted(set(lat["bridge"]) & set(lat["router"]))
-        if common:
-            d = [lat["router"][f] - lat["bridge"][f] for f in common]
-            out.append(Claim("A router adds about 5 us of latency over a bridge, at any size",
-                             f"router minus bridge at 1,000 fps: {statistics.median(d):+.1f} us "
-                             f"median over frame sizes {common}", "measured",
-                             "paper: about +5 us, independent of size", src))
-    tp: Dict[str, Dict[int, float]] = {}
+#: "About the same" throughput: two one-sided tests against this margin.
+SAME_MARGIN = 0.05
+#: The knee lands "at the paper's": within this of its load.
+KNEE_MARGIN = 0.10
+#: "About 5 us more": the router's extra latency at 1,000 fps within this band.
+EXTRA_LATENCY_US = (0.0, 10.0)
+#: The DUT CPU "saturated" at the throughput: occupancy at least this.
+SATURATED_PCT = 80.0
+#: Our occupancy curve "follows" Table 3: mean difference within +- this (points).
+OCCUPANCY_BAND = 10.0
+MORE = "undecided: run the default preset"
+
+
+def searches(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]]:
+    """Every throughput search's result, per DUT and frame size (all repeats)."""
+    out: Dict[str, Dict[int, List[float]]] = {}
     for r in by_test(recs, "throughput"):
         assert isinstance(r.measurements, Throughput)
-        tp.setdefault(r.params.dut, {})[r.params.frame] = r.measurements.throughput_fps
+        out.setdefault(r.params.dut, {}).setdefault(r.params.frame, []).extend(
+            r.measurements.searches_fps)
+    return out
+
+
+def nominal_latencies(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]]:
+    """Average latency of every trial at the nominal 1,000 fps, per DUT and size."""
+    from .model import NOMINAL_FPS
+    out: Dict[str, Dict[int, List[float]]] = {}
+    for r in by_test(recs, "latency"):
+        assert isinstance(r.measurements, Trials)
+        for t in r.measurements.trials:
+            if abs(t.target_fps - NOMINAL_FPS) < 1 and not t.invalid:
+                out.setdefault(r.params.dut, {}).setdefault(r.params.frame, []).append(
+                    t.latency_us.avg)
+    return out
+
+
+def intrinsic(recs: List[RfcRecord]) -> List[Dict[str, Any]]:
+    """The intrinsic cost table: per DUT, frame size and load, ns per forwarded
+    frame (mean and t interval over the trials), with no knob."""
+    from nslab.stats import mean
+    rows = []
+    for r in by_test(recs, "cost"):
+        assert isinstance(r.measurements, Trials)
+        per_load: Dict[float, List[float]] = {}
+        for t in r.measurements.trials:
+            if t.us_per_packet and not t.invalid:
+                per_load.setdefault(t.target_fps, []).append(t.us_per_packet * 1000)
+        for fps, vals in sorted(per_load.items()):
+            est = mean(vals)
+            rows.append({"dut": r.params.dut, "frame": r.params.frame, "fps": fps, "est": est,
+                         "text": est.fmt(1, 0, " ns")})
+    return sorted(rows, key=lambda x: (x["frame"], x["fps"], DUT_ORDER.index(x["dut"])))
+
+
+def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
+           prov: Optional[Dict[str, Any]] = None) -> List[Claim]:
+    """The paper's claims, each with an interval and a verdict."""
+    from nslab.stats import difference, equivalence, judge, mean, paired_difference, r_squared
+
+    from .model import knee_index, paper_knee
+    out: List[Claim] = []
+    src = "seed 004"
+    tp = searches(recs)
+    # 1. bridge and router forward about the same, per frame size (TOST)
     if "bridge" in tp and "router" in tp:
         for f in sorted(set(tp["bridge"]) & set(tp["router"])):
             b, rt = tp["bridge"][f], tp["router"][f]
+            verdict, est = equivalence(rt, b, SAME_MARGIN)
+            if est.ci is None:
+                why = f"{min(len(b), len(rt))} search(es) per DUT: no interval; {MORE}"
+            else:
+                why = {"agrees": "the 90 % interval lies inside", "disagrees":
+                       "the 90 % interval lies outside", "undecided": "the 90 % interval "
+                       "straddles"}[verdict] + (f" +-{SAME_MARGIN * 100:.0f} % (two one-sided "
+                                                "tests at 5 %)")
             out.append(Claim(f"Bridge and router forward about the same at {f} bytes",
-                             f"bridge {b:,.0f} fps, router {rt:,.0f} fps"
-                             + (f" ({100 * (rt - b) / b:+.0f} %)" if b else ""), "measured",
-                             "paper: almost the same", src))
+                             f"throughput, router vs bridge: {est.fmt(100, 1, ' %', sign=True)}; "
+                             f"bridge {statistics.median(b):,.0f}, router "
+                             f"{statistics.median(rt):,.0f} fps (median of {len(b)}/{len(rt)} "
+                             "searches)", verdict, why, src))
+    # 2. the router adds about 5 us of latency at 1,000 fps, at any size
+    lat = nominal_latencies(recs)
+    if "bridge" in lat and "router" in lat:
+        for f in sorted(set(lat["bridge"]) & set(lat["router"])):
+            d = difference(lat["router"][f], lat["bridge"][f])
+            chk = judge(d, EXTRA_LATENCY_US[0], EXTRA_LATENCY_US[1], "'about 5 us more', i.e.",
+                        1, " us", 0, need=MORE)
+            out.append(Claim(f"A router adds about 5 us of latency over a bridge ({f} bytes)",
+                             f"router minus bridge at 1,000 fps: {d.fmt(1, 1, ' us', sign=True)}",
+                             chk.verdict, chk.why, src))
+    # 3. the bridge's knee where the paper's is (calibration) and the CPU saturated there
+    if "bridge" in tp and 64 in tp["bridge"]:
+        knee = paper_knee(pub)
+        est = mean(tp["bridge"][64])
+        chk = judge(est, knee * (1 - KNEE_MARGIN), knee * (1 + KNEE_MARGIN),
+                    f"the paper's knee +-{KNEE_MARGIN * 100:.0f} %,", 1e-3, " kfps", 1, need=MORE)
+        cal = next((s.get("calibration") for s in ((prov or {}).get("setups") or {}).values()
+                    if s.get("calibration")), None)
+        how = (f"knob calibrated to {cal['target']}: {cal['filters']} filters"
+               if cal else f"knob given: {next(iter(((prov or {}).get('setups') or {}).values()), {}).get('dut_cost_filters', '?')} filters")
+        out.append(Claim("The bridge saturates at ~66 kfps of 64-byte frames (Table 3)",
+                         f"bridge throughput at 64 B: {est.fmt(1e-3, 1, ' kfps')} ({how})",
+                         chk.verdict, chk.why, src))
+    for dut in duts:
+        occ = [o for r in by_test(recs, "throughput") if r.params.dut == dut and r.params.frame == 64
+               for o in r.measurements.occupancy_at_throughput_pct]  # type: ignore[union-attr]
+        if occ:
+            est = mean(occ)
+            chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU, i.e.", 1, " %", 0,
+                        need=MORE)
+            out.append(Claim(f"{dut}: the CPU is the limit (it saturates at the throughput)",
+                             f"DUT CPU in the confirmation trials at the 64-byte throughput: "
+                             f"{est.fmt(1, 0, ' %')}", chk.verdict, chk.why, src))
+    # 4. latency vs load: the knee, and the occupancy curve beside Table 3
+    paper = {float(r[0]): r for r in pub["table3_bridge_overload_64B"]["rows"]}
+    for dut in duts:
+        every = table3(recs, dut)
+        rows = [x for x in every if not x["invalid"]]
+        if not rows:
+            continue
+        excluded = len(every) - len(rows)
+        i = knee_index([x["latency_us"] for x in rows])
+        if i is None:
+            knee_text = f"no knee up to {rows[-1]['fps']:,.0f} fps"
+        else:
+            knee_text = (f"latency first >10x its low-load value between {rows[i - 1]['fps']:,.0f}"
+                         f" and {rows[i]['fps']:,.0f} fps ({rows[i - 1]['latency_us']:,.0f} -> "
+                         f"{rows[i]['latency_us']:,.0f} us, DUT CPU {rows[i - 1]['cpu_pct']:.0f}"
+                         f" -> {rows[i]['cpu_pct']:.0f} %)")
+        if excluded:
+            knee_text += f" ({excluded} load(s) excluded by the fidelity guard)"
+        pairs = [(x["cpu_pct"], paper[x["fps"]][4]) for x in rows
+                 if x["fps"] in paper and paper[x["fps"]][4] is not None]
+        if len(pairs) >= 2 and dut == "bridge":
+            ours, theirs = [p[0] for p in pairs], [float(p[1]) for p in pairs]
+            d = paired_difference(ours, theirs)
+            r2 = r_squared(ours, theirs)
+            chk = judge(d, -OCCUPANCY_BAND, OCCUPANCY_BAND, "a mean difference in", 1, " points", 0,
+                        need=MORE)
+            out.append(Claim("bridge: occupancy vs load follows the paper's Table 3",
+                             f"{knee_text}; our CPU minus the paper's at {len(pairs)} of its "
+                             f"rates: {d.fmt(1, 1, ' points', sign=True)}"
+                             + (f", R^2 {r2:.2f}" if r2 is not None else ""),
+                             chk.verdict, chk.why + " (paired t over the loads)", src))
+        elif dut != "bridge":
+            low = [x for x in rows if x["fps"] < 0.5 * (rows[i]["fps"] if i else rows[-1]["fps"])]
+            out.append(Claim(f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
+                             knee_text, "undecided",
+                             "one sweep: a knee is one observation; the throughput searches "
+                             "above carry the interval" if i is not None or low else MORE, src))
+    for r in by_test(recs, "mlrsearch"):
+        m = r.measurements
+        assert isinstance(m, Mlr)
+        ndr = m.goals["NDR"]
+        rfc = tp.get(r.params.dut, {}).get(r.params.frame)
+        measured = (f"{r.params.dut} at {r.params.frame} B: NDR {ndr.fps:,.0f} fps "
+                    f"[{ndr.lower_bound:,.0f}, {ndr.upper_bound:,.0f}], PDR "
+                    f"{m.goals['PDR'].fps:,.0f} fps; {m.trials} trials, {m.wall_s:.0f} s")
+        if rfc:
+            est = mean(rfc)
+            chk = judge(est, 0.95 * ndr.lower_bound, 1.05 * ndr.upper_bound,
+                        "MLRsearch's NDR bounds +-5 %,", 1e-3, " kfps", 1, need=MORE)
+            measured += f"; RFC 2544 searches {est.fmt(1e-3, 1, ' kfps')}"
+            verdict, why = chk.verdict, chk.why
+        else:
+            verdict, why = "undecided", "no RFC 2544 search at this size to compare"
+        out.append(Claim("MLRsearch's NDR agrees with the RFC 2544 binary search", measured,
+                         verdict, why, "IETF BMWG MLRsearch draft; RFC 2544 section 26.1"))
     for x in back_to_back_rows(recs):
         if x["whole_trial"]:
             measured = (f"every burst up to one trial ({x['longest']:,} frames) forwarded "
                         "without loss")
+            verdict, why = "undecided", "no prediction to compare: the DUT kept up with line rate"
         else:
-            pred = f"; the input queue predicts {x['predicted']:,.0f}" if x["predicted"] else ""
             measured = (f"{x['mean']:,.0f} frames ({x['ms']:.1f} ms at line rate, {x['searches']} "
-                        f"searches, {x['min']:,.0f}-{x['max']:,.0f}){pred}")
-        out.append(Claim(f"back-to-back, {x['dut']} at {x['frame']} bytes", measured, "measured",
-                         "RFC 2544 section 26.4", src))
+                        f"searches, {x['min']:,.0f}-{x['max']:,.0f})")
+            if x["predicted"] and x["searches"] >= 2:
+                from nslab.stats import Estimate, Interval
+                from scipy import stats as st
+                half = float(st.t.ppf(0.975, x["searches"] - 1)) * x["stdev"] / math.sqrt(
+                    x["searches"])
+                est = Estimate(x["mean"], Interval(x["mean"] - half, x["mean"] + half, 0.95, "t"),
+                               x["searches"])
+                chk = judge(est, 0.5 * x["predicted"], 2 * x["predicted"],
+                            "half to twice the input queue's prediction", 1, " frames", 0,
+                            need="more searches (--b2b-repeat)")
+                measured += f"; the input queue predicts {x['predicted']:,.0f}"
+                verdict, why = chk.verdict, chk.why
+            else:
+                verdict, why = "undecided", "one search or no prediction: --b2b-repeat 3"
+        out.append(Claim(f"back-to-back, {x['dut']} at {x['frame']} bytes (RFC 2544 26.4)",
+                         measured, verdict, why, "RFC 2544 section 26.4"))
     return out
 
 
@@ -126,11 +264,12 @@ def write_report(run_dir: str) -> StudyReport:
     line_bps = None if str(rate).lower() == "none" else parse_rate(rate)
     throughput = sorted(by_test(recs, "throughput"), key=lambda r: (r.params.dut, r.params.frame))
     latency = sorted(by_test(recs, "latency"), key=lambda r: (r.params.dut, r.params.frame))
-    found = claims(recs, duts, pub)
+    found = claims(recs, duts, pub, prov)
     md = render(TEMPLATES, "report.md.j2", prov=prov, cfg=cfg, duts=duts,
                 setups=prov.get("setups") or {}, throughput=throughput, latency=latency,
                 table3={d: table3(recs, d) for d in duts}, b2b=back_to_back_rows(recs),
-                paper=pub["table3_bridge_overload_64B"], claims=found)
+                paper=pub["table3_bridge_overload_64B"], claims=found,
+                intrinsic=intrinsic(recs))
     files = write_markdown_and_html(run_dir, "report", md, "RFC 2544 study")
     figures: List[str] = []
     if recs:
@@ -184,9 +323,14 @@ def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, An
     ax = axes[1][0]  # latency vs load, log
     for dut in duts:
         rows = table3(recs, dut)
+        bad = [x for x in rows if x["invalid"]]
+        rows = [x for x in rows if not x["invalid"]]
         if rows:
             ax.plot([x["fps"] for x in rows], [max(x["latency_us"], 1) for x in rows], marker="o",
                     color=colors[dut], label=f"{dut} (ours)")
+        if bad:
+            ax.scatter([x["fps"] for x in bad], [max(x["latency_us"], 1) for x in bad], marker="x",
+                       color="lightgrey", label=f"{dut}: excluded by the fidelity guard")
     t3 = pub["table3_bridge_overload_64B"]["rows"]
     ax.plot([r[0] for r in t3], [r[2] for r in t3], marker="s", ls=":", color="grey",
             label="paper: bridge (Table 3)")
@@ -199,9 +343,14 @@ def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, An
     ax = axes[1][1]  # CPU occupancy vs load
     for dut in duts:
         rows = table3(recs, dut)
+        bad = [x for x in rows if x["invalid"]]
+        rows = [x for x in rows if not x["invalid"]]
         if rows:
             ax.plot([x["fps"] for x in rows], [x["cpu_pct"] for x in rows], marker="o",
                     color=colors[dut], label=f"{dut} (ours)")
+        if bad:
+            ax.scatter([x["fps"] for x in bad], [x["cpu_pct"] for x in bad], marker="x",
+                       color="lightgrey", label=f"{dut}: excluded by the fidelity guard")
     ax.plot([r[0] for r in t3 if r[4] is not None], [r[4] for r in t3 if r[4] is not None],
             marker="s", ls=":", color="grey", label="paper: bridge CPU")
     ax.set(xscale="log", title="DUT CPU occupancy vs offered load, 64 bytes", xlabel="offered frames/s",

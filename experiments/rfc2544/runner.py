@@ -23,19 +23,29 @@ import statistics
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.counters import (backlog_limit, busy_pct, cpu_times, node_link_stats,
+from nslab.counters import (backlog_limit, busy_pct_from_idle, idle_seconds, node_link_stats,
                             process_cpu_seconds, qdisc_drops, softnet_drops)
 from nslab.errors import CapabilityError, LabError
 from nslab.pktgen import pktgen_path
 from nslab.shaping import frame_rate
 
 from .config import Rfc2544Config
-from .model import NOMINAL_FPS, loads
+from .model import NOMINAL_FPS, loads, next_filters, trial_invalid
 
 log = logging.getLogger(__name__)
 
 GEN_CPU, DUT_CPU = 0, 1
 PORT = 9
+#: Calibration: the first filter count tried, how close the capacity must come
+#: to the target, and the most steps.
+CAL_FILTERS = 500
+CAL_TOLERANCE = 0.04
+CAL_STEPS = 5
+#: Offered load of a calibration step, times the target: enough to saturate the
+#: DUT, not so much that overload itself costs it (at line rate a bridge
+#: forwarded 4 % less than its zero-loss throughput).
+CAL_OVERLOAD = 1.25
+MAX_FILTERS = 5000
 
 
 class CpuSplitLock:
@@ -58,9 +68,14 @@ class CpuSplitLock:
         self.f.truncate()
         self.f.write(f"pid {os.getpid()}")
         self.f.flush()
+        # The harness itself (its threads and every tool it runs) stays off the
+        # DUT's CPU, whose busy time is the DUT's occupancy.
+        self.affinity = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {GEN_CPU})
         return self
 
     def __exit__(self, *exc) -> None:
+        os.sched_setaffinity(0, self.affinity)
         # Remove the file while still holding the lock: a run that opened it
         # before finds it locked and refuses; one that comes later makes a new one.
         try:
@@ -85,6 +100,8 @@ class Rfc2544Runner:
         self.ceiling_pps: Dict[int, float] = {}
         self.ovs_pid: Optional[int] = None
         self._ceiling_path = False
+        self.filters = 0
+        self._pool: Any = None
 
     # -- setup ----------------------------------------------------------------
     def setup(self) -> Dict[str, Any]:
@@ -99,15 +116,107 @@ class Rfc2544Runner:
             self._rps(self.dutn, self.dut_in, 1 << DUT_CPU)
             self._rps(self.sink, "sink-eth0", 1 << GEN_CPU)
             info["rps"] = {f"dut:{self.dut_in}": DUT_CPU, "sink:sink-eth0": GEN_CPU}
-            if self.cfg.dut_cost:
-                self._cost(self.cfg.dut_cost)
-            info["dut_cost_filters"] = self.cfg.dut_cost
         time.sleep(0.3)
-        a = cpu_times()
+        t0, a = time.monotonic(), idle_seconds()
         time.sleep(1.0)
-        self.baseline_busy = busy_pct(a, cpu_times(), DUT_CPU)
+        self.baseline_busy = busy_pct_from_idle(a, idle_seconds(), time.monotonic() - t0, DUT_CPU)
         info["baseline_busy_pct"] = self.baseline_busy
+        info["cpu_accounting"] = "busy = elapsed - idle (idle is exact on a tickless kernel)"
+        if self.dut != "ovs":
+            n, cal = self.knob()
+            if n:
+                self._cost(n)
+            self.filters = n
+            info["dut_cost_filters"] = n
+            if cal:
+                info["calibration"] = cal
         return info
+
+    # -- the DUT's cost knob ------------------------------------------------------
+    def knob(self) -> Tuple[int, Optional[Dict[str, Any]]]:
+        """The number of u32 filters to install, and the calibration behind it.
+
+        Given (``--dut-cost``): as given. Otherwise one calibration per run, made
+        on the first DUT lab and reused by the others (the same "hardware" for
+        every DUT, as in the paper): the intrinsic cost per frame with no
+        filter, then with :data:`CAL_FILTERS`, gives the cost of one filter on
+        this machine; the count makes a frame cost the target.
+        """
+        cfg = self.cfg
+        if cfg.dut_cost is not None:
+            return cfg.dut_cost, None
+        if self.store is not None:
+            for setup in (self.store.provenance().get("setups") or {}).values():
+                cal = setup.get("calibration")
+                if cal:
+                    return int(cal["filters"]), dict(cal, reused=True)
+        return self.calibrate()
+
+    def target_ns(self) -> Tuple[float, str]:
+        """The per-frame cost the knob aims at, and where the target comes from."""
+        cfg = self.cfg
+        if cfg.dut_us_per_frame is not None:
+            return cfg.dut_us_per_frame * 1000.0, f"--dut-us-per-frame {cfg.dut_us_per_frame:g}"
+        if cfg.dut_fps_64 is not None:
+            return 1e9 / cfg.dut_fps_64, f"--dut-fps-64 {cfg.dut_fps_64:g}"
+        from nslab.published import load_published
+
+        from .model import paper_knee
+        fps = paper_knee(load_published("rfc2544"))
+        return 1e9 / fps, f"the paper's knee, {fps:,.0f} fps of 64-byte frames (Table 3)"
+
+    def capacity(self, offered: float) -> float:
+        """Frames/s of 64 bytes the DUT forwards when offered ``offered`` (1 s)."""
+        m = self.trial(64, offered, seconds=1.0)
+        return m["received_fps"]
+
+    def calibrate(self) -> Tuple[int, Dict[str, Any]]:
+        """Find the filter count whose 64-byte capacity (the rate the DUT forwards
+        when offered :data:`CAL_OVERLOAD` times the target) is the target, by
+        measuring it: the cost of a frame is
+        nearly proportional to the filters, so each step scales the count by
+        capacity / target, until within :data:`CAL_TOLERANCE` (a few steps).
+
+        Measured at saturation on purpose: at low load a frame costs about
+        twice as much CPU (an RPS wake-up per frame, no batching), so a
+        calibration there puts the knee far too high."""
+        target_ns, source = self.target_ns()
+        target = 1e9 / target_ns
+        line = self.line_fps(64)
+        if target > 0.9 * line:
+            raise CapabilityError(
+                f"calibration: a DUT target of {target:,.0f} fps is over 90 % of the line rate "
+                f"({line:,.0f} fps of 64 bytes): the DUT would never be the bottleneck; lower "
+                "--dut-fps-64 or raise --link-rate")
+        n, steps = CAL_FILTERS, []
+        try:
+            while True:
+                self._cost(n)
+                cap = self.capacity(min(line, CAL_OVERLOAD * target))
+                self._uncost()
+                steps.append({"filters": n, "capacity_fps": cap})
+                if cap < 0.95 * min(line, CAL_OVERLOAD * target):
+                    if abs(cap / target - 1) <= CAL_TOLERANCE or len(steps) >= CAL_STEPS:
+                        break
+                    n = next_filters(n, cap, target)
+                else:
+                    n *= 2  # not saturated yet: no estimate of a filter's cost
+                if n > MAX_FILTERS or n < 1:
+                    raise CapabilityError(
+                        f"calibration: {n} filters needed for {target:,.0f} fps, outside 1.."
+                        f"{MAX_FILTERS}; set a reachable target with --dut-fps-64/"
+                        "--dut-us-per-frame, or --dut-cost")
+        finally:
+            self._uncost()
+        cal = {"target_ns_per_frame": target_ns, "target": source, "target_fps": target,
+               "filters": n, "capacity_fps": cap, "ns_per_filter": 1e9 / cap / n,
+               "steps": steps, "calibrated_on": self.dut}
+        log.info("calibration on the %s: %d filters -> %.0f fps at overload (target %.0f)",
+                 self.dut, n, cap, target)
+        return n, cal
+
+    def _uncost(self) -> None:
+        self.dutn.run(["tc", "qdisc", "del", "dev", self.dut_in, "ingress"], check=False)
 
     def _rps(self, node, intf: str, mask: int) -> None:
         node.run(["tee", f"/sys/class/net/{intf}/queues/rx-0/rps_cpus"], input=f"{mask:x}\n")
@@ -170,7 +279,8 @@ class Rfc2544Runner:
         g = gen.wait(timeout=total + 30)
         time.sleep(0.5)  # RFC 2544 waits for frames in flight before the final count
         c2 = self._counters()
-        s = sink.wait(timeout=total + 30)
+        sink.stop()  # it prints its counts on the way out; no need to wait out its duration
+        s = sink.wait(timeout=30)
         gj = json.loads(g.stdout.strip().splitlines()[-1])
         sj = json.loads(s.stdout.strip().splitlines()[-1])
         window = c1["t"] - c0["t"]
@@ -181,7 +291,7 @@ class Rfc2544Runner:
         lost = max(0, sent_all - recv_all)
         offered = c1["gen_tx"] - c0["gen_tx"]
         received = c1["sink_rx"] - c0["sink_rx"]
-        dut_busy = busy_pct(c0["cpu"], c1["cpu"], DUT_CPU)
+        dut_busy = busy_pct_from_idle(c0["idle"], c1["idle"], window, DUT_CPU)
         if self.ovs_pid:
             dut_busy = 100.0 * (c1["ovs_cpu"] - c0["ovs_cpu"]) / window
         occ = max(0.0, dut_busy - self.baseline_busy)
@@ -201,62 +311,142 @@ class Rfc2544Runner:
             "latency_us": sj["latency_us"], "latency_samples": sj["in_window"],
             "dut_busy_pct": dut_busy, "dut_occupancy_pct": occ,
             "us_per_packet": (occ / 100.0) * 1e6 / fwd_pps if fwd_pps > 0 else None,
+            "gen_cpu_busy_pct": busy_pct_from_idle(c0["idle"], c1["idle"], window, GEN_CPU),
+            "sink_backlog_drops": c1["softnet"][GEN_CPU] - c0["softnet"][GEN_CPU],
         }
         ceiling = self.ceiling_pps.get(size)
         m["generator_limited"] = bool(ceiling and fps > 0.9 * ceiling)
+        m["invalid"] = trial_invalid(m, self.line_fps(size))
         return m
 
     def _counters(self) -> Dict[str, Any]:
-        c = {"t": time.monotonic(), "cpu": cpu_times(), "softnet": softnet_drops()}
-        gs = node_link_stats(self.gen, "gen-eth0")
+        """One snapshot of every counter a trial needs. The namespaces' counters
+        are read concurrently (one tool call each), so a snapshot takes as long
+        as its slowest read, not their sum."""
+        from concurrent.futures import ThreadPoolExecutor
+        c: Dict[str, Any] = {"t": time.monotonic(), "idle": idle_seconds(),
+                             "softnet": softnet_drops()}
+        jobs = {"gen": lambda: node_link_stats(self.gen, "gen-eth0"),
+                "sink": lambda: node_link_stats(self.sink, "sink-eth0"),
+                "gen_q": lambda: qdisc_drops(self.gen, "gen-eth0")}
+        if self.dut != "ovs":
+            jobs["dut"] = lambda: node_link_stats(self.dutn, self.dut_out)
+            jobs["dut_q"] = lambda: qdisc_drops(self.dutn, self.dut_out)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="counters")
+        futures = {k: self._pool.submit(f) for k, f in jobs.items()}
+        got = {k: f.result(timeout=30) for k, f in futures.items()}
         # veth counts a frame the next hop's backlog refused as the sender's
         # tx_dropped, not tx_packets: offered = both.
-        c["gen_tx"] = gs["tx_packets"] + gs["tx_dropped"]
-        c["sink_rx"] = node_link_stats(self.sink, "sink-eth0")["rx_packets"]
-        c["gen_qdrops"] = qdisc_drops(self.gen, "gen-eth0")
+        c["gen_tx"] = got["gen"]["tx_packets"] + got["gen"]["tx_dropped"]
+        c["sink_rx"] = got["sink"]["rx_packets"]
+        c["gen_qdrops"] = got["gen_q"]
         if self.dut == "ovs":
             from nslab.proc import run
             c["dut_tx"] = int(run(["cat", f"/sys/class/net/{self.dut_out}/statistics/tx_packets"]).stdout)
             c["dut_qdrops"] = 0
             c["ovs_cpu"] = process_cpu_seconds(self.ovs_pid) if self.ovs_pid else 0.0
         else:
-            c["dut_tx"] = node_link_stats(self.dutn, self.dut_out)["tx_packets"]
-            c["dut_qdrops"] = qdisc_drops(self.dutn, self.dut_out)
+            c["dut_tx"] = got["dut"]["tx_packets"]
+            c["dut_qdrops"] = got["dut_q"]
         return c
 
     # -- RFC 2544 tests ---------------------------------------------------------
-    def throughput(self, size: int) -> Dict[str, Any]:
-        """Binary search for the highest rate with loss <= tolerance, then confirm."""
+    def search(self, size: int, probes: List[Dict[str, Any]],
+               hint: Optional[float] = None) -> Tuple[float, bool, Optional[float]]:
+        """One RFC 2544 binary search for the highest rate with loss <= tolerance,
+        then a confirmation trial twice as long. With ``hint`` (an earlier
+        search's result) the first two probes bracket it at +-20 %, which saves
+        probes without assuming the answer. Returns (fps, confirmed, the DUT
+        occupancy of the confirmation trial)."""
         cfg = self.cfg
         line = self.line_fps(size)
-        ceiling = self.measure_ceiling(size)
-        hi = min(line, ceiling)
-        lo = 0.0
-        probes = []
+        top = min(line, self.measure_ceiling(size))
+        occ: List[float] = []
 
         def ok(fps: float, seconds: Optional[float] = None) -> bool:
             m = self.trial(size, fps, seconds)
             probes.append({k: m[k] for k in ("target_fps", "offered_fps", "received_fps",
-                                             "loss_pct", "dut_occupancy_pct")})
+                                             "loss_pct", "dut_occupancy_pct", "invalid")})
+            occ.append(m["dut_occupancy_pct"])
             return m["loss_pct"] <= cfg.loss_tolerance
 
-        if ok(hi):
-            lo = hi
-        else:
-            step = cfg.resolution * line
-            while hi - lo > step:
-                mid = (lo + hi) / 2
-                if ok(mid):
-                    lo = mid
-                else:
-                    hi = mid
+        lo, hi = 0.0, top
+        step = cfg.resolution * line
+        first = [top] if not hint else [min(top, hint * 1.2), hint * 0.8]
+        for fps in first:
+            if not lo < fps < hi and fps != top:
+                continue
+            if ok(fps):
+                lo = fps
+                break
+            hi = fps
+        while hi - lo > step:
+            mid = (lo + hi) / 2
+            if ok(mid):
+                lo = mid
+            else:
+                hi = mid
         confirmed = lo > 0 and ok(lo, cfg.trial * 2)
         if lo > 0 and not confirmed:
-            lo = max(0.0, lo - cfg.resolution * line)
+            lo = max(0.0, lo - step)
             confirmed = lo > 0 and ok(lo, cfg.trial * 2)
+        return lo, confirmed, (occ[-1] if lo > 0 else None)
+
+    def throughput(self, size: int) -> Dict[str, Any]:
+        """``searches`` independent RFC 2544 searches; the point's throughput is
+        their median, their spread is what the report's interval comes from."""
+        line = self.line_fps(size)
+        ceiling = self.measure_ceiling(size)
+        probes: List[Dict[str, Any]] = []
+        found: List[float] = []
+        occ: List[Optional[float]] = []
+        confirmed = True
+        for i in range(self.cfg.searches):
+            fps, conf, o = self.search(size, probes, statistics.median(found) if found else None)
+            found.append(fps)
+            occ.append(o)
+            confirmed = confirmed and conf
+        lo = statistics.median(found)
         return {"throughput_fps": lo, "throughput_bps": lo * size * 8, "line_fps": line,
                 "generator_ceiling_fps": ceiling, "generator_limited": lo >= 0.9 * ceiling,
-                "confirmed": confirmed, "probes": probes, "pct_of_line": 100 * lo / line}
+                "confirmed": confirmed, "probes": probes, "pct_of_line": 100 * lo / line,
+                "searches_fps": found,
+                "occupancy_at_throughput_pct": [x for x in occ if x is not None]}
+
+    def mlr(self, size: int) -> Dict[str, Any]:
+        """NDR and PDR by MLRsearch: trials from a quarter of ``trial`` up to
+        ``trial`` long, a duration sum of two trials, goal width ``resolution``."""
+        from .mlr import mlr_search
+        cfg = self.cfg
+        line = self.line_fps(size)
+        ceiling = self.measure_ceiling(size)
+
+        def trial(fps: float, seconds: float) -> Tuple[int, int]:
+            m = self.trial(size, fps, seconds)
+            return m["frames_sent"], m["lost"]
+
+        res = mlr_search(trial, min_load=max(100.0, 0.005 * line), max_load=min(line, ceiling),
+                         initial_trial_s=max(0.5, cfg.trial / 4), final_trial_s=cfg.trial,
+                         duration_sum_s=2 * cfg.trial, relative_width=cfg.resolution)
+        return {"goals": res.goals, "trials": len(res.trials), "trial_seconds": res.duration_s,
+                "wall_s": res.wall_s, "line_fps": line, "generator_ceiling_fps": ceiling}
+
+    def cost(self, size: int) -> Dict[str, Any]:
+        """The DUT's intrinsic cost: its CPU time per forwarded frame at fixed
+        loads below saturation, with the knob's filters taken off for the
+        duration (and put back after)."""
+        line = self.line_fps(size)
+        loads = [f for f in self.cfg.cost_fps if f <= 0.8 * line] or [0.4 * line, 0.8 * line]
+        if self.filters:
+            self._uncost()
+        try:
+            trials = [self.trial(size, fps, seconds=max(1.0, self.cfg.trial))
+                      for fps in loads for _ in range(self.cfg.cost_trials)]
+        finally:
+            if self.filters:
+                self._cost(self.filters)
+        return {"trials": trials}
 
     def burst(self, size: int, frames: int) -> Dict[str, Any]:
         """One back-to-back trial: a burst of ``frames`` frames at line rate (the
@@ -358,12 +548,22 @@ class Rfc2544Runner:
             m = self.throughput(size)
             return m, [], (f"throughput {m['throughput_fps']:.0f} fps ({m['pct_of_line']:.0f} % "
                            "of line)" + (" [generator-limited]" if m["generator_limited"] else ""))
+        if test == "mlrsearch":
+            m = self.mlr(size)
+            g = m["goals"]
+            return m, [], (f"MLRsearch NDR {g['NDR']['fps']:,.0f} fps, PDR {g['PDR']['fps']:,.0f} "
+                           f"fps ({m['trials']} trials, {m['wall_s']:.0f} s)")
+        if test == "cost":
+            m = self.cost(size)
+            vals = [t["us_per_packet"] * 1000 for t in m["trials"] if t["us_per_packet"]]
+            return m, [], (f"intrinsic cost {statistics.median(vals):.0f} ns/frame (median of "
+                           f"{len(vals)} trials, no knob)" if vals else "nothing forwarded")
         if test == "latency":
-            trials = [self.trial(size, NOMINAL_FPS)]
+            trials = [self.trial(size, NOMINAL_FPS) for _ in range(self.cfg.latency_trials)]
             trials.append(self.trial(size, 0.9 * self.line_fps(size)))
             m = {"trials": trials}
             return m, [], (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at {NOMINAL_FPS} "
-                           f"fps, {trials[1]['latency_us']['avg']:.0f} us at 90 % of line")
+                           f"fps, {trials[-1]['latency_us']['avg']:.0f} us at 90 % of line")
         trials = [self.trial(size, fps) for fps in self.loads(size)]
         worst = max(trials, key=lambda t: t["loss_pct"])
         return {"trials": trials}, [], (f"{len(trials)} loads; worst loss {worst['loss_pct']:.1f} % "
@@ -371,3 +571,6 @@ class Rfc2544Runner:
 
     def finish(self) -> None:
         """Nothing to keep: every count is in the record."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -35,7 +35,7 @@ class Rfc2544Study(Study):
         need = ["htb", "tbf"]
         if any(d != "ovs" for d in cfg.duts):
             need.append("rps")
-            if cfg.dut_cost:
+            if cfg.dut_cost != 0:
                 need.append("u32")
         return need
 
@@ -49,7 +49,9 @@ class Rfc2544Study(Study):
     def points(self, cfg: Rfc2544Config) -> List[Dict[str, Any]]:
         return [{"dut": dut, "frame": size, "test": test, "repeat": rep}
                 for rep in range(cfg.repeat) for dut in cfg.duts
-                for size in cfg.frame_sizes for test in cfg.tests]
+                for size in cfg.frame_sizes for test in cfg.tests
+                if not (test == "cost" and cfg.cost_frames is not None
+                        and size not in cfg.cost_frames)]
 
     def session(self, cfg: Rfc2544Config) -> ContextManager[Any]:
         from .runner import CpuSplitLock

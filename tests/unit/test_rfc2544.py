@@ -35,6 +35,8 @@ def test_theory_table_matches_rfc2544():
     ({"dut_cost": -1}, "dut_cost: Input should be greater than or equal to 0"),
     ({"tests": []}, "tests: empty list"),
     ({"tests": ["back-to-back"], "b2b_repeat": 0}, "b2b_repeat: Input should be greater"),
+    ({"dut_cost": 100, "dut_fps_64": 50000}, "dut_fps_64 and dut_cost: give one way"),
+    ({"dut_fps_64": 10}, "dut_fps_64: Input should be greater than or equal to 1000"),
 ])
 def test_config_validation(kwargs, message):
     with pytest.raises(InputError, match=message):
@@ -69,8 +71,10 @@ def test_one_lab_per_dut_and_the_points_in_order():
     study = Rfc2544Study()
     assert list(study.labs(cfg)) == ["router", "ovs"]
     pts = study.points(cfg)
-    assert len(pts) == 2 * 2 * 3 and pts[0] == {"dut": "router", "frame": 64, "test": "throughput",
-                                                "repeat": 0}
+    # 2 DUTs x 2 sizes x (throughput, latency, loss), and the intrinsic cost at 64 B only
+    assert len(pts) == 2 * 2 * 3 + 2 and pts[0] == {"dut": "router", "frame": 64, "test": "cost",
+                                                    "repeat": 0}
+    assert [p["frame"] for p in pts if p["test"] == "cost"] == [64, 64]
     assert {study.lab_key(cfg, p) for p in pts} == {"router", "ovs"}
 
 

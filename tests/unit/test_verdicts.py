@@ -1,0 +1,208 @@
+"""Every claim gets an interval and a verdict: the studies' claim logic on
+synthetic records whose answer is known, and the calibration arithmetic.
+No root, no lab."""
+import math
+
+import pytest
+
+from nslab.experiments.alias import report as alias_report
+from nslab.experiments.alias.records import AliasRecord
+from nslab.experiments.ecmp import report as ecmp_report
+from nslab.experiments.ecmp.records import EcmpRecord
+from nslab.experiments.rfc2544 import report as rfc_report
+from nslab.experiments.rfc2544.model import knee_index, next_filters, paper_knee
+from nslab.experiments.rfc2544.records import SCHEMA as RFC_SCHEMA, RfcRecord
+from nslab.published import load_published
+from nslab.reporting import Claim
+from nslab.stats import Estimate, Interval, judge, mean
+
+
+HEAD = {"schema_version": 2, "experiment": "test", "run_id": "t", "time": 0.0}
+
+
+def test_a_claim_refuses_a_verdict_outside_the_three():
+    with pytest.raises(ValueError, match="not one of agrees, disagrees, undecided"):
+        Claim("x", "y", "reproduced", "z")
+
+
+def test_judge_names_the_band_and_never_decides_on_one_sample():
+    assert judge(mean([1.0]), 0, 2, "a band").verdict == "undecided"
+    assert "one sample" in judge(mean([1.0]), 0, 2, "a band").why
+    inside = judge(Estimate(1, Interval(0.5, 1.5, 0.95, "t"), 3), 0, 2, "a band")
+    assert inside.verdict == "agrees" and "[0.0, 2.0]" in inside.why
+    assert judge(Estimate(3, Interval(2.5, 3.5, 0.95, "t"), 3), 0, 2, "b").verdict == "disagrees"
+    assert judge(Estimate(2, Interval(1.5, 2.5, 0.95, "t"), 3), 0, 2, "b").verdict == "undecided"
+    assert "+inf" in judge(Estimate(2, Interval(1.5, 2.5, 0.95, "t"), 3), 1, math.inf, "b").why
+
+
+# -- alias ---------------------------------------------------------------------
+
+def _alias(mode, n, rep, rx, cs):
+    return AliasRecord.model_validate({
+        **HEAD, "params": {"mode": mode, "n": n, "repeat": rep},
+        "measurements": {
+            "receiver_bps": rx, "receiver_l2_bps": rx, "clients_sum_bps": cs, "window_s": 2.0,
+            "sockets_at_window_start": n, "sockets_at_window_end": n,
+            "sockets_closed_in_window": 0, "clients_reported": n, "clients_finished": n,
+            "streams": n, "spawn_spread_s": 0.01, "start_margin_s": 0.2, "late_start": False,
+            "cpu_busy_pct": 40.0, "receiver_measured_at": "receiver sockets",
+            "start_time": 0.0, "sample_s": 0.01, "invalid": []}})
+
+
+def _alias_run(rise_rx, rise_cs, reps=3):
+    out = []
+    for rep in range(reps):
+        jitter = (rep - 1) * 1e6  # +-1 Mbit/s between repeats
+        for n in (1, 16, 254):
+            rx = 955e6 * (1 + (rise_rx if n == 254 else 0)) + jitter
+            cs = rx * (1 + (rise_cs if n == 254 else 0.002))
+            out.append(_alias("alias", n, rep, rx, cs))
+            out.append(_alias("parallel", n, rep, rx + 0.5e6, cs))
+    return out
+
+
+def test_alias_flat_receiver_and_rising_reports_give_the_posts_artefact():
+    recs = _alias_run(rise_rx=0.0, rise_cs=0.03)
+    got = {c.claim.split(" (")[0]: c for c in alias_report.claims(recs, {})}
+    assert got["Linux IP aliasing adds no measurable overhead"].verdict == "agrees"
+    assert got["Throughput rises with the number of aliases"].verdict == "disagrees"
+    assert got["The posts' rise comes from how iperf's reports were summed"].verdict == "agrees"
+    assert got["The rise comes from more TCP connections, not from the aliases"].verdict == "agrees"
+    for c in got.values():
+        assert "95 %" in c.measured or "90 %" in c.measured, c
+
+
+def test_alias_a_real_overhead_is_called_out():
+    recs = _alias_run(rise_rx=-0.10, rise_cs=0.0)
+    got = {c.claim.split(" (")[0]: c.verdict for c in alias_report.claims(recs, {})}
+    assert got["Linux IP aliasing adds no measurable overhead"] == "disagrees"
+
+
+def test_alias_one_repeat_is_undecided_and_says_what_to_run():
+    recs = [r for r in _alias_run(0.0, 0.03) if r.params.repeat == 0]
+    for c in alias_report.claims(recs, {}):
+        if "N=254 (1)" in c.measured or "-P 254" in c.measured:
+            assert c.verdict == "undecided" and "default preset" in c.why, c
+
+
+# -- ECMP ----------------------------------------------------------------------
+
+def _ecmp(policy, trial, split, sum_bps):
+    links = {"3+0": [0, 0, 0], "2+1": [0, 0, 1]}[split]
+    streams = [{"id": str(i), "local_port": 40000 + i, "bps": sum_bps / 3,
+                "link": f"server2-eth{l}"} for i, l in enumerate(links)]
+    return EcmpRecord.model_validate({
+        **HEAD, "params": {"policy": policy, "trial": trial},
+        "measurements": {"streams": streams, "sum_bps": sum_bps, "sum_reported_by_iperf": None,
+                         "split": split, "streams_per_link": {}, "unassigned_streams": 0,
+                         "link_bytes": {}, "link_mbps_avg": {}, "policy_set_in": "server2"}})
+
+
+def test_ecmp_claims_are_proportions_with_wilson_intervals():
+    recs = [_ecmp(0, t, "3+0", 955e6) for t in range(5)]
+    recs += [_ecmp(1, t, s, b) for t, (s, b) in enumerate(
+        [("2+1", 1.91e9), ("2+1", 1.92e9), ("3+0", 955e6), ("2+1", 1.90e9), ("2+1", 1.92e9)])]
+    got = ecmp_report.claims(recs, {"streams": 3, "spines": 2, "link_rate": "1Gbit"})
+    assert [c.verdict for c in got] == ["agrees", "agrees", "agrees"]
+    assert "Wilson" in got[0].measured and "5/5" in got[0].measured
+
+
+def test_ecmp_three_trials_cannot_settle_l3():
+    recs = [_ecmp(0, t, "3+0", 955e6) for t in range(3)]
+    got = ecmp_report.claims(recs, {"streams": 3, "spines": 2, "link_rate": "1Gbit"})
+    assert got[0].verdict == "undecided" and "10 trials" in got[0].why
+
+
+# -- RFC 2544 ------------------------------------------------------------------
+
+def _throughput(dut, frame, searches, occ):
+    return RfcRecord.model_validate({
+        **HEAD, "params": {"dut": dut, "frame": frame, "test": "throughput", "repeat": 0},
+        "measurements": {"throughput_fps": sorted(searches)[len(searches) // 2],
+                         "throughput_bps": 0.0, "line_fps": 148810.0,
+                         "generator_ceiling_fps": 380000.0, "generator_limited": False,
+                         "confirmed": True, "probes": [], "pct_of_line": 40.0,
+                         "searches_fps": searches, "occupancy_at_throughput_pct": occ}})
+
+
+def test_rfc2544_equivalence_and_the_calibrated_knee():
+    pub = load_published("rfc2544")
+    recs = [_throughput("bridge", 64, [66000, 66500, 65800], [96, 97, 95]),
+            _throughput("router", 64, [65900, 66300, 66100], [97, 96, 98])]
+    got = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}
+    same = got["Bridge and router forward about the same at 64 bytes"]
+    assert same.verdict == "agrees" and "two one-sided" in same.why
+    assert got["The bridge saturates at ~66 kfps of 64-byte frames (Table 3)"].verdict == "agrees"
+    assert got["bridge: the CPU is the limit (it saturates at the throughput)"].verdict == "agrees"
+
+
+def test_rfc2544_a_real_difference_is_a_disagreement():
+    pub = load_published("rfc2544")
+    recs = [_throughput("bridge", 64, [66000, 66500, 65800], [96, 97, 95]),
+            _throughput("router", 64, [52000, 52500, 51800], [97, 96, 98])]
+    got = {c.claim: c.verdict for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}
+    assert got["Bridge and router forward about the same at 64 bytes"] == "disagrees"
+
+
+def test_version_1_throughput_records_read_as_one_search(tmp_path):
+    import json
+    m = _throughput("bridge", 64, [1.0], []).measurements.model_dump()
+    del m["searches_fps"], m["occupancy_at_throughput_pct"]
+    m["throughput_fps"] = 61000.0
+    line = {"params": {"dut": "bridge", "frame": 64, "test": "throughput", "repeat": 0},
+            "measurements": m, **HEAD, "schema_version": 1, "kind": "point"}
+    (tmp_path / "records.jsonl").write_text(json.dumps(line) + "\n")
+    (rec,) = RFC_SCHEMA.load(str(tmp_path))
+    assert rec.measurements.searches_fps == [61000.0]
+
+
+def test_the_papers_knee_comes_from_its_table_3():
+    assert paper_knee(load_published("rfc2544")) == 66225.0
+    assert knee_index([25, 25, 29, 87, 22987]) == 4
+    assert knee_index([25, 26, 27]) is None
+
+
+def test_calibration_steps_scale_the_count_by_capacity_over_target():
+    # 500 filters forward 120 kfps at overload; the target is 66,225 fps: a frame
+    # must cost 120/66.2 = 1.81x as much, so 906 filters.
+    assert next_filters(500, 120000, 66225) == 906
+    assert next_filters(906, 66225, 66225) == 906  # on target: unchanged
+    with pytest.raises(ValueError):
+        next_filters(0, 1, 1)
+
+
+def test_the_fidelity_guard_on_stored_trials():
+    from nslab.experiments.rfc2544.model import trial_invalid
+    ok = {"target_fps": 50000, "offered_fps": 49900, "gen_pps": 49990, "gen_cpu_busy_pct": 40.0,
+          "sink_backlog_drops": 0, "generator_limited": False}
+    assert trial_invalid(ok, 148810) == []
+    # past line rate the shaper caps what is offered: not the generator's fault
+    assert trial_invalid(dict(ok, target_fps=163691, gen_pps=148000), 148810) == []
+    bad = dict(ok, gen_pps=30000, gen_cpu_busy_pct=99.0, sink_backlog_drops=12,
+               generator_limited=True)
+    reasons = trial_invalid(bad, 148810)
+    assert len(reasons) == 4 and "99 % busy" in reasons[0] and "30,000 of 50,000" in reasons[1]
+
+
+def test_invalid_loads_are_left_out_of_the_verdicts(tmp_path):
+    import json
+    import shutil
+
+    from tests.conftest import data
+    shutil.copytree(data("rfc2544_run"), tmp_path / "r")
+    path = tmp_path / "r" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    for rec in lines:
+        if rec["params"]["test"] == "loss" and rec["params"]["dut"] == "bridge":
+            for t in rec["measurements"]["trials"]:
+                if t["target_fps"] >= 60000:
+                    t["invalid"] = ["the generator/sink CPU was 99 % busy"]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    recs = RFC_SCHEMA.load(str(tmp_path / "r"))
+    rows = rfc_report.table3(recs, "bridge")
+    assert any(x["invalid"] for x in rows)
+    got = {c.claim: c for c in rfc_report.claims(recs, ["bridge"], load_published("rfc2544"), {})}
+    fit = got["bridge: occupancy vs load follows the paper's Table 3"]
+    assert "excluded by the fidelity guard" in fit.measured
+    rep = rfc_report.write_report(str(tmp_path / "r"))
+    assert "excluded: the generator/sink CPU" in open(rep.files["md"]).read()
