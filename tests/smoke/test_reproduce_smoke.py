@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from nslab.experiments.ecmp.config import EcmpConfig
 from nslab.testing import needs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
@@ -42,7 +43,8 @@ def test_reproduce_interrupted_and_resumed(tmp_path):
                           "--resume", root], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
     done = [(r["params"]["policy"], r["params"]["trial"]) for r in records(rec_path)]
-    assert sorted(done) == sorted({(p, t) for p in (0, 1) for t in range(3)})  # none twice, none lost
+    trials = EcmpConfig.preset("quick").trials
+    assert sorted(done) == sorted({(p, t) for p in (0, 1) for t in range(trials)})  # none twice, none lost
     assert os.path.exists(os.path.join(root, "report.html"))
     # The report is redrawn from files alone.
     res = subprocess.run([NSLAB, "report", root], capture_output=True, text=True, timeout=120)
