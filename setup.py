@@ -37,6 +37,7 @@ setup(
         "psutil>=5.9",
         "pyroute2>=0.7",
         "MLRsearch>=1.2",
+        "graphviz>=0.20",
     ],
     extras_require={"test": ["pytest>=7.0", "pytest-timeout>=2.1", "hypothesis>=6.80",
                              "jsonschema>=4.0", "import-linter>=2.0", "pyflakes>=3.0",

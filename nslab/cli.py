@@ -92,6 +92,26 @@ def doctor() -> None:
         raise InputError(f"required: {names}")
 
 
+# -- watch ------------------------------------------------------------------------------
+@cli.command("watch")
+@click.argument("run", required=False)
+@click.option("--interval", type=click.FloatRange(0.2, 60), default=1.0, show_default=True,
+              help="Seconds between refreshes.")
+@click.option("--count", type=click.IntRange(1), default=None,
+              help="Stop after this many refreshes (default: until Ctrl-C or the lab goes).")
+def watch_cmd(run: Optional[str], interval: float, count: Optional[int]) -> None:
+    """Live per-link rates (bit/s, packets/s, drops) of a running lab.
+
+    RUN is a lab's run id (`nslab clean --dry-run` lists them); with no RUN and
+    exactly one lab up, that one.
+    """
+    from .watch import watch
+    try:
+        watch(run, interval, count)
+    except KeyboardInterrupt:
+        pass
+
+
 # -- topo -------------------------------------------------------------------------------
 @cli.group()
 def topo() -> None:
@@ -132,6 +152,26 @@ def topo_list() -> None:
                         if not p.startswith("_"))
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         click.echo(f"{name:10} {doc}\n{'':10} options: {opts}")
+
+
+@topo.command("draw", context_settings={"ignore_unknown_options": True,
+                                         "allow_extra_args": True})
+@click.argument("topology")
+@click.option("-o", "--output", required=True,
+              help="The picture: FILE.svg, FILE.png, FILE.pdf or FILE.dot.")
+@click.pass_context
+def topo_draw(ctx: click.Context, topology: str, output: str) -> None:
+    """Draw TOPOLOGY (a ready name, .yaml or Mininet file, with its options) with
+    Graphviz: nodes by kind, links with interface names and shaping. No root.
+
+    \b
+      nslab topo draw clos --spines 2 --servers 3 -o clos.svg
+      nslab topo draw examples/two-hosts.yaml -o two.png
+    """
+    from .draw import draw
+    from .topoload import extra_kwargs, load_topology
+    t = load_topology(topology, extra_kwargs(ctx.args))
+    click.echo(draw(t, output))
 
 
 @topo.command("up", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

@@ -50,6 +50,8 @@ class StoredRun:
     prov: Dict[str, Any]
     cfg: Dict[str, Any]
     published: Dict[str, Any]
+    #: pictures of the labs' topologies in the run directory (file names)
+    topologies: List[str] = field(default_factory=list)
 
 
 def load_run(run_dir: str, schema: Any, study: str) -> StoredRun:
@@ -58,8 +60,10 @@ def load_run(run_dir: str, schema: Any, study: str) -> StoredRun:
     from .published import load_published
     from .results import ResultStore
     prov = ResultStore.open(run_dir).provenance()
+    pictures = sorted(f for f in os.listdir(run_dir)
+                      if f.startswith("topology-") and f.endswith(".svg"))
     return StoredRun(run_dir, schema.load(run_dir), prov, prov.get("config", {}),
-                     load_published(study))
+                     load_published(study), pictures)
 
 
 _CORE_TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")

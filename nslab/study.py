@@ -251,6 +251,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                 if not mine:
                     continue
                 lab_id = run_id if i == 0 else new_run_id()
+                _draw(topo, store.path, key)
                 with Lab(topo, run_id=lab_id) as lab:
                     runner = study.runner(key, lab, cfg, store)
                     info = runner.setup()
@@ -269,6 +270,19 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
         prog.close()
     study.report(store.path)
     return store.path
+
+
+def _draw(topo: Any, run_dir: str, key: str) -> None:
+    """The picture of a lab's topology beside its results (reports embed it);
+    skipped, with a note in the log, where Graphviz is missing."""
+    from .draw import available, draw
+    if not available():
+        log.info("no Graphviz: the report has no topology picture (apt install graphviz)")
+        return
+    try:
+        draw(topo, os.path.join(run_dir, f"topology-{key}.svg"))
+    except Exception as exc:  # noqa: BLE001 - a picture must not cost a measurement
+        log.warning("could not draw the %s topology: %s", key, exc)
 
 
 def _provenance(store: ResultStore, prov: Dict[str, Any], key: str, info: Dict[str, Any]) -> None:

@@ -166,7 +166,7 @@ def write_report(run_dir: str) -> StudyReport:
     unchecked = sum(1 for r in records if r.measurements.invalid is None)
     p2 = {int(k): v / 1e3 for k, v in pub["series"][1]["points"].items()}
     found = claims(records, summary)
-    md = render(TEMPLATES, "report.md.j2", prov=prov, cfg=cfg, pub=pub, ns=ns, rows=rows,
+    md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, pub=pub, ns=ns, rows=rows,
                 published_rises=[(s["label"], rise({int(k): v for k, v in s["points"].items()}))
                                  for s in pub["series"]],
                 methods=method_lines(summary), excluded=excluded, unchecked=unchecked,

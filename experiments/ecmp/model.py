@@ -46,3 +46,15 @@ def assign_links(captures: Dict[str, Counter]) -> Dict[int, str]:
     """Each source port goes to the interface where most of its packets were seen."""
     ports = set().union(*[set(c) for c in captures.values()]) if captures else set()
     return {p: max(captures, key=lambda i: captures[i].get(p, 0)) for p in ports}
+
+
+def trial_invalid(streams_seen: int, unassigned: int, streams: int) -> List[str]:
+    """Why an ECMP trial cannot say how its streams were hashed (empty: it can):
+    a stream missing from iperf's report, or one whose link the captures could
+    not tell."""
+    out = []
+    if streams_seen < streams:
+        out.append(f"{streams_seen} of {streams} streams reported")
+    if unassigned:
+        out.append(f"{unassigned} stream(s) on no captured link")
+    return out

@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 from nslab.reporting import Claim, StudyReport, load_run, render, write_markdown_and_html
 from nslab.shaping import goodput_ceiling, parse_rate
 
-from .model import chance
+from .model import chance, trial_invalid
 from .records import SCHEMA, EcmpRecord
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -26,6 +26,12 @@ def post_format(rec: EcmpRecord) -> str:
                      f"{s.bps / 1e6:6.0f} Mbits/sec  via {s.link or '?'}")
     lines.append(f"[SUM] {m.sum_bps / 1e6:6.0f} Mbits/sec")
     return "\n".join(lines)
+
+
+def valid(records: List[EcmpRecord], streams: int) -> List[EcmpRecord]:
+    """The trials whose split is known (the fidelity guard)."""
+    return [r for r in records if not trial_invalid(len(r.measurements.streams),
+                                                    r.measurements.unassigned_streams, streams)]
 
 
 def distribution(records: List[EcmpRecord]) -> Dict[int, Counter]:
@@ -44,8 +50,10 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any]) -> List[Claim]:
     """The post's claims as proportions of trials (Wilson intervals) and a mean
     SUM (t interval), each with a verdict."""
     from nslab.stats import judge, mean, proportion
-    dist = distribution(records)
     streams, spines = int(cfg.get("streams", 3)), int(cfg.get("spines", 2))
+    excluded = len(records) - len(valid(records, streams))
+    records = valid(records, streams)
+    dist = distribution(records)
     one = f"{streams}+" + "+".join(["0"] * (spines - 1))
     exp = chance(streams, spines)
     p_one = exp.get(one, 0.0)
@@ -64,15 +72,17 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any]) -> List[Claim]:
                          f"policy 0: {k0}/{n0} trials all on one link, "
                          + (est.ci.fmt(100, 0, " %") if est and est.ci else "one trial"),
                          chk.verdict if chk else "undecided",
-                         chk.why if chk else f"one trial: {MORE}", "seed 002"))
+                         (chk.why if chk else f"one trial: {MORE}")
+                         + (f"; {excluded} trial(s) excluded by the fidelity guard" if excluded else ""),
+                         "seed 002"))
     if 1 in dist:
         n1 = sum(dist[1].values())
         k1 = n1 - dist[1].get(one, 0)
         sums = [r.measurements.sum_bps for r in records
                 if r.params.policy == 1 and r.measurements.split not in (None, one)]
         rate = str(cfg.get("link_rate", "1Gbit"))
-        est = mean(sums)
         if rate.lower() != "none" and sums:
+            est = mean(sums)
             ceiling = goodput_ceiling(parse_rate(rate), framing=bool(cfg.get("framing")))
             chk = judge(est, ceiling, math.inf, "more than one link can carry, i.e. above",
                         1e-6, " Mbit/s", 0, need=MORE)
@@ -131,7 +141,7 @@ def write_report(run_dir: str) -> StudyReport:
         sums.append((policy, statistics.median(vals), min(vals), max(vals), p["sum"] if p else ""))
     found = claims(recs, cfg)
     ordered = sorted(recs, key=lambda r: (r.params.policy, r.params.trial))
-    md = render(TEMPLATES, "report.md.j2", prov=prov, cfg=cfg, setup=setup, streams=streams,
+    md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, setup=setup, streams=streams,
                 spines=spines, splits=splits, sums=sums, pub=pub,
                 trials=[post_format(r) for r in ordered], claims=found)
     files = write_markdown_and_html(run_dir, "report", md, "ECMP study")

@@ -46,6 +46,11 @@ class Rfc2544Config(StudyConfig):
         3, description="throughput searches per point (their spread is the interval)")
     latency_trials: Annotated[int, Field(ge=1, le=50)] = Field(
         3, description="latency trials at 1,000 fps per point")
+    keep_awake: StrictBool = Field(
+        True, description="keep both CPUs out of idle during the 1,000 fps latency trials "
+        "(an idle vCPU's wake-up is the bed's latency, not the DUT's)")
+    bed_floor: StrictBool = Field(
+        True, description="measure the bed's own latency (generator -> sink, no DUT) per lab")
     dut_fps_64: Optional[Annotated[float, Field(ge=1000, le=10_000_000)]] = Field(
         None, description="calibrate the DUT so a bridge forwards this many 64-byte frames/s "
         "at most (default: the paper's knee, from results/published)")

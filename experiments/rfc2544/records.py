@@ -60,6 +60,9 @@ class Trial(Strict):
     gen_cpu_busy_pct: Optional[float] = None
     sink_backlog_drops: Optional[int] = None
     invalid: Optional[List[str]] = None
+    #: both CPUs kept out of idle by lowest-priority spinners (latency trials):
+    #: their busy figures are the spinners', not the DUT's
+    cpus_kept_awake: Optional[bool] = None
 
 
 class Probe(Strict):

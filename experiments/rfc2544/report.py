@@ -114,6 +114,19 @@ def intrinsic(recs: List[RfcRecord]) -> List[Dict[str, Any]]:
     return sorted(rows, key=lambda x: (x["frame"], x["fps"], DUT_ORDER.index(x["dut"])))
 
 
+def bed_text(prov: Optional[Dict[str, Any]]) -> str:
+    """The bed's own latency floor (no DUT), as the 1,000 fps trials ran (CPUs
+    kept awake or idle), for the text beside a latency figure."""
+    prov = prov or {}
+    awake = (prov.get("config") or {}).get("keep_awake", False)
+    vals = [v for st in (prov.get("setups") or {}).values()
+            for v in ((st.get("bed_floor") or {}).get("awake_us" if awake else "idle_us") or [])]
+    if not vals:
+        return ""
+    return (f"; the bed alone (generator -> sink, no DUT): {statistics.fmean(vals):.0f} us"
+            f"{' with CPUs kept awake' if awake else ''}")
+
+
 def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
            prov: Optional[Dict[str, Any]] = None) -> List[Claim]:
     """The paper's claims, each with an interval and a verdict."""
@@ -148,8 +161,8 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
             chk = judge(d, EXTRA_LATENCY_US[0], EXTRA_LATENCY_US[1], "'about 5 us more', i.e.",
                         1, " us", 0, need=MORE)
             out.append(Claim(f"A router adds about 5 us of latency over a bridge ({f} bytes)",
-                             f"router minus bridge at 1,000 fps: {d.fmt(1, 1, ' us', sign=True)}",
-                             chk.verdict, chk.why, src))
+                             f"router minus bridge at 1,000 fps: {d.fmt(1, 1, ' us', sign=True)}"
+                             + bed_text(prov), chk.verdict, chk.why, src))
     # 3. the bridge's knee where the paper's is (calibration) and the CPU saturated there
     if "bridge" in tp and 64 in tp["bridge"]:
         knee = paper_knee(pub)
@@ -265,7 +278,7 @@ def write_report(run_dir: str) -> StudyReport:
     throughput = sorted(by_test(recs, "throughput"), key=lambda r: (r.params.dut, r.params.frame))
     latency = sorted(by_test(recs, "latency"), key=lambda r: (r.params.dut, r.params.frame))
     found = claims(recs, duts, pub, prov)
-    md = render(TEMPLATES, "report.md.j2", prov=prov, cfg=cfg, duts=duts,
+    md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, duts=duts,
                 setups=prov.get("setups") or {}, throughput=throughput, latency=latency,
                 table3={d: table3(recs, d) for d in duts}, b2b=back_to_back_rows(recs),
                 paper=pub["table3_bridge_overload_64B"], claims=found,

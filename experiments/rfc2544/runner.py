@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import statistics
+import subprocess
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -102,6 +103,8 @@ class Rfc2544Runner:
         self._ceiling_path = False
         self.filters = 0
         self._pool: Any = None
+        self._bed_path = False
+        self._awake = False
 
     # -- setup ----------------------------------------------------------------
     def setup(self) -> Dict[str, Any]:
@@ -122,6 +125,8 @@ class Rfc2544Runner:
         self.baseline_busy = busy_pct_from_idle(a, idle_seconds(), time.monotonic() - t0, DUT_CPU)
         info["baseline_busy_pct"] = self.baseline_busy
         info["cpu_accounting"] = "busy = elapsed - idle (idle is exact on a tickless kernel)"
+        if self.cfg.bed_floor:
+            info["bed_floor"] = self.bed_floor()
         if self.dut != "ovs":
             n, cal = self.knob()
             if n:
@@ -131,6 +136,73 @@ class Rfc2544Runner:
             if cal:
                 info["calibration"] = cal
         return info
+
+    # -- the latency floor of the test bed ----------------------------------------
+    def keep_awake(self):
+        """A context that keeps both CPUs out of their idle state: one lowest-
+        priority (SCHED_IDLE) spinner per CPU, which any real work preempts at
+        once. On a VM an idle vCPU takes tens of microseconds to wake for a
+        frame (the host noise probe sees the same lateness), which at 1,000 fps
+        is the whole latency floor; it is the bed's, not the DUT's."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def spinning():
+            procs = [self.gen.popen(["taskset", "-c", str(cpu), "chrt", "-i", "0", "sh", "-c",
+                                     "while :; do :; done"], name=f"keep-awake-cpu{cpu}",
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                     for cpu in (GEN_CPU, DUT_CPU)]
+            self._awake = True
+            try:
+                time.sleep(0.1)
+                yield
+            finally:
+                self._awake = False
+                for p in procs:
+                    p.stop()
+        return spinning()
+
+    def bed_floor(self, trials: int = 3) -> Dict[str, Any]:
+        """One-way latency of the bed alone, generator -> sink with no DUT between
+        them (a private veth pair, the sink's receive steered as on its link),
+        at 1,000 fps of 64 bytes: with idle CPUs and with both kept awake."""
+        if not self._bed_path:
+            from nslab.render import line, text
+            self.gen.run(["ip", "-batch", "-"], input=text([
+                line("link", "add", "name", "bed0", "type", "veth", "peer", "name", "bed1",
+                     "netns", self.sink.netns),
+                line("link", "set", "dev", "bed0", "up"),
+                line("addr", "add", "10.254.0.1/30", "dev", "bed0")]))
+            self.sink.run(["ip", "-batch", "-"], input=text([
+                line("link", "set", "dev", "bed1", "up"),
+                line("addr", "add", "10.254.0.2/30", "dev", "bed1")]))
+            self._rps(self.sink, "bed1", 1 << GEN_CPU)
+            mac = json.loads(self.sink.run(["ip", "-j", "link", "show", "dev", "bed1"]).stdout)[0]
+            self.gen.run(["ip", "neigh", "replace", "10.254.0.2", "lladdr", mac["address"],
+                          "dev", "bed0", "nud", "permanent"])
+            self._bed_path = True
+        out: Dict[str, Any] = {"fps": NOMINAL_FPS, "frame": 64}
+        for mode in ("idle", "awake"):
+            vals = []
+            for _ in range(trials):
+                if mode == "awake":
+                    with self.keep_awake():
+                        vals.append(self._bed_trial())
+                else:
+                    vals.append(self._bed_trial())
+            out[f"{mode}_us"] = vals
+        return out
+
+    def _bed_trial(self) -> float:
+        seconds = max(0.5, self.cfg.trial)
+        sink = self._start_sink(seconds + 5, 0.1)
+        self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", "10.254.0.2",
+                      "--port", str(PORT), "--size", "64", "--rate", str(NOMINAL_FPS),
+                      "--duration", f"{seconds + 0.1:.3f}"], timeout=seconds + 30)
+        time.sleep(0.2)
+        sink.stop()
+        sj = json.loads(sink.wait(timeout=30).stdout.strip().splitlines()[-1])
+        return float(sj["latency_us"]["avg"])
 
     # -- the DUT's cost knob ------------------------------------------------------
     def knob(self) -> Tuple[int, Optional[Dict[str, Any]]]:
@@ -310,7 +382,9 @@ class Rfc2544Runner:
             "gen_sent": gj["sent"], "gen_errors": gj["errors"], "gen_pps": gj["pps"],
             "latency_us": sj["latency_us"], "latency_samples": sj["in_window"],
             "dut_busy_pct": dut_busy, "dut_occupancy_pct": occ,
-            "us_per_packet": (occ / 100.0) * 1e6 / fwd_pps if fwd_pps > 0 else None,
+            "us_per_packet": ((occ / 100.0) * 1e6 / fwd_pps if fwd_pps > 0 and not self._awake
+                              else None),
+            "cpus_kept_awake": self._awake,
             "gen_cpu_busy_pct": busy_pct_from_idle(c0["idle"], c1["idle"], window, GEN_CPU),
             "sink_backlog_drops": c1["softnet"][GEN_CPU] - c0["softnet"][GEN_CPU],
         }
@@ -559,7 +633,11 @@ class Rfc2544Runner:
             return m, [], (f"intrinsic cost {statistics.median(vals):.0f} ns/frame (median of "
                            f"{len(vals)} trials, no knob)" if vals else "nothing forwarded")
         if test == "latency":
-            trials = [self.trial(size, NOMINAL_FPS) for _ in range(self.cfg.latency_trials)]
+            if self.cfg.keep_awake:
+                with self.keep_awake():
+                    trials = [self.trial(size, NOMINAL_FPS) for _ in range(self.cfg.latency_trials)]
+            else:
+                trials = [self.trial(size, NOMINAL_FPS) for _ in range(self.cfg.latency_trials)]
             trials.append(self.trial(size, 0.9 * self.line_fps(size)))
             m = {"trials": trials}
             return m, [], (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at {NOMINAL_FPS} "

@@ -206,3 +206,23 @@ def test_invalid_loads_are_left_out_of_the_verdicts(tmp_path):
     assert "excluded by the fidelity guard" in fit.measured
     rep = rfc_report.write_report(str(tmp_path / "r"))
     assert "excluded: the generator/sink CPU" in open(rep.files["md"]).read()
+
+
+def test_ecmp_trials_with_an_unknown_split_are_left_out():
+    from nslab.experiments.ecmp.model import trial_invalid
+    assert trial_invalid(3, 0, 3) == []
+    assert trial_invalid(2, 1, 3) == ["2 of 3 streams reported", "1 stream(s) on no captured link"]
+    recs = [_ecmp(0, t, "3+0", 955e6) for t in range(5)]
+    broken = recs[0].model_copy(update={"measurements": recs[0].measurements.model_copy(
+        update={"unassigned_streams": 1})})
+    got = ecmp_report.claims([broken] + recs[1:], {"streams": 3, "spines": 2,
+                                                   "link_rate": "1Gbit"})
+    assert "4/4" in got[0].measured and "1 trial(s) excluded" in got[0].why
+
+
+def test_ecmp_l4_that_never_split_is_undecided_not_a_crash():
+    recs = [_ecmp(1, 0, "3+0", 955e6)]
+    got = {c.claim: c for c in ecmp_report.claims(recs, {"streams": 3, "spines": 2,
+                                                          "link_rate": "1Gbit"})}
+    spread = got["L4 hashing spreads the streams over both links (1.97 Gbit/s)"]
+    assert spread.verdict == "undecided" and "no trial used more than one link" in spread.why

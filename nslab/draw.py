@@ -1,0 +1,118 @@
+"""Pictures of topologies: Graphviz lays them out, nothing here does layout.
+
+Nodes by kind (host, Linux bridge, OVS switch, router, FRR/BGP router), links
+labelled with their interface names and shaping; nodes that share a name stem
+(``spine1``, ``spine2``) are kept on one rank, so a clos is drawn in tiers.
+Live rates (``nslab watch --web``) are drawn by passing ``rates``. No root.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from typing import Any, Dict, Optional, Tuple
+
+from .topo import Topology
+
+log = logging.getLogger(__name__)
+
+#: Graphviz node attributes per kind of node.
+STYLE = {
+    "host": {"shape": "box", "style": "rounded,filled", "fillcolor": "#e8f1fb"},
+    "bridge": {"shape": "ellipse", "style": "filled", "fillcolor": "#eaf6e9"},
+    "ovs": {"shape": "hexagon", "style": "filled", "fillcolor": "#fdf1dc"},
+    "router": {"shape": "octagon", "style": "filled", "fillcolor": "#f4e8f8"},
+    "bgp": {"shape": "doubleoctagon", "style": "filled", "fillcolor": "#f4e8f8"},
+}
+
+
+def node_kind(topo: Topology, name: str) -> str:
+    """``host``, ``bridge``, ``ovs``, ``router`` or ``bgp`` (an FRR router)."""
+    node = topo.nodes[name]
+    if node.is_switch:
+        return topo.switch_type_of(name)
+    if node.kind == "router":
+        return "bgp" if node.bgp is not None else "router"
+    return "host"
+
+
+def _stem(name: str) -> str:
+    return re.sub(r"\d+$", "", name)
+
+
+def link_label(link: Any) -> str:
+    """Rate, delay, loss and MTU of a link, as a short label."""
+    parts = []
+    sh = link.shaping
+    if sh is not None and sh.rate:
+        rate = sh.rate
+        parts.append(f"{rate / 1e9:g} Gbit/s" if rate >= 1e9 else f"{rate / 1e6:g} Mbit/s")
+    if link.delay:
+        parts.append(f"delay {link.delay}")
+    if link.loss:
+        parts.append(f"loss {link.loss} %")
+    if link.framing:
+        parts.append("framing")
+    if link.mtu:
+        parts.append(f"mtu {link.mtu}")
+    return ", ".join(str(p) for p in parts)
+
+
+def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None) -> Any:
+    """A ``graphviz.Graph`` of ``topo``; ``rates`` maps (node, interface) to a
+    text drawn on that end of its link."""
+    import graphviz
+    g = graphviz.Graph(name=topo.name, graph_attr={"rankdir": "TB", "splines": "true",
+                                                   "fontname": "Helvetica", "label": topo.name,
+                                                   "labelloc": "t", "nodesep": "0.5"},
+                       node_attr={"fontname": "Helvetica", "fontsize": "11"},
+                       edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555"})
+    tiers: Dict[str, list] = {}
+    for name in topo.nodes:
+        kind = node_kind(topo, name)
+        g.node(name, label=f"{name}\n({kind})" if kind != "host" else name, **STYLE[kind])
+        tiers.setdefault(_stem(name), []).append(name)
+    for stem, names in tiers.items():
+        if len(names) > 1:
+            with g.subgraph(name=f"tier_{stem}") as sub:
+                sub.attr(rank="same")
+                for n in names:
+                    sub.node(n)
+    degree: Dict[str, int] = {n: 0 for n in topo.nodes}
+    for link in topo.links:
+        degree[link.a] += 1
+        degree[link.b] += 1
+    for link, a, ia, b, ib in topo.interfaces():
+        if degree[b] > degree[a]:  # the better-connected end (spine, switch) on top
+            a, ia, b, ib = b, ib, a, ia
+        ta, tb = ia, ib
+        if rates:
+            ta = f"{ia}\n{rates.get((a, ia), '')}".strip()
+            tb = f"{ib}\n{rates.get((b, ib), '')}".strip()
+        g.edge(a, b, label=link_label(link), taillabel=ta, headlabel=tb)
+    return g
+
+
+def available() -> bool:
+    """Is Graphviz's ``dot`` installed (and the Python package)?"""
+    import importlib.util
+    return importlib.util.find_spec("graphviz") is not None and shutil.which("dot") is not None
+
+
+def draw(topo: Topology, path: str) -> str:
+    """Write ``topo`` as a picture to ``path`` (``.svg``, ``.png`` or ``.dot``)."""
+    from .errors import InputError
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    if ext not in ("svg", "png", "dot", "pdf"):
+        raise InputError(f"{path}: the picture must end in .svg, .png, .pdf or .dot")
+    g = to_graph(topo)
+    if ext == "dot":
+        with open(path, "w") as f:
+            f.write(g.source)
+        return path
+    if not available():
+        raise InputError("drawing needs Graphviz: apt install graphviz (make setup installs it)")
+    with open(path, "wb") as f:
+        f.write(g.pipe(format=ext))
+    return path

@@ -1,0 +1,143 @@
+"""``nslab watch [RUN]``: live per-link rates of a running lab in the terminal.
+
+The lab is found through its run journal (``/run/nslab/<run>.json``): with no
+RUN and exactly one live lab, that one. Every interval, one ``ip -s -j link``
+call per namespace of the run reads every interface's counters; the table
+shows bits/s and packets/s per direction and drops, refreshed in place with
+``rich.live``. Watching costs one short tool call per namespace per second.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from .errors import InputError
+
+Counters = Dict[str, Dict[str, int]]
+
+
+@dataclass
+class Rate:
+    """One interface's rates between two samples."""
+
+    node: str
+    intf: str
+    rx_bps: float
+    tx_bps: float
+    rx_pps: float
+    tx_pps: float
+    drops: int
+
+
+def find_run(run: Optional[str]) -> str:
+    """The run to watch: ``run`` if live, else the only live one."""
+    from .clean import live_journals, read_journal, run_is_live
+    if run:
+        if not run_is_live(read_journal(run)):
+            raise InputError(f"no live lab {run!r} (nslab clean --dry-run lists what is left)")
+        return run
+    live = live_journals()
+    if len(live) == 1:
+        return str(live[0]["run"])
+    if not live:
+        raise InputError("no lab is running: start one (nslab topo up pair) or name a RUN")
+    names = ", ".join(sorted(str(j["run"]) for j in live))
+    raise InputError(f"{len(live)} labs are running ({names}): name the one to watch")
+
+
+def namespaces(run: str) -> Dict[str, str]:
+    """``{node: namespace}`` of a run's namespaces."""
+    from .proc import run as run_cmd
+    out = run_cmd(["ip", "-j", "netns", "list"], check=False).stdout or "[]"
+    prefix = f"{run}-"
+    return {ns["name"][len(prefix):]: ns["name"] for ns in json.loads(out)
+            if ns.get("name", "").startswith(prefix)}
+
+
+def parse_link_stats(text: str) -> Counters:
+    """``ip -s -j link`` output -> ``{intf: {rx_bytes, tx_bytes, rx_packets,
+    tx_packets, drops}}`` (loopback left out)."""
+    out: Counters = {}
+    for link in json.loads(text or "[]"):
+        name = link.get("ifname", "")
+        st = link.get("stats64") or link.get("stats") or {}
+        if not name or name == "lo" or not st:
+            continue
+        rx, tx = st.get("rx", {}), st.get("tx", {})
+        out[name.split("@")[0]] = {
+            "rx_bytes": rx.get("bytes", 0), "tx_bytes": tx.get("bytes", 0),
+            "rx_packets": rx.get("packets", 0), "tx_packets": tx.get("packets", 0),
+            "drops": rx.get("dropped", 0) + tx.get("dropped", 0)}
+    return out
+
+
+def sample(nss: Dict[str, str]) -> Tuple[float, Dict[str, Counters]]:
+    """One reading of every namespace: ``(time, {node: counters})``."""
+    from .proc import run as run_cmd
+    got: Dict[str, Counters] = {}
+    for node, ns in nss.items():
+        res = run_cmd(["ip", "-n", ns, "-s", "-j", "link", "show"], check=False)
+        if res.returncode == 0:
+            got[node] = parse_link_stats(res.stdout)
+    return time.monotonic(), got
+
+
+def rates(a: Tuple[float, Dict[str, Counters]], b: Tuple[float, Dict[str, Counters]]) -> List[Rate]:
+    """Rates between two samples, per node and interface (new ones count from b)."""
+    dt = b[0] - a[0]
+    out: List[Rate] = []
+    if dt <= 0:
+        return out
+    for node, intfs in sorted(b[1].items()):
+        for intf, c in sorted(intfs.items()):
+            p = a[1].get(node, {}).get(intf, c)
+            out.append(Rate(node, intf,
+                            8 * max(0, c["rx_bytes"] - p["rx_bytes"]) / dt,
+                            8 * max(0, c["tx_bytes"] - p["tx_bytes"]) / dt,
+                            max(0, c["rx_packets"] - p["rx_packets"]) / dt,
+                            max(0, c["tx_packets"] - p["tx_packets"]) / dt,
+                            max(0, c["drops"] - p["drops"])))
+    return out
+
+
+def _bps(x: float) -> str:
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if x >= scale:
+            return f"{x / scale:.1f} {unit}"
+    return f"{x:.0f} bit/s"
+
+
+def table(run: str, rows: List[Rate]):
+    """A rich table of ``rows``."""
+    from rich.table import Table
+    t = Table(title=f"nslab watch {run}  (Ctrl-C to stop)")
+    for col in ("node", "interface", "rx", "tx", "rx pkt/s", "tx pkt/s", "drops"):
+        t.add_column(col, justify="left" if col in ("node", "interface") else "right")
+    for r in rows:
+        style = "bold green" if max(r.rx_bps, r.tx_bps) > 1e6 else None
+        t.add_row(r.node, r.intf, _bps(r.rx_bps), _bps(r.tx_bps), f"{r.rx_pps:,.0f}",
+                  f"{r.tx_pps:,.0f}", str(r.drops) if r.drops else "", style=style)
+    return t
+
+
+def watch(run: Optional[str] = None, interval: float = 1.0, count: Optional[int] = None) -> None:
+    """Show live rates until Ctrl-C (or ``count`` refreshes), or the lab goes."""
+    from rich.live import Live
+
+    from .clean import read_journal, run_is_live
+    run = find_run(run)
+    nss = namespaces(run)
+    prev = sample(nss)
+    done = 0
+    with Live(table(run, []), refresh_per_second=4, screen=False) as live:
+        while count is None or done < count:
+            time.sleep(interval)
+            if not run_is_live(read_journal(run)):
+                live.console.print(f"lab {run} is gone")
+                return
+            cur = sample(nss)
+            live.update(table(run, rates(prev, cur)))
+            prev = cur
+            done += 1

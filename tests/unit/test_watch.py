@@ -1,0 +1,45 @@
+"""`nslab watch`'s arithmetic on captured `ip -s -j link` output. No root."""
+import copy
+import json
+
+import pytest
+
+from nslab.errors import InputError
+from nslab.watch import find_run, parse_link_stats, rates, table
+from tests.conftest import data
+
+
+def test_parse_leaves_loopback_out_and_reads_both_directions():
+    text = open(data("ip/link-stats.json")).read()
+    got = parse_link_stats(text)
+    raw = {x["ifname"]: x["stats64"] for x in json.loads(text)}
+    assert "lo" not in got and set(got) == set(raw) - {"lo"}
+    for name, c in got.items():
+        assert c["rx_bytes"] == raw[name]["rx"]["bytes"]
+        assert c["tx_packets"] == raw[name]["tx"]["packets"]
+
+
+def test_rates_between_two_samples():
+    text = open(data("ip/link-stats.json")).read()
+    a = parse_link_stats(text)
+    b = copy.deepcopy(a)
+    (intf,) = list(b)[:1]
+    b[intf]["rx_bytes"] += 125_000_000  # 1 Gbit in 2 s
+    b[intf]["tx_packets"] += 20_000
+    b[intf]["drops"] += 3
+    (r,) = [x for x in rates((10.0, {"h1": a}), (12.0, {"h1": b})) if x.intf == intf]
+    assert r.rx_bps == pytest.approx(500e6) and r.tx_pps == pytest.approx(10_000)
+    assert r.drops == 3 and r.tx_bps == 0
+    assert table("nl1234", [r]).row_count == 1
+
+
+def test_no_lab_or_an_unknown_one_is_one_clear_line(monkeypatch):
+    monkeypatch.setattr("nslab.clean.live_journals", lambda exclude=None: [])
+    with pytest.raises(InputError, match="no lab is running"):
+        find_run(None)
+    monkeypatch.setattr("nslab.clean.live_journals",
+                        lambda exclude=None: [{"run": "nlaaaa"}, {"run": "nlbbbb"}])
+    with pytest.raises(InputError, match="2 labs are running \\(nlaaaa, nlbbbb\\)"):
+        find_run(None)
+    with pytest.raises(InputError, match="no live lab 'nlzzzz'"):
+        find_run("nlzzzz")
