@@ -120,6 +120,7 @@ def bed_text(prov: Optional[Dict[str, Any]]) -> str:
     prov = prov or {}
     awake = (prov.get("config") or {}).get("keep_awake", False)
     vals = [v for st in (prov.get("setups") or {}).values()
+            if not (st.get("bed_floor") or {}).get("reused")
             for v in ((st.get("bed_floor") or {}).get("awake_us" if awake else "idle_us") or [])]
     if not vals:
         return ""

@@ -226,3 +226,15 @@ def test_ecmp_l4_that_never_split_is_undecided_not_a_crash():
                                                           "link_rate": "1Gbit"})}
     spread = got["L4 hashing spreads the streams over both links (1.97 Gbit/s)"]
     assert spread.verdict == "undecided" and "no trial used more than one link" in spread.why
+
+
+def test_the_bed_floor_is_shown_beside_latency_once_per_run():
+    prov = {"config": {"keep_awake": True}, "setups": {
+        "bridge": {"bed_floor": {"idle_us": [13, 14, 12], "awake_us": [9, 9, 10]}},
+        "router": {"bed_floor": {"idle_us": [13, 14, 12], "awake_us": [9, 9, 10],
+                                 "reused": True}}}}
+    assert rfc_report.bed_text(prov) == ("; the bed alone (generator -> sink, no DUT): 9 us "
+                                         "with CPUs kept awake")
+    prov["config"]["keep_awake"] = False
+    assert "13 us" in rfc_report.bed_text(prov) and "awake" not in rfc_report.bed_text(prov)
+    assert rfc_report.bed_text({}) == ""
