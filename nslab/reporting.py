@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import jinja2
 
@@ -126,6 +126,19 @@ def write(run_dir: str, name: str, text: str) -> str:
     with open(path, "w") as f:
         f.write(text)
     return path
+
+
+def study_report(run_dir: str, markdown_text: str, title: str, claims: List[Claim],
+                 plot: Optional[Callable[[], Dict[str, str]]] = None) -> StudyReport:
+    """Write ``report.md``/``report.html`` and, when given, the plot (a callable
+    returning its files, ``plot_png`` among them); the study's report."""
+    files = write_markdown_and_html(run_dir, "report", markdown_text, title)
+    figures: List[str] = []
+    if plot is not None:
+        out = plot()
+        files.update(out)
+        figures.append(out["plot_png"])
+    return StudyReport(files=files, claims=claims, markdown=markdown_text, figures=figures)
 
 
 def write_markdown_and_html(run_dir: str, stem: str, markdown_text: str, title: str) -> Dict[str, str]:

@@ -113,24 +113,12 @@ def relative_difference(a: Sequence[float], b: Sequence[float],
                         level: float = 0.95) -> Estimate:
     """(mean(a) - mean(b)) / mean(b), with Welch's t interval of the difference
     divided by mean(b). None interval when either side has one value."""
-    from scipy import stats
-    xa, xb = [float(v) for v in a], [float(v) for v in b]
-    ma, mb = statistics.fmean(xa), statistics.fmean(xb)
+    mb = statistics.fmean([float(v) for v in b])
     if mb == 0:
         raise ValueError("relative difference to a zero mean")
-    value = (ma - mb) / mb
-    n = min(len(xa), len(xb))
-    if len(xa) < 2 or len(xb) < 2:
-        return Estimate(value, None, n)
-    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return Estimate(value, Interval(value, value, level, "Welch t, no spread"), n)
-    df = (va + vb) ** 2 / ((va ** 2 / (len(xa) - 1) if va else 0) +
-                           (vb ** 2 / (len(xb) - 1) if vb else 0))
-    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
-    return Estimate(value, Interval((ma - mb - half) / mb, (ma - mb + half) / mb, level,
-                                    "Welch t"), n)
+    d = difference(a, b, level)
+    ci = None if d.ci is None else Interval(d.ci.low / mb, d.ci.high / mb, level, d.ci.method)
+    return Estimate(d.value / mb, ci, d.n)
 
 
 def proportion(k: int, n: int, level: float = 0.95) -> Estimate:

@@ -102,22 +102,17 @@ def rates(a: Tuple[float, Dict[str, Counters]], b: Tuple[float, Dict[str, Counte
     return out
 
 
-def _bps(x: float) -> str:
-    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
-        if x >= scale:
-            return f"{x / scale:.1f} {unit}"
-    return f"{x:.0f} bit/s"
-
-
 def table(run: str, rows: List[Rate]):
     """A rich table of ``rows``."""
     from rich.table import Table
+
+    from .shaping import format_rate
     t = Table(title=f"nslab watch {run}  (Ctrl-C to stop)")
     for col in ("node", "interface", "rx", "tx", "rx pkt/s", "tx pkt/s", "drops"):
         t.add_column(col, justify="left" if col in ("node", "interface") else "right")
     for r in rows:
         style = "bold green" if max(r.rx_bps, r.tx_bps) > 1e6 else None
-        t.add_row(r.node, r.intf, _bps(r.rx_bps), _bps(r.tx_bps), f"{r.rx_pps:,.0f}",
+        t.add_row(r.node, r.intf, format_rate(r.rx_bps), format_rate(r.tx_bps), f"{r.rx_pps:,.0f}",
                   f"{r.tx_pps:,.0f}", str(r.drops) if r.drops else "", style=style)
     return t
 

@@ -7,7 +7,7 @@ import os
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.reporting import Claim, StudyReport, load_run, render, write_markdown_and_html
+from nslab.reporting import Claim, StudyReport, load_run, render, study_report
 from nslab.shaping import goodput_ceiling
 
 from .model import rise
@@ -172,13 +172,8 @@ def write_report(run_dir: str) -> StudyReport:
                 methods=method_lines(summary), excluded=excluded, unchecked=unchecked,
                 rec=summary.get(("alias", "receiver_bps"), {}),
                 cs=summary.get(("alias", "clients_sum_bps"), {}), post2=p2, claims=found)
-    files = write_markdown_and_html(run_dir, "report", md, "Alias study")
-    figures: List[str] = []
-    if records:
-        out = plot(run_dir, summary, pub, cfg)
-        files.update(out)
-        figures.append(out["plot_png"])
-    return StudyReport(files=files, claims=found, markdown=md, figures=figures)
+    return study_report(run_dir, md, "Alias study", found,
+                        (lambda: plot(run_dir, summary, pub, cfg)) if records else None)
 
 
 def plot(run_dir: str, summary: Summary, pub: Dict[str, Any], cfg: Dict[str, Any]) -> Dict[str, str]:

@@ -8,7 +8,7 @@ import statistics
 from collections import Counter
 from typing import Any, Dict, List
 
-from nslab.reporting import Claim, StudyReport, load_run, render, write_markdown_and_html
+from nslab.reporting import Claim, StudyReport, load_run, render, study_report
 from nslab.shaping import goodput_ceiling, parse_rate
 
 from .model import chance, trial_invalid
@@ -141,16 +141,11 @@ def write_report(run_dir: str) -> StudyReport:
         sums.append((policy, statistics.median(vals), min(vals), max(vals), p["sum"] if p else ""))
     found = claims(recs, cfg)
     ordered = sorted(recs, key=lambda r: (r.params.policy, r.params.trial))
-    md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, setup=setup, streams=streams,
-                spines=spines, splits=splits, sums=sums, pub=pub,
+    md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg,
+                setup=setup, streams=streams, spines=spines, splits=splits, sums=sums, pub=pub,
                 trials=[post_format(r) for r in ordered], claims=found)
-    files = write_markdown_and_html(run_dir, "report", md, "ECMP study")
-    figures: List[str] = []
-    if recs:
-        out = plot(run_dir, recs, cfg, pub)
-        files.update(out)
-        figures.append(out["plot_png"])
-    return StudyReport(files=files, claims=found, markdown=md, figures=figures)
+    return study_report(run_dir, md, "ECMP study", found,
+                        (lambda: plot(run_dir, recs, cfg, pub)) if recs else None)
 
 
 def plot(run_dir: str, recs: List[EcmpRecord], cfg: Dict[str, Any], pub: Dict[str, Any]) -> Dict[str, str]:

@@ -9,7 +9,7 @@ import os
 import statistics
 from typing import Any, Dict, List, Optional
 
-from nslab.reporting import Claim, StudyReport, load_run, render, write_markdown_and_html
+from nslab.reporting import Claim, StudyReport, load_run, render, study_report
 from nslab.shaping import frame_rate, parse_rate
 
 from .model import backlog_prediction
@@ -284,13 +284,8 @@ def write_report(run_dir: str) -> StudyReport:
                 table3={d: table3(recs, d) for d in duts}, b2b=back_to_back_rows(recs),
                 paper=pub["table3_bridge_overload_64B"], claims=found,
                 intrinsic=intrinsic(recs))
-    files = write_markdown_and_html(run_dir, "report", md, "RFC 2544 study")
-    figures: List[str] = []
-    if recs:
-        out = plot(run_dir, recs, duts, pub, line_bps)
-        files.update(out)
-        figures.append(out["plot_png"])
-    return StudyReport(files=files, claims=found, markdown=md, figures=figures)
+    return study_report(run_dir, md, "RFC 2544 study", found,
+                        (lambda: plot(run_dir, recs, duts, pub, line_bps)) if recs else None)
 
 
 def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
