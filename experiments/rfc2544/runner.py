@@ -15,6 +15,7 @@ namespaces), both over the trial after a warm-up.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -22,7 +23,7 @@ import os
 import statistics
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from nslab.counters import (backlog_limit, busy_pct_from_idle, idle_seconds, node_link_stats,
                             process_cpu_seconds, qdisc_drops, softnet_drops)
@@ -127,10 +128,8 @@ class Rfc2544Runner:
         info["cpu_accounting"] = "busy = elapsed - idle (idle is exact on a tickless kernel)"
         if self.cfg.bed_floor:
             # The bed is the same for every DUT of a run: measured once.
-            earlier = [st["bed_floor"] for st in
-                       ((self.store.provenance().get("setups") or {}).values()
-                        if self.store is not None else []) if st.get("bed_floor")]
-            info["bed_floor"] = dict(earlier[0], reused=True) if earlier else self.bed_floor()
+            earlier = self.earlier_setup("bed_floor")
+            info["bed_floor"] = dict(earlier, reused=True) if earlier else self.bed_floor()
         if self.dut != "ovs":
             n, cal = self.knob()
             if n:
@@ -142,29 +141,37 @@ class Rfc2544Runner:
         return info
 
     # -- the latency floor of the test bed ----------------------------------------
-    def keep_awake(self):
-        """A context that keeps both CPUs out of their idle state: one lowest-
-        priority (SCHED_IDLE) spinner per CPU, which any real work preempts at
-        once. On a VM an idle vCPU takes tens of microseconds to wake for a
-        frame (the host noise probe sees the same lateness), which at 1,000 fps
-        is the whole latency floor; it is the bed's, not the DUT's."""
-        import contextlib
+    @contextlib.contextmanager
+    def keep_awake(self, awake: bool = True) -> Iterator[None]:
+        """Keep both CPUs out of their idle state (``awake``; else do nothing):
+        one lowest-priority (SCHED_IDLE) spinner per CPU, which any real work
+        preempts at once. On a VM an idle vCPU takes tens of microseconds to
+        wake for a frame (the host noise probe sees the same lateness), which
+        at 1,000 fps is the whole latency floor; it is the bed's, not the DUT's."""
+        if not awake:
+            yield
+            return
+        procs = [self.gen.popen(["taskset", "-c", str(cpu), "chrt", "-i", "0", "sh", "-c",
+                                 "while :; do :; done"], name=f"keep-awake-cpu{cpu}",
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for cpu in (GEN_CPU, DUT_CPU)]
+        self._awake = True
+        try:
+            time.sleep(0.1)
+            yield
+        finally:
+            self._awake = False
+            for p in procs:
+                p.stop()
 
-        @contextlib.contextmanager
-        def spinning():
-            procs = [self.gen.popen(["taskset", "-c", str(cpu), "chrt", "-i", "0", "sh", "-c",
-                                     "while :; do :; done"], name=f"keep-awake-cpu{cpu}",
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                     for cpu in (GEN_CPU, DUT_CPU)]
-            self._awake = True
-            try:
-                time.sleep(0.1)
-                yield
-            finally:
-                self._awake = False
-                for p in procs:
-                    p.stop()
-        return spinning()
+    def earlier_setup(self, key: str) -> Optional[Dict[str, Any]]:
+        """``key`` of an earlier lab's setup in this run (e.g. its calibration)."""
+        if self.store is None:
+            return None
+        for setup in (self.store.provenance().get("setups") or {}).values():
+            if setup.get(key):
+                return setup[key]
+        return None
 
     def bed_floor(self, trials: int = 3) -> Dict[str, Any]:
         """One-way latency of the bed alone, generator -> sink with no DUT between
@@ -187,14 +194,8 @@ class Rfc2544Runner:
             self._bed_path = True
         out: Dict[str, Any] = {"fps": NOMINAL_FPS, "frame": 64}
         for mode in ("idle", "awake"):
-            vals = []
-            for _ in range(trials):
-                if mode == "awake":
-                    with self.keep_awake():
-                        vals.append(self._bed_trial())
-                else:
-                    vals.append(self._bed_trial())
-            out[f"{mode}_us"] = vals
+            with self.keep_awake(mode == "awake"):
+                out[f"{mode}_us"] = [self._bed_trial() for _ in range(trials)]
         return out
 
     def _bed_trial(self) -> float:
@@ -221,11 +222,9 @@ class Rfc2544Runner:
         cfg = self.cfg
         if cfg.dut_cost is not None:
             return cfg.dut_cost, None
-        if self.store is not None:
-            for setup in (self.store.provenance().get("setups") or {}).values():
-                cal = setup.get("calibration")
-                if cal:
-                    return int(cal["filters"]), dict(cal, reused=True)
+        cal = self.earlier_setup("calibration")
+        if cal:
+            return int(cal["filters"]), dict(cal, reused=True)
         return self.calibrate()
 
     def target_ns(self) -> Tuple[float, str]:
@@ -637,10 +636,7 @@ class Rfc2544Runner:
             return m, [], (f"intrinsic cost {statistics.median(vals):.0f} ns/frame (median of "
                            f"{len(vals)} trials, no knob)" if vals else "nothing forwarded")
         if test == "latency":
-            if self.cfg.keep_awake:
-                with self.keep_awake():
-                    trials = [self.trial(size, NOMINAL_FPS) for _ in range(self.cfg.latency_trials)]
-            else:
+            with self.keep_awake(self.cfg.keep_awake):
                 trials = [self.trial(size, NOMINAL_FPS) for _ in range(self.cfg.latency_trials)]
             trials.append(self.trial(size, 0.9 * self.line_fps(size)))
             m = {"trials": trials}
