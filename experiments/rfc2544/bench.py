@@ -10,58 +10,170 @@ import click
 from nslab.bench import save
 
 
-def bench_generator(sizes: List[int], results_root: str) -> Dict[str, object]:
-    """The RFC 2544 generator's ceiling per frame size on one CPU, next to iperf2's
-    UDP ceiling and the line rate it must beat (100 Mbit/s and 1 Gbit/s)."""
+MODES = ("udp", "packet", "xdp")
+
+
+def _napi_on(node, intf: str, cpu: int) -> bool:
+    """Receive ``intf``'s frames in a NAPI kernel thread pinned to ``cpu`` (GRO on
+    makes a veth take frames through NAPI; threaded NAPI runs it in its own
+    thread): the sender's CPU then pays only for sending. The thread belongs to
+    the lab's interface and goes with it."""
+    import glob
+    node.run(["ethtool", "-K", intf, "gro", "on"], check=False)
+    node.run(["tee", f"/sys/class/net/{intf}/threaded"], input="1\n", check=False)
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        try:
+            name = open(comm).read().strip()
+        except OSError:
+            continue
+        if name.startswith(f"napi/{intf}-"):
+            pid = comm.split("/")[2]
+            node.run(["taskset", "-p", "-c", str(cpu), pid], check=False)
+            return True
+    return False
+
+
+def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
+          sink_cpu: int) -> Dict[str, object]:
+    """One send from h1 to h2's sink: the generator's and the sink's reports."""
+    import json
+
+    from nslab.pktgen import pktgen_path
+    pg = pktgen_path()
+    h1, h2 = lab["h1"], lab["h2"]
+    mac = h2.run(["cat", "/sys/class/net/h2-eth0/address"]).stdout.strip()
+    sink = h2.popen(["taskset", "-c", str(sink_cpu), pg, "recv", "--port", "9",
+                     "--duration", f"{seconds + 5:.3f}", "--warmup", "0.2"], name="pktgen-recv")
+    if "ready" not in (sink.popen.stdout.readline() or ""):
+        from nslab.errors import LabError
+        raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
+    g = h1.run(["taskset", "-c", str(cpu), pg, "send", "--dst", h2.ip, "--port", "9",
+                "--size", str(size), "--rate", f"{rate:.3f}", "--duration", f"{seconds:.3f}",
+                "--mode", mode, "--iface", "h1-eth0", "--dst-mac", mac], timeout=seconds + 30)
+    time.sleep(0.3)
+    sink.stop()
+    gj = json.loads(g.stdout.strip().splitlines()[-1])
+    sj = json.loads(sink.wait(timeout=30).stdout.strip().splitlines()[-1])
+    sj["pps"] = sj["received"] / max(1e-9, gj["elapsed"])
+    return {"gen": gj, "sink": sj}
+
+
+def bench_generator(sizes: List[int], modes: List[str], seconds: float, repeat: int,
+                    results_root: str) -> Dict[str, object]:
+    """nslab-pktgen's ceiling per send path and frame size on one CPU into an
+    unshaped veth, the sink's ceiling on the other CPU, pacing accuracy below
+    the ceiling, iperf2's UDP ceiling on the same path, and the line rates:
+    all measured in one run."""
+    import os
+
     from rich.console import Console
     from rich.table import Table
 
     from nslab import caps
-    from nslab.iperf import parse
+    from nslab.iperf import parse, start_server
     from nslab.lab import Lab
     from nslab.shaping import frame_rate
-    from nslab.topologies.rfc2544 import dut_chain
+    from nslab.topologies import pair
 
-    from .config import Rfc2544Config
-    from .runner import GEN_CPU, Rfc2544Runner
+    from .runner import CpuSplitLock, DUT_CPU, GEN_CPU
     caps.require_root("nslab bench generator")
-    rows = []
-    with Lab(dut_chain("bridge")) as lab:
-        runner = Rfc2544Runner(lab, Rfc2544Config(dut_cost=0), "bridge", None)
+    rows: List[Dict[str, object]] = []
+    pacing: List[Dict[str, object]] = []
+    anchor = os.path.exists("/proc/net/pktgen/pgctrl")
+    with CpuSplitLock(), Lab(pair()) as lab:
+        lab.static_arp()
+        lab["h1"].run(["ethtool", "-K", "h1-eth0", "tso", "off", "gso", "off"], check=False)
+        napi = _napi_on(lab["h2"], "h2-eth0", DUT_CPU)
+        start_server(lab["h2"], extra=["-u"])
         for size in sizes:
-            pps = runner.measure_ceiling(size)
-            # iperf2's own UDP sender on the same CPU and path, as fast as it goes.
-            res = lab["gen"].run(["taskset", "-c", str(GEN_CPU), "iperf", "-c", "10.255.0.2", "-u",
-                                  "-b", "10G", "-l", str(max(16, size - 46)), "-t", "1"],
-                                 check=False, timeout=30)
+            row: Dict[str, object] = {"frame": size, "line_100M_fps": frame_rate(100e6, size),
+                                      "line_1G_fps": frame_rate(1e9, size)}
+            sink_best = 0.0
+            for mode in modes:
+                gens = []
+                for _ in range(repeat):
+                    r = _send(lab, size, 0, seconds, mode, GEN_CPU, DUT_CPU)
+                    gens.append(float(r["gen"]["pps"]))
+                    sink_best = max(sink_best, float(r["sink"]["pps"]))
+                row[f"{mode}_pps"] = statistics.median(gens)
+                row[f"{mode}_runs"] = gens
+                click.echo(f"{size} B {mode}: {statistics.median(gens):,.0f} frames/s "
+                           f"(runs {', '.join(f'{g:,.0f}' for g in gens)})", err=True)
+            res = lab["h1"].run(["taskset", "-c", str(GEN_CPU), "iperf", "-c", lab["h2"].ip, "-u",
+                                 "-b", "10G", "-l", str(max(16, size - 46)), "-t",
+                                 str(max(1, int(seconds)))], check=False, timeout=60)
             rep = parse(res.stdout)
-            iperf_pps = (rep.streams[0].bytes / max(16, size - 46) / rep.streams[0].duration) \
-                if rep.streams else 0.0
-            rows.append({"frame": size, "pktgen_pps": pps, "iperf2_pps": iperf_pps,
-                         "ratio": pps / iperf_pps if iperf_pps else None,
-                         "line_100M_fps": frame_rate(100e6, size), "line_1G_fps": frame_rate(1e9, size)})
-    t = Table(title="generator ceiling on one CPU (frames/s)")
-    for col in ("frame", "nslab-pktgen", "iperf2 UDP", "pktgen / iperf2", "100 Mbit/s line", "1 Gbit/s line"):
+            row["iperf2_pps"] = (rep.streams[0].bytes / max(16, size - 46) / rep.streams[0].duration
+                                 if rep.streams else 0.0)
+            row["sink_ceiling_pps"] = sink_best
+            rows.append(row)
+        # Pacing below the ceiling: rate error and the spread of the gaps between
+        # the generator's send times, as the sink saw them.
+        for mode in modes:
+            ceiling = min(float(rows[0][f"{mode}_pps"]), float(rows[0]["sink_ceiling_pps"]))
+            for rate in (1000.0, 100_000.0, round(0.5 * ceiling, -3)):
+                if rate >= 0.9 * ceiling:
+                    continue
+                r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU)
+                g, sk = r["gen"], r["sink"]
+                pacing.append({"mode": mode, "frame": sizes[0], "target_pps": rate,
+                               "sent_pps": g["pps"], "rate_error_pct": 100 * (g["pps"] - rate) / rate,
+                               "batch": g["batch"], "gap_us": sk["send_gap_us"],
+                               "lost": int(g["sent"]) - int(sk["received"])})
+    best = {r["frame"]: max(float(r[f"{m}_pps"]) for m in modes) for r in rows}
+    t = Table(title="generator ceiling, one CPU, unshaped veth (frames/s, median of "
+                    f"{repeat} x {seconds:g} s)")
+    for col in ("frame", *modes, "iperf2 UDP", "best / iperf2", "best / UDP mode",
+                "best / 1G line", "sink ceiling", "1 Gbit/s line"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r["frame"]), f"{r['pktgen_pps']:,.0f}", f"{r['iperf2_pps']:,.0f}",
-                  f"{r['ratio']:.1f}x" if r["ratio"] else "-", f"{r['line_100M_fps']:,.0f}",
-                  f"{r['line_1G_fps']:,.0f}")
-    Console().print(t)
-    out = {"benchmark": "generator", "rows": rows}
+        b = best[r["frame"]]
+        t.add_row(str(r["frame"]), *(f"{float(r[f'{m}_pps']):,.0f}" for m in modes),
+                  f"{float(r['iperf2_pps']):,.0f}",
+                  f"{b / float(r['iperf2_pps']):.2f}x" if r["iperf2_pps"] else "-",
+                  f"{b / float(r['udp_pps']):.2f}x" if r.get("udp_pps") else "-",
+                  f"{b / float(r['line_1G_fps']):.2f}", f"{float(r['sink_ceiling_pps']):,.0f}",
+                  f"{float(r['line_1G_fps']):,.0f}")
+    console = Console(width=max(150, Console().width))
+    console.print(t)
+    pt = Table(title=f"pacing below the ceiling ({sizes[0]} B)")
+    for col in ("path", "target", "sent", "rate error", "batch", "gap mean us", "gap sd us",
+                "gap max us", "lost"):
+        pt.add_column(col, justify="right")
+    for p in pacing:
+        gp = p["gap_us"]
+        pt.add_row(str(p["mode"]), f"{p['target_pps']:,.0f}", f"{p['sent_pps']:,.0f}",
+                   f"{p['rate_error_pct']:+.3f} %", str(p["batch"]), f"{gp['avg']:.1f}",
+                   f"{gp['stdev']:.1f}", f"{gp['max']:.1f}", str(p["lost"]))
+    console.print(pt)
+    if not anchor:
+        click.echo("kernel pktgen (the anchor): not on this kernel (no pktgen module); "
+                   "the stock-kernel guest has it", err=True)
+    out = {"benchmark": "generator", "rows": rows, "pacing": pacing, "modes": list(modes),
+           "seconds": seconds, "repeat": repeat, "sink_napi_thread_on_other_cpu": napi,
+           "kernel_pktgen": anchor}
     out["saved"] = save(results_root, "generator", out)
     return out
 
 
-
 @click.command("generator")
 @click.option("--sizes", default="64,512,1518", show_default=True)
+@click.option("--modes", default=",".join(MODES), show_default=True,
+              help="nslab-pktgen send paths to measure")
+@click.option("--seconds", type=click.FloatRange(0.5, 60), default=2.0, show_default=True)
+@click.option("--repeat", type=click.IntRange(1, 20), default=3, show_default=True)
 @click.pass_context
-def generator_cmd(ctx: click.Context, sizes: str) -> None:
-    """The RFC 2544 generator's ceiling vs iperf2 UDP and line rates."""
+def generator_cmd(ctx: click.Context, sizes: str, modes: str, seconds: float, repeat: int) -> None:
+    """nslab-pktgen's send paths vs iperf2 UDP and line rates, the sink's ceiling, pacing."""
     from nslab.cliutil import int_list, setup_logging
+    from nslab.errors import InputError
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    bad = [m for m in chosen if m not in MODES]
+    if bad or not chosen:
+        raise InputError(f"--modes: unknown {', '.join(bad) or '(none given)'} "
+                         f"(use {', '.join(MODES)})")
     setup_logging(ctx.obj, f"bench-generator-{int(time.time())}")
-    bench_generator(int_list(sizes, "--sizes"), ctx.obj.results)
+    bench_generator(int_list(sizes, "--sizes"), chosen, seconds, repeat, ctx.obj.results)
 
 
 def bench_search(dut: str, size: int, repeat: int, trial: float, dut_cost: Optional[int],

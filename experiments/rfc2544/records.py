@@ -63,6 +63,8 @@ class Trial(Strict):
     #: both CPUs kept out of idle by lowest-priority spinners (latency trials):
     #: their busy figures are the spinners', not the DUT's
     cpus_kept_awake: Optional[bool] = None
+    #: nslab-pktgen's send path (udp, packet, xdp), as it reported it
+    gen_path: Optional[str] = None
 
 
 class Probe(Strict):

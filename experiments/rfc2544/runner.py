@@ -105,11 +105,46 @@ class Rfc2544Runner:
         self.filters = 0
         self._pool: Any = None
         self._bed_path = False
+        self._bed_mac = ""
+        self._nh_mac: Optional[str] = None
         self._awake = False
+
+    # -- the generator's send path ------------------------------------------------
+    def gen_args(self, iface: str = "gen-eth0", dst_mac: Optional[str] = None) -> List[str]:
+        """nslab-pktgen's send-path options: the configured ``--mode``; on a
+        shaped link the qdisc is kept (AF_XDP and PACKET_QDISC_BYPASS would
+        put frames past the link's shaper), and the raw paths get the
+        interface and the next hop's MAC."""
+        mode = self.cfg.generator
+        args = ["--mode", mode]
+        if mode == "udp":
+            return args
+        if self.cfg.line_bps() is not None:
+            args += ["--qdisc", "keep"]
+        if dst_mac is None:
+            dst_mac = self._next_hop_mac()
+        return args + ["--iface", iface, "--dst-mac", dst_mac]
+
+    def _next_hop_mac(self) -> str:
+        """The MAC the generator's frames go to: the router's ingress, or the sink
+        behind a bridge (the DUTs learn or forward it)."""
+        if self._nh_mac:
+            return self._nh_mac
+        from nslab.fields import MAC_RE
+        node, intf = (self.dutn, self.dut_in) if self.dut == "router" else (self.sink, "sink-eth0")
+        mac = node.run(["cat", f"/sys/class/net/{intf}/address"]).stdout.strip()
+        if not MAC_RE.fullmatch(mac):
+            raise LabError(f"{node.name}: {intf} reports MAC {mac!r}")
+        self._nh_mac = mac
+        return mac
 
     # -- setup ----------------------------------------------------------------
     def setup(self) -> Dict[str, Any]:
-        info: Dict[str, Any] = {"dut": self.dut, "static_arp": self.lab.static_arp()}
+        info: Dict[str, Any] = {"dut": self.dut, "static_arp": self.lab.static_arp(),
+                                "generator": self.cfg.generator}
+        # The raw send paths hand a veth frames one by one: without TSO/GSO on
+        # the sending end, the receiving veth takes them through NAPI.
+        self.gen.run(["ethtool", "-K", "gen-eth0", "tso", "off", "gso", "off"], check=False)
         if self.dut == "ovs":
             info["cpu_model"] = "ovs-vswitchd CPU time (userspace datapath); RPS and cost knob n/a"
             with open("/var/run/openvswitch/ovs-vswitchd.pid") as f:
@@ -191,6 +226,8 @@ class Rfc2544Runner:
             mac = json.loads(self.sink.run(["ip", "-j", "link", "show", "dev", "bed1"]).stdout)[0]
             self.gen.run(["ip", "neigh", "replace", "10.254.0.2", "lladdr", mac["address"],
                           "dev", "bed0", "nud", "permanent"])
+            self.gen.run(["ethtool", "-K", "bed0", "tso", "off", "gso", "off"], check=False)
+            self._bed_mac = mac["address"]
             self._bed_path = True
         out: Dict[str, Any] = {"fps": NOMINAL_FPS, "frame": 64}
         for mode in ("idle", "awake"):
@@ -203,7 +240,8 @@ class Rfc2544Runner:
         sink = self._start_sink(seconds + 5, 0.1)
         self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", "10.254.0.2",
                       "--port", str(PORT), "--size", "64", "--rate", str(NOMINAL_FPS),
-                      "--duration", f"{seconds + 0.1:.3f}"], timeout=seconds + 30)
+                      "--duration", f"{seconds + 0.1:.3f}", *self.gen_args("bed0", self._bed_mac)],
+                     timeout=seconds + 30)
         time.sleep(0.2)
         sink.stop()
         sj = json.loads(sink.wait(timeout=30).stdout.strip().splitlines()[-1])
@@ -316,11 +354,13 @@ class Rfc2544Runner:
                 "link set dev gceil0 up", "link set dev gceil1 up",
                 "addr add 10.255.0.1/30 dev gceil0",
                 "neigh replace 10.255.0.2 lladdr 02:00:00:00:00:99 dev gceil0 nud permanent"]) + "\n")
+            self.gen.run(["ethtool", "-K", "gceil0", "tso", "off", "gso", "off"], check=False)
             self._rps(self.gen, "gceil1", 1 << DUT_CPU)
             self._ceiling_path = True
         res = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", "10.255.0.2",
                             "--port", str(PORT), "--size", str(size), "--rate", "0",
-                            "--duration", "1"], timeout=30)
+                            "--duration", "1",
+                            *self.gen_args("gceil0", "02:00:00:00:00:99")], timeout=30)
         pps = json.loads(res.stdout)["pps"]
         self.ceiling_pps[size] = pps
         return pps
@@ -345,7 +385,7 @@ class Rfc2544Runner:
         cpre = self._counters()
         gen = self.gen.popen(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
                               "--port", str(PORT), "--size", str(size), "--rate", f"{fps:.3f}",
-                              "--duration", f"{total:.3f}"], name="pktgen-send")
+                              "--duration", f"{total:.3f}", *self.gen_args()], name="pktgen-send")
         t_start = time.monotonic()
         time.sleep(cfg.warmup)
         c0 = self._counters()
@@ -383,6 +423,7 @@ class Rfc2544Runner:
             "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
             "gen_qdisc_drops": c1["gen_qdrops"] - c0["gen_qdrops"],
             "gen_sent": gj["sent"], "gen_errors": gj["errors"], "gen_pps": gj["pps"],
+            "gen_path": gj.get("path"),
             "latency_us": sj["latency_us"], "latency_samples": sj["in_window"],
             "dut_busy_pct": dut_busy, "dut_occupancy_pct": occ,
             "us_per_packet": ((occ / 100.0) * 1e6 / fwd_pps if fwd_pps > 0 and not self._awake
@@ -537,8 +578,8 @@ class Rfc2544Runner:
             c0 = self._counters()
             g = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
                               "--port", str(PORT), "--size", str(size), "--rate", f"{line:.3f}",
-                              "--count", str(frames), "--duration", f"{seconds + 10:.3f}"],
-                             timeout=seconds + 40)
+                              "--count", str(frames), "--duration", f"{seconds + 10:.3f}",
+                              *self.gen_args()], timeout=seconds + 40)
             time.sleep(0.5)  # frames in flight and in the DUT's queues
             c1 = self._counters()
         finally:

@@ -1,35 +1,76 @@
 /*
- * nslab-pktgen: a paced UDP frame generator and sink for RFC 2544 trials.
+ * nslab-pktgen: a paced frame generator and sink for RFC 2544 trials.
  *
  *   nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]
- *   nslab-pktgen recv --port P --duration S [--warmup S]
+ *                     [--mode auto|udp|packet|xdp] [--iface IF --dst-mac MAC]
+ *                     [--qdisc bypass|keep]
+ *   nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet --iface IF]
+ *   nslab-pktgen frame --size FRAME --src IP --dst IP --port P --src-mac MAC --dst-mac MAC
+ *                      [--seq N --ts NS]          (prints the frame in hex, for tests)
  *
- * FRAME is the Ethernet frame size including FCS (64..1518); the UDP payload
- * is FRAME - 46. Every frame carries a sequence number and its send time
- * (CLOCK_REALTIME, ns): the sink computes one-way latency exactly, since all
- * network namespaces share one clock. RATE 0 sends as fast as possible (to
- * measure the generator's own ceiling). COUNT > 0 stops after N frames (a burst,
- * for the back-to-back test). Both print one JSON object on exit.
- * Sending uses sendmmsg in batches paced against the clock (sleeping, never
- * spinning: the sink shares the generator's CPU).
+ * FRAME is the Ethernet frame size including the 4-byte FCS (64..1518), as
+ * RFC 2544 counts it: the bytes written are FRAME - 4 (the NIC or veth adds no
+ * FCS; on the wire the NIC appends it). UDP payload = FRAME - 46. Every frame
+ * carries a sequence number and its send time (CLOCK_REALTIME, ns), so the
+ * sink measures loss, reordering and one-way latency (namespaces share one
+ * clock). RATE 0 sends as fast as possible (the generator's ceiling). COUNT > 0
+ * stops after exactly N frames (bursts for the back-to-back test).
+ *
+ * Send paths (--mode):
+ *   udp     UDP socket, sendmmsg: the full socket and IP stack (the reference).
+ *   packet  AF_PACKET, PACKET_TX_RING with PACKET_QDISC_BYPASS: frames built once
+ *           in the ring, only sequence numbers and timestamps rewritten.
+ *   xdp     AF_XDP, copy mode (generic on veth, native where the driver has it):
+ *           frames built once in the UMEM, descriptors posted to the TX ring.
+ *   auto    the fastest that works here (xdp, then packet, then udp); packet and
+ *           xdp need --iface and --dst-mac (the next hop's MAC).
+ * --qdisc keep sends through the interface's qdisc (a shaped link stays shaped):
+ * packet mode then goes through dev_queue_xmit, xdp is refused (AF_XDP always
+ * bypasses the qdisc) and auto does not try it. The default, bypass, is for
+ * unshaped links.
+ * Receive paths: udp (recvmmsg) and packet (AF_PACKET TPACKET_V3 ring with a
+ * BPF filter for the UDP port). Both print one JSON object on exit; send also
+ * says which mode it used and, for auto, why.
+ *
+ * Pacing sleeps while the wait is long and spins only for the last 50 us (the
+ * sink may share the generator's CPU); a generator that falls behind by more
+ * than 100 ms does not burst to catch up.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <linux/if_xdp.h>
 #include <math.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#ifndef SOL_XDP
+#define SOL_XDP 283
+#endif
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
+
 #define MAXBATCH 64
-#define MAXFRAME 9018
+#define MAXFRAME 1518
+#define MINFRAME 64
+#define HDRS 42           /* Ethernet 14 + IPv4 20 + UDP 8 */
+#define FCS 4
 
 static volatile sig_atomic_t stop_flag = 0;
 static void on_signal(int sig) { (void)sig; stop_flag = 1; }
@@ -46,157 +87,644 @@ static uint64_t now_real_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + ts.tv_nsec;
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]\n"
-                    "       nslab-pktgen recv --port P --duration S [--warmup S]\n");
+static void die_usage(const char *why) {
+    if (why) fprintf(stderr, "nslab-pktgen: %s\n", why);
+    fprintf(stderr,
+            "usage: nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]\n"
+            "                         [--mode auto|udp|packet|xdp] [--iface IF --dst-mac MAC]\n"
+            "                         [--qdisc bypass|keep]\n"
+            "       nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet --iface IF]\n"
+            "       nslab-pktgen frame --size FRAME --src IP --dst IP --port P --src-mac MAC --dst-mac MAC\n"
+            "                          [--seq N --ts NS]\n");
     exit(2);
 }
 
-/* Point n message headers at n buffers of len bytes each, one iovec per message. */
-static void init_msgs(struct mmsghdr *msgs, struct iovec *iov, char (*bufs)[MAXFRAME], int n,
-                      size_t len) {
-    memset(msgs, 0, n * sizeof *msgs);
-    for (int i = 0; i < n; i++) {
-        iov[i].iov_base = bufs[i];
-        iov[i].iov_len = len;
-        msgs[i].msg_hdr.msg_iov = &iov[i];
-        msgs[i].msg_hdr.msg_iovlen = 1;
+/* ---- arguments, checked ------------------------------------------------------ */
+struct args {
+    const char *dst, *src, *iface, *mode, *dst_mac, *src_mac;
+    int port, size, keep_qdisc;
+    double rate, duration, warmup;
+    uint64_t count, seq, ts;
+};
+
+static double num(const char *s, const char *what, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "bad %s '%s' (%g..%g)", what, s, lo, hi);
+        die_usage(msg);
+    }
+    return v;
+}
+
+static uint64_t u64(const char *s, const char *what) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || end == s || *s == '-') {
+        char msg[160];
+        snprintf(msg, sizeof msg, "bad %s '%s'", what, s);
+        die_usage(msg);
+    }
+    return (uint64_t)v;
+}
+
+static void parse(int argc, char **argv, struct args *a) {
+    memset(a, 0, sizeof *a);
+    a->port = 9; a->size = 64; a->duration = 1; a->mode = "udp";
+    for (int i = 2; i < argc; i += 2) {
+        if (i + 1 >= argc) die_usage("an option lacks its value");
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--dst")) a->dst = v;
+        else if (!strcmp(k, "--src")) a->src = v;
+        else if (!strcmp(k, "--iface")) a->iface = v;
+        else if (!strcmp(k, "--mode")) a->mode = v;
+        else if (!strcmp(k, "--dst-mac")) a->dst_mac = v;
+        else if (!strcmp(k, "--src-mac")) a->src_mac = v;
+        else if (!strcmp(k, "--qdisc")) {
+            if (!strcmp(v, "keep")) a->keep_qdisc = 1;
+            else if (strcmp(v, "bypass")) die_usage("bad --qdisc (bypass, keep)");
+        }
+        else if (!strcmp(k, "--port")) a->port = (int)num(v, "port", 1, 65535);
+        else if (!strcmp(k, "--size")) a->size = (int)num(v, "frame size", MINFRAME, MAXFRAME);
+        else if (!strcmp(k, "--rate")) a->rate = num(v, "rate", 0, 1e9);
+        else if (!strcmp(k, "--duration")) a->duration = num(v, "duration", 0.001, 86400);
+        else if (!strcmp(k, "--warmup")) a->warmup = num(v, "warmup", 0, 86400);
+        else if (!strcmp(k, "--count")) a->count = (uint64_t)num(v, "count", 0, 1e12);
+        else if (!strcmp(k, "--seq")) a->seq = u64(v, "seq");
+        else if (!strcmp(k, "--ts")) a->ts = u64(v, "ts");
+        else die_usage("unknown option");
+    }
+    if (a->iface && (strlen(a->iface) == 0 || strlen(a->iface) >= IFNAMSIZ)) die_usage("bad --iface");
+}
+
+static int parse_mac(const char *s, uint8_t mac[6]) {
+    unsigned v[6];
+    char tail;
+    if (!s || sscanf(s, "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6)
+        return -1;
+    for (int i = 0; i < 6; i++) mac[i] = (uint8_t)v[i];
+    return 0;
+}
+
+/* ---- frames -------------------------------------------------------------------- */
+static uint16_t csum16(const void *data, size_t len) {
+    const uint8_t *p = data;
+    uint32_t sum = 0;
+    for (size_t i = 0; i + 1 < len; i += 2) sum += (uint32_t)(p[i] << 8 | p[i + 1]);
+    if (len & 1) sum += (uint32_t)(p[len - 1] << 8);
+    while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+    return (uint16_t)~sum;
+}
+
+/* Build FRAME - 4 bytes: Ethernet, IPv4 (DF, TTL 64, checksum), UDP (checksum 0,
+ * allowed for IPv4), payload = seq (8, host order) + send time (8, ns) + zeros. */
+static size_t build_frame(uint8_t *f, int frame, const uint8_t smac[6], const uint8_t dmac[6],
+                          struct in_addr src, struct in_addr dst, int port) {
+    size_t len = (size_t)frame - FCS;
+    memset(f, 0, len);
+    memcpy(f, dmac, 6);
+    memcpy(f + 6, smac, 6);
+    f[12] = 0x08; f[13] = 0x00;
+    uint8_t *ip = f + 14;
+    uint16_t iplen = (uint16_t)(len - 14);
+    ip[0] = 0x45; ip[1] = 0;
+    ip[2] = iplen >> 8; ip[3] = iplen & 0xff;
+    ip[6] = 0x40;                /* DF */
+    ip[8] = 64; ip[9] = 17;      /* TTL, UDP */
+    memcpy(ip + 12, &src, 4);
+    memcpy(ip + 16, &dst, 4);
+    uint16_t c = csum16(ip, 20);
+    ip[10] = c >> 8; ip[11] = c & 0xff;
+    uint8_t *udp = ip + 20;
+    uint16_t sport = 49152, ulen = (uint16_t)(iplen - 20);
+    udp[0] = sport >> 8; udp[1] = sport & 0xff;
+    udp[2] = (uint16_t)port >> 8; udp[3] = port & 0xff;
+    udp[4] = ulen >> 8; udp[5] = ulen & 0xff;
+    return len;
+}
+
+static inline void stamp(uint8_t *payload, uint64_t seq, uint64_t ts) {
+    memcpy(payload, &seq, 8);
+    memcpy(payload + 8, &ts, 8);
+}
+
+static int iface_info(const char *ifname, int *ifindex, uint8_t mac[6], struct in_addr *ip) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    strncpy(ifr.ifr_name, ifname, IFNAMSIZ - 1);
+    int rc = -1;
+    if (fd >= 0 && ioctl(fd, SIOCGIFINDEX, &ifr) == 0) {
+        *ifindex = ifr.ifr_ifindex;
+        if (ioctl(fd, SIOCGIFHWADDR, &ifr) == 0) {
+            memcpy(mac, ifr.ifr_hwaddr.sa_data, 6);
+            ifr.ifr_addr.sa_family = AF_INET;
+            if (ioctl(fd, SIOCGIFADDR, &ifr) == 0) {
+                *ip = ((struct sockaddr_in *)&ifr.ifr_addr)->sin_addr;
+                rc = 0;
+            }
+        }
+    }
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+/* ---- pacing -------------------------------------------------------------------- */
+struct pacer { double rate, interval, next, start, end; int batch; };
+
+static void pacer_init(struct pacer *p, double rate, double duration, int maxbatch) {
+    p->rate = rate;
+    p->batch = 1;
+    if (rate <= 0) p->batch = maxbatch;
+    else if (rate > 2000) p->batch = (int)fmin(maxbatch, fmax(1, rate / 20000.0));
+    p->interval = rate > 0 ? p->batch / rate : 0;
+    p->start = now_mono();
+    p->next = p->start;
+    p->end = p->start + duration;
+}
+
+/* Wait for the next batch's slot; 0 when the trial is over. */
+static int pacer_wait(struct pacer *p) {
+    for (;;) {
+        if (stop_flag) return 0;
+        double t = now_mono();
+        if (t >= p->end) return 0;
+        if (p->rate <= 0 || t >= p->next) return 1;
+        double wait = p->next - t;
+        if (wait > 50e-6) {
+            double s = wait - 50e-6;
+            struct timespec ts = {.tv_sec = (time_t)s, .tv_nsec = (long)((s - (time_t)s) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
     }
 }
 
-static int do_send(const char *dst, int port, int frame, double rate, double duration,
-                   uint64_t count) {
-    int payload = frame - 46;
-    if (payload < 16 || frame > MAXFRAME) { fprintf(stderr, "bad frame size %d\n", frame); return 2; }
+static void pacer_done(struct pacer *p) {
+    p->next += p->interval;
+    double t = now_mono();
+    if (p->rate > 0 && t - p->next > 0.1) p->next = t;  /* fell behind: do not burst */
+}
+
+static void report_send(const char *mode, const char *why, int frame, double rate, uint64_t sent,
+                        uint64_t errors, double elapsed, int batch, uint64_t count) {
+    printf("{\"mode\": \"send\", \"path\": \"%s\", \"why\": \"%s\", \"frame\": %d, \"target_pps\": %.1f, "
+           "\"sent\": %llu, \"errors\": %llu, \"elapsed\": %.6f, \"pps\": %.1f, \"batch\": %d, "
+           "\"count\": %llu}\n", mode, why, frame, rate, (unsigned long long)sent,
+           (unsigned long long)errors, elapsed, elapsed > 0 ? sent / elapsed : 0.0, batch,
+           (unsigned long long)count);
+}
+
+/* ---- send: UDP sockets (the reference) ------------------------------------------- */
+static int send_udp(const struct args *a, const char *why) {
+    int payload = a->size - 46;
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
     if (fd < 0) { perror("socket"); return 1; }
     int sndbuf = 4 << 20;
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
-    if (inet_pton(AF_INET, dst, &sa.sin_addr) != 1) { fprintf(stderr, "bad address %s\n", dst); return 2; }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->port)};
+    if (!a->dst || inet_pton(AF_INET, a->dst, &sa.sin_addr) != 1) die_usage("bad --dst");
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { perror("connect"); return 1; }
-
-    int batch = 1;
-    if (rate <= 0) batch = MAXBATCH;
-    else if (rate > 2000) batch = (int)fmin(MAXBATCH, fmax(1, rate / 20000.0));
-    static char bufs[MAXBATCH][MAXFRAME];
+    static uint8_t bufs[MAXBATCH][MAXFRAME];
     struct mmsghdr msgs[MAXBATCH];
     struct iovec iov[MAXBATCH];
-    init_msgs(msgs, iov, bufs, batch, payload);
-    uint64_t seq = 0, sent = 0, errors = 0;
-    double start = now_mono(), next = start, end = start + duration;
-    double interval = rate > 0 ? batch / rate : 0;
-    while (!stop_flag) {
-        double t = now_mono();
-        if (t >= end || (count && seq >= count)) break;
-        if (rate > 0 && t < next) {
-            /* Sleep, never spin: the sink shares this CPU and must get it. */
-            double wait = next - t;
-            struct timespec ts = {.tv_sec = (time_t)wait, .tv_nsec = (long)((wait - (time_t)wait) * 1e9)};
-            nanosleep(&ts, NULL);
-            continue;
-        }
-        int nb = batch;
-        if (count && count - seq < (uint64_t)nb) nb = (int)(count - seq);
-        uint64_t ts = now_real_ns();
-        for (int i = 0; i < nb; i++) {
-            uint64_t s = seq + i;
-            memcpy(bufs[i], &s, 8);
-            memcpy(bufs[i] + 8, &ts, 8);
-        }
-        int n = sendmmsg(fd, msgs, nb, 0);
-        if (n < 0) {
-            errors += nb;
-            /* ENOBUFS/EAGAIN: a full queue; ECONNREFUSED: an ICMP port unreachable
-             * (e.g. the sink not yet or no longer listening). Counted, not fatal. */
-            if (errno != ENOBUFS && errno != EAGAIN && errno != ECONNREFUSED) { perror("sendmmsg"); break; }
-        }
-        else { sent += n; errors += nb - n; }
-        seq += nb;
-        next += interval;
-        if (rate > 0 && now_mono() - next > 0.1) next = now_mono();  /* fell behind: do not burst */
+    memset(msgs, 0, sizeof msgs);
+    for (int i = 0; i < MAXBATCH; i++) {
+        iov[i].iov_base = bufs[i];
+        iov[i].iov_len = (size_t)payload;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
     }
-    double elapsed = now_mono() - start;
-    printf("{\"mode\": \"send\", \"frame\": %d, \"target_pps\": %.1f, \"sent\": %llu, \"errors\": %llu, "
-           "\"elapsed\": %.6f, \"pps\": %.1f, \"batch\": %d, \"count\": %llu}\n", frame, rate,
-           (unsigned long long)sent, (unsigned long long)errors, elapsed, sent / elapsed, batch,
-           (unsigned long long)count);
+    struct pacer p;
+    pacer_init(&p, a->rate, a->duration, MAXBATCH);
+    uint64_t seq = 0, sent = 0, errors = 0;
+    while (pacer_wait(&p)) {
+        if (a->count && seq >= a->count) break;
+        int nb = p.batch;
+        if (a->count && a->count - seq < (uint64_t)nb) nb = (int)(a->count - seq);
+        uint64_t ts = now_real_ns();
+        for (int i = 0; i < nb; i++) stamp(bufs[i], seq + i, ts);
+        int n = sendmmsg(fd, msgs, (unsigned)nb, 0);
+        if (n < 0) {
+            errors += (uint64_t)nb;
+            /* ENOBUFS/EAGAIN: a full queue; ECONNREFUSED: an ICMP port unreachable. */
+            if (errno != ENOBUFS && errno != EAGAIN && errno != ECONNREFUSED) { perror("sendmmsg"); break; }
+        } else { sent += (uint64_t)n; errors += (uint64_t)(nb - n); }
+        seq += (uint64_t)nb;
+        pacer_done(&p);
+    }
+    report_send("udp", why, a->size, a->rate, sent, errors, now_mono() - p.start, p.batch, a->count);
+    close(fd);
     return 0;
 }
 
-static int do_recv(int port, double duration, double warmup) {
+/* Common setup for the raw paths: interface, addresses, the frame template. */
+struct raw { int ifindex; uint8_t smac[6], dmac[6]; struct in_addr src, dst; uint8_t tmpl[MAXFRAME]; size_t len; };
+
+static int raw_setup(const struct args *a, struct raw *r, char *why, size_t whylen) {
+    if (!a->iface) { snprintf(why, whylen, "no --iface"); return -1; }
+    if (parse_mac(a->dst_mac, r->dmac) < 0) { snprintf(why, whylen, "no valid --dst-mac"); return -1; }
+    if (iface_info(a->iface, &r->ifindex, r->smac, &r->src) < 0) {
+        snprintf(why, whylen, "%s has no IPv4 address or does not exist", a->iface);
+        return -1;
+    }
+    if (a->src && inet_pton(AF_INET, a->src, &r->src) != 1) die_usage("bad --src");
+    if (!a->dst || inet_pton(AF_INET, a->dst, &r->dst) != 1) die_usage("bad --dst");
+    r->len = build_frame(r->tmpl, a->size, r->smac, r->dmac, r->src, r->dst, a->port);
+    return 0;
+}
+
+/* ---- send: AF_PACKET TX ring with qdisc bypass ----------------------------------- */
+#define RING_FRAMES 4096
+#define RING_FRAME_SZ 2048
+
+static int send_packet(const struct args *a, const struct raw *r, const char *why) {
+    int fd = socket(AF_PACKET, SOCK_RAW, 0);
+    if (fd < 0) return -1;
+    int v = TPACKET_V2, one = 1;
+    if (setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof v) < 0 ||
+        (!a->keep_qdisc &&
+         setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof one) < 0)) { close(fd); return -1; }
+    struct tpacket_req req = {.tp_block_size = RING_FRAME_SZ * 32, .tp_frame_size = RING_FRAME_SZ,
+                              .tp_block_nr = RING_FRAMES / 32, .tp_frame_nr = RING_FRAMES};
+    if (setsockopt(fd, SOL_PACKET, PACKET_TX_RING, &req, sizeof req) < 0) { close(fd); return -1; }
+    size_t ringsz = (size_t)req.tp_block_size * req.tp_block_nr;
+    uint8_t *ring = mmap(NULL, ringsz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (ring == MAP_FAILED) { close(fd); return -1; }
+    struct sockaddr_ll ll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP),
+                             .sll_ifindex = r->ifindex, .sll_halen = 6};
+    memcpy(ll.sll_addr, r->dmac, 6);
+    if (bind(fd, (struct sockaddr *)&ll, sizeof ll) < 0) { munmap(ring, ringsz); close(fd); return -1; }
+    size_t off = TPACKET2_HDRLEN - sizeof(struct sockaddr_ll);
+    for (int i = 0; i < RING_FRAMES; i++) memcpy(ring + (size_t)i * RING_FRAME_SZ + off, r->tmpl, r->len);
+
+    struct pacer p;
+    pacer_init(&p, a->rate, a->duration, MAXBATCH);
+    uint64_t seq = 0, sent = 0, errors = 0;
+    unsigned slot = 0;
+    while (pacer_wait(&p)) {
+        if (a->count && seq >= a->count) break;
+        int nb = p.batch;
+        if (a->count && a->count - seq < (uint64_t)nb) nb = (int)(a->count - seq);
+        uint64_t ts = now_real_ns();
+        int queued = 0;
+        for (int i = 0; i < nb; i++) {
+            struct tpacket2_hdr *h = (struct tpacket2_hdr *)(ring + (size_t)slot * RING_FRAME_SZ);
+            if (h->tp_status & TP_STATUS_WRONG_FORMAT) { errors++; h->tp_status = TP_STATUS_AVAILABLE; }
+            while (h->tp_status != TP_STATUS_AVAILABLE) {   /* the kernel still owns it */
+                struct pollfd pfd = {.fd = fd, .events = POLLOUT};
+                poll(&pfd, 1, 1);
+                if (stop_flag) break;
+            }
+            stamp(ring + (size_t)slot * RING_FRAME_SZ + off + HDRS, seq + (uint64_t)i, ts);
+            h->tp_len = (uint32_t)r->len;
+            __sync_synchronize();
+            h->tp_status = TP_STATUS_SEND_REQUEST;
+            slot = (slot + 1) % RING_FRAMES;
+            queued++;
+        }
+        ssize_t n = sendto(fd, NULL, 0, 0, NULL, 0);
+        if (n < 0) {
+            if (errno != ENOBUFS && errno != EAGAIN) { perror("sendto"); break; }
+            errors += (uint64_t)queued;
+        } else {
+            sent += (uint64_t)n / r->len;
+            if ((uint64_t)n / r->len < (uint64_t)queued) errors += (uint64_t)queued - (uint64_t)n / r->len;
+        }
+        seq += (uint64_t)nb;
+        pacer_done(&p);
+    }
+    report_send("packet", why, a->size, a->rate, sent, errors, now_mono() - p.start, p.batch, a->count);
+    munmap(ring, ringsz);
+    close(fd);
+    return 0;
+}
+
+/* ---- send: AF_XDP (copy mode) ------------------------------------------------------ */
+#define XSK_FRAMES 4096
+#define XSK_FRAME_SZ 2048
+#define XSK_RING 2048
+
+struct xring { volatile uint32_t *prod, *cons, *flags; void *desc; uint32_t size; };
+
+static int xmap(int fd, struct xring *x, const struct xdp_ring_offset *o, uint64_t pgoff,
+                size_t desc_size, void **base, size_t *len) {
+    *len = o->desc + XSK_RING * desc_size;
+    *base = mmap(NULL, *len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, (off_t)pgoff);
+    if (*base == MAP_FAILED) return -1;
+    x->prod = (uint32_t *)((uint8_t *)*base + o->producer);
+    x->cons = (uint32_t *)((uint8_t *)*base + o->consumer);
+    x->flags = (uint32_t *)((uint8_t *)*base + o->flags);
+    x->desc = (uint8_t *)*base + o->desc;
+    x->size = XSK_RING;
+    return 0;
+}
+
+static int send_xdp(const struct args *a, const struct raw *r, const char *why) {
+    int fd = socket(AF_XDP, SOCK_RAW, 0);
+    if (fd < 0) return -1;
+    size_t umem_len = (size_t)XSK_FRAMES * XSK_FRAME_SZ;
+    uint8_t *umem = mmap(NULL, umem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (umem == MAP_FAILED) { close(fd); return -1; }
+    struct xdp_umem_reg mr = {.addr = (uint64_t)(uintptr_t)umem, .len = umem_len,
+                              .chunk_size = XSK_FRAME_SZ, .headroom = 0};
+    int ringsz = XSK_RING;
+    struct xdp_mmap_offsets off;
+    socklen_t optlen = sizeof off;
+    void *fb = NULL, *cb = NULL, *tb = NULL;
+    size_t fl = 0, cl = 0, tl = 0;
+    struct xring fill, comp, tx;
+    int rc = -1;
+    if (setsockopt(fd, SOL_XDP, XDP_UMEM_REG, &mr, sizeof mr) < 0 ||
+        setsockopt(fd, SOL_XDP, XDP_UMEM_FILL_RING, &ringsz, sizeof ringsz) < 0 ||
+        setsockopt(fd, SOL_XDP, XDP_UMEM_COMPLETION_RING, &ringsz, sizeof ringsz) < 0 ||
+        setsockopt(fd, SOL_XDP, XDP_TX_RING, &ringsz, sizeof ringsz) < 0 ||
+        getsockopt(fd, SOL_XDP, XDP_MMAP_OFFSETS, &off, &optlen) < 0 ||
+        xmap(fd, &fill, &off.fr, XDP_UMEM_PGOFF_FILL_RING, sizeof(uint64_t), &fb, &fl) < 0 ||
+        xmap(fd, &comp, &off.cr, XDP_UMEM_PGOFF_COMPLETION_RING, sizeof(uint64_t), &cb, &cl) < 0 ||
+        xmap(fd, &tx, &off.tx, XDP_PGOFF_TX_RING, sizeof(struct xdp_desc), &tb, &tl) < 0)
+        goto out;
+    struct sockaddr_xdp sx = {.sxdp_family = AF_XDP, .sxdp_ifindex = (uint32_t)r->ifindex,
+                              .sxdp_queue_id = 0, .sxdp_flags = XDP_COPY};
+    /* A socket closed a moment ago (the previous trial's) holds the queue until
+     * the kernel's deferred release runs: retry EBUSY for up to 2 s. */
+    for (int tries = 0;; tries++) {
+        if (bind(fd, (struct sockaddr *)&sx, sizeof sx) == 0) break;
+        if (errno != EBUSY || tries >= 200) goto out;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10000000};
+        nanosleep(&ts, NULL);
+    }
+    for (int i = 0; i < XSK_FRAMES; i++) memcpy(umem + (size_t)i * XSK_FRAME_SZ, r->tmpl, r->len);
+    {
+        struct pacer p;
+        pacer_init(&p, a->rate, a->duration, MAXBATCH);
+        uint64_t seq = 0, sent = 0, errors = 0, outstanding = 0;
+        uint32_t free_frame = 0;
+        struct xdp_desc *descs = tx.desc;
+        uint64_t *cdesc = comp.desc;
+        while (pacer_wait(&p)) {
+            if (a->count && seq >= a->count) break;
+            int nb = p.batch;
+            if (a->count && a->count - seq < (uint64_t)nb) nb = (int)(a->count - seq);
+            /* reap completions */
+            uint32_t cc = *comp.cons, cp = __atomic_load_n(comp.prod, __ATOMIC_ACQUIRE);
+            if (cp != cc) {
+                sent += cp - cc;
+                outstanding -= cp - cc;
+                (void)cdesc;
+                __atomic_store_n(comp.cons, cp, __ATOMIC_RELEASE);
+            }
+            while (outstanding + (uint64_t)nb > XSK_RING - 1) {  /* ring full: kick and wait */
+                sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0);
+                cc = *comp.cons; cp = __atomic_load_n(comp.prod, __ATOMIC_ACQUIRE);
+                sent += cp - cc; outstanding -= cp - cc;
+                __atomic_store_n(comp.cons, cp, __ATOMIC_RELEASE);
+                if (stop_flag) break;
+            }
+            uint64_t ts = now_real_ns();
+            uint32_t prod = *tx.prod;
+            for (int i = 0; i < nb; i++) {
+                uint64_t addr = (uint64_t)(free_frame % XSK_FRAMES) * XSK_FRAME_SZ;
+                free_frame++;
+                stamp(umem + addr + HDRS, seq + (uint64_t)i, ts);
+                descs[(prod + (uint32_t)i) & (XSK_RING - 1)] = (struct xdp_desc){.addr = addr,
+                                                                                 .len = (uint32_t)r->len};
+            }
+            __atomic_store_n(tx.prod, prod + (uint32_t)nb, __ATOMIC_RELEASE);
+            outstanding += (uint64_t)nb;
+            if (sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0) < 0 &&
+                errno != EAGAIN && errno != ENOBUFS && errno != EBUSY) { perror("sendto"); break; }
+            seq += (uint64_t)nb;
+            pacer_done(&p);
+        }
+        double t_end = now_mono() + 0.5;  /* let the last descriptors complete */
+        while (outstanding && now_mono() < t_end) {
+            sendto(fd, NULL, 0, MSG_DONTWAIT, NULL, 0);
+            uint32_t cc = *comp.cons, cp = __atomic_load_n(comp.prod, __ATOMIC_ACQUIRE);
+            sent += cp - cc; outstanding -= cp - cc;
+            __atomic_store_n(comp.cons, cp, __ATOMIC_RELEASE);
+        }
+        errors += outstanding;
+        report_send("xdp", why, a->size, a->rate, sent, errors, now_mono() - p.start, p.batch, a->count);
+        rc = 0;
+    }
+out:;
+    int saved = errno;
+    if (tb) munmap(tb, tl);
+    if (cb) munmap(cb, cl);
+    if (fb) munmap(fb, fl);
+    munmap(umem, umem_len);
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+static int do_send(const struct args *a) {
+    char why[200] = "";
+    if (!strcmp(a->mode, "udp")) return send_udp(a, "asked for");
+    struct raw r;
+    int raw_ok = raw_setup(a, &r, why, sizeof why) == 0;
+    if (!strcmp(a->mode, "xdp") && a->keep_qdisc) {
+        fprintf(stderr, "nslab-pktgen: --mode xdp bypasses the qdisc: not with --qdisc keep\n");
+        return 2;
+    }
+    if (!strcmp(a->mode, "packet") || !strcmp(a->mode, "xdp")) {
+        if (!raw_ok) { fprintf(stderr, "nslab-pktgen: --mode %s: %s\n", a->mode, why); return 2; }
+        int rc = !strcmp(a->mode, "packet") ? send_packet(a, &r, "asked for") : send_xdp(a, &r, "asked for");
+        if (rc < 0) { fprintf(stderr, "nslab-pktgen: --mode %s: %s\n", a->mode, strerror(errno)); return 1; }
+        return rc;
+    }
+    if (strcmp(a->mode, "auto")) die_usage("bad --mode (auto, udp, packet, xdp)");
+    if (!raw_ok) {
+        char w[260];
+        snprintf(w, sizeof w, "auto: %s, so udp", why);
+        return send_udp(a, w);
+    }
+    int xerr = 0;
+    if (!a->keep_qdisc) {
+        int rc = send_xdp(a, &r, "auto: AF_XDP works here");
+        if (rc >= 0) return rc;
+        xerr = errno;
+    }
+    char w[260];
+    if (a->keep_qdisc) snprintf(w, sizeof w, "auto: the qdisc is kept, so AF_PACKET");
+    else snprintf(w, sizeof w, "auto: AF_XDP failed (%s), so AF_PACKET", strerror(xerr));
+    int rc = send_packet(a, &r, w);
+    if (rc >= 0) return rc;
+    snprintf(w, sizeof w, "auto: AF_XDP and AF_PACKET failed (%s), so udp", strerror(errno));
+    return send_udp(a, w);
+}
+
+/* ---- receive --------------------------------------------------------------------- */
+struct rstats {
+    uint64_t received, in_window, max_seq, reordered, last_seq;
+    double sum, sq, mn, mx;
+    /* the generator's pacing, seen from its timestamps: the gaps between
+     * successive send times (a batch shares one), over the window */
+    uint64_t last_ts, gaps;
+    double gsum, gsq, gmax;
+};
+
+static inline void account(struct rstats *s, const uint8_t *payload, uint64_t t, double rel, double warmup) {
+    uint64_t seq, ts;
+    memcpy(&seq, payload, 8);
+    memcpy(&ts, payload + 8, 8);
+    s->received++;
+    if (seq < s->last_seq) s->reordered++;
+    s->last_seq = seq;
+    if (seq > s->max_seq) s->max_seq = seq;
+    if (rel < warmup) { s->last_ts = 0; return; }
+    if (ts > s->last_ts) {
+        if (s->last_ts) {
+            double g = (double)(ts - s->last_ts) / 1000.0;
+            s->gaps++; s->gsum += g; s->gsq += g * g;
+            if (g > s->gmax) s->gmax = g;
+        }
+        s->last_ts = ts;
+    }
+    double us = ((double)t - (double)ts) / 1000.0;
+    s->in_window++;
+    s->sum += us; s->sq += us * us;
+    if (us < s->mn) s->mn = us;
+    if (us > s->mx) s->mx = us;
+}
+
+static void report_recv(const char *path, const struct rstats *s) {
+    double avg = s->in_window ? s->sum / s->in_window : 0;
+    double var = s->in_window ? s->sq / s->in_window - avg * avg : 0;
+    double gavg = s->gaps ? s->gsum / s->gaps : 0;
+    double gvar = s->gaps ? s->gsq / s->gaps - gavg * gavg : 0;
+    printf("{\"mode\": \"recv\", \"path\": \"%s\", \"received\": %llu, \"in_window\": %llu, \"max_seq\": %llu, "
+           "\"reordered\": %llu, \"latency_us\": {\"min\": %.3f, \"avg\": %.3f, \"max\": %.3f, "
+           "\"stdev\": %.3f}, \"send_gap_us\": {\"n\": %llu, \"avg\": %.3f, \"stdev\": %.3f, "
+           "\"max\": %.3f}}\n", path, (unsigned long long)s->received, (unsigned long long)s->in_window,
+           (unsigned long long)s->max_seq, (unsigned long long)s->reordered,
+           s->in_window ? s->mn : 0, avg, s->mx, var > 0 ? sqrt(var) : 0,
+           (unsigned long long)s->gaps, gavg, gvar > 0 ? sqrt(gvar) : 0, s->gmax);
+}
+
+static int recv_udp(const struct args *a) {
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
     if (fd < 0) { perror("socket"); return 1; }
     int rcvbuf = 8 << 20;
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
     struct timeval tv = {.tv_sec = 0, .tv_usec = 100000};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = INADDR_ANY};
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)a->port),
+                             .sin_addr.s_addr = INADDR_ANY};
     if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) { perror("bind"); return 1; }
-    static char bufs[MAXBATCH][MAXFRAME];
+    static uint8_t bufs[MAXBATCH][MAXFRAME];
     struct mmsghdr msgs[MAXBATCH];
     struct iovec iov[MAXBATCH];
-    init_msgs(msgs, iov, bufs, MAXBATCH, MAXFRAME);
+    memset(msgs, 0, sizeof msgs);
+    for (int i = 0; i < MAXBATCH; i++) {
+        iov[i].iov_base = bufs[i];
+        iov[i].iov_len = MAXFRAME;
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
     printf("{\"mode\": \"ready\"}\n");
     fflush(stdout);
-    uint64_t received = 0, in_window = 0, max_seq = 0, reordered = 0;
-    double lat_sum = 0, lat_sq = 0, lat_min = 1e18, lat_max = 0;
-    double start = now_mono(), end = start + duration;
-    uint64_t last_seq = 0;
+    struct rstats s = {.mn = 1e18};
+    double start = now_mono(), end = start + a->duration;
     while (!stop_flag && now_mono() < end) {
         int n = recvmmsg(fd, msgs, MAXBATCH, MSG_WAITFORONE, NULL);
         if (n <= 0) continue;
         uint64_t t = now_real_ns();
         double rel = now_mono() - start;
-        for (int i = 0; i < n; i++) {
-            if (msgs[i].msg_len < 16) continue;
-            uint64_t seq, ts;
-            memcpy(&seq, bufs[i], 8);
-            memcpy(&ts, bufs[i] + 8, 8);
-            received++;
-            if (seq < last_seq) reordered++;
-            last_seq = seq;
-            if (seq > max_seq) max_seq = seq;
-            if (rel < warmup) continue;
-            double us = ((double)t - (double)ts) / 1000.0;
-            in_window++;
-            lat_sum += us;
-            lat_sq += us * us;
-            if (us < lat_min) lat_min = us;
-            if (us > lat_max) lat_max = us;
-        }
+        for (int i = 0; i < n; i++)
+            if (msgs[i].msg_len >= 16) account(&s, bufs[i], t, rel, a->warmup);
     }
-    double avg = in_window ? lat_sum / in_window : 0;
-    double var = in_window ? lat_sq / in_window - avg * avg : 0;
-    printf("{\"mode\": \"recv\", \"received\": %llu, \"in_window\": %llu, \"max_seq\": %llu, "
-           "\"reordered\": %llu, \"latency_us\": {\"min\": %.3f, \"avg\": %.3f, \"max\": %.3f, "
-           "\"stdev\": %.3f}}\n", (unsigned long long)received, (unsigned long long)in_window,
-           (unsigned long long)max_seq, (unsigned long long)reordered,
-           in_window ? lat_min : 0, avg, lat_max, var > 0 ? sqrt(var) : 0);
+    report_recv("udp", &s);
+    return 0;
+}
+
+/* AF_PACKET TPACKET_V3 receive ring, filtered in the kernel to UDP frames for the port. */
+static int recv_packet(const struct args *a) {
+    if (!a->iface) die_usage("recv --mode packet needs --iface");
+    int fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_IP));
+    if (fd < 0) { perror("socket"); return 1; }
+    /* ip[9] == 17 && udp dport == port (assumes a 20-byte IP header, which we send) */
+    struct sock_filter code[] = {
+        {0x30, 0, 0, 23},                         /* ldb [23] (IP proto)      */
+        {0x15, 0, 3, 17},                         /* jeq #17 else drop        */
+        {0x28, 0, 0, 36},                         /* ldh [36] (UDP dport)     */
+        {0x15, 0, 1, (uint32_t)a->port},          /* jeq port else drop       */
+        {0x06, 0, 0, 0xffffffff},                 /* accept                   */
+        {0x06, 0, 0, 0},                          /* drop                     */
+    };
+    struct sock_fprog prog = {.len = sizeof code / sizeof code[0], .filter = code};
+    int v = TPACKET_V3;
+    struct tpacket_req3 req = {.tp_block_size = 1 << 20, .tp_block_nr = 64, .tp_frame_size = 2048,
+                               .tp_frame_nr = (1 << 20) / 2048 * 64, .tp_retire_blk_tov = 10};
+    int ifindex = (int)if_nametoindex(a->iface);
+    struct sockaddr_ll ll = {.sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_IP), .sll_ifindex = ifindex};
+    if (!ifindex || setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) < 0 ||
+        setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof v) < 0 ||
+        setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &req, sizeof req) < 0) { perror("packet ring"); return 1; }
+    size_t ringsz = (size_t)req.tp_block_size * req.tp_block_nr;
+    uint8_t *ring = mmap(NULL, ringsz, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_LOCKED, fd, 0);
+    if (ring == MAP_FAILED) ring = mmap(NULL, ringsz, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (ring == MAP_FAILED || bind(fd, (struct sockaddr *)&ll, sizeof ll) < 0) { perror("bind"); return 1; }
+    printf("{\"mode\": \"ready\"}\n");
+    fflush(stdout);
+    struct rstats s = {.mn = 1e18};
+    double start = now_mono(), end = start + a->duration;
+    unsigned blk = 0;
+    while (!stop_flag && now_mono() < end) {
+        struct tpacket_block_desc *bd = (struct tpacket_block_desc *)(ring + (size_t)blk * req.tp_block_size);
+        if (!(bd->hdr.bh1.block_status & TP_STATUS_USER)) {
+            struct pollfd pfd = {.fd = fd, .events = POLLIN | POLLERR};
+            poll(&pfd, 1, 50);
+            continue;
+        }
+        uint64_t t = now_real_ns();
+        double rel = now_mono() - start;
+        struct tpacket3_hdr *h = (struct tpacket3_hdr *)((uint8_t *)bd + bd->hdr.bh1.offset_to_first_pkt);
+        for (uint32_t i = 0; i < bd->hdr.bh1.num_pkts; i++) {
+            const uint8_t *pkt = (const uint8_t *)h + h->tp_mac;
+            if (h->tp_snaplen >= HDRS + 16) account(&s, pkt + HDRS, t, rel, a->warmup);
+            h = (struct tpacket3_hdr *)((uint8_t *)h + h->tp_next_offset);
+        }
+        bd->hdr.bh1.block_status = TP_STATUS_KERNEL;
+        blk = (blk + 1) % req.tp_block_nr;
+    }
+    report_recv("packet", &s);
+    munmap(ring, ringsz);
+    close(fd);
+    return 0;
+}
+
+/* ---- frame: print one frame in hex (tests) ---------------------------------------- */
+static int do_frame(const struct args *a) {
+    uint8_t smac[6], dmac[6], f[MAXFRAME];
+    struct in_addr src, dst;
+    if (parse_mac(a->src_mac, smac) < 0 || parse_mac(a->dst_mac, dmac) < 0) die_usage("bad MAC");
+    if (!a->src || inet_pton(AF_INET, a->src, &src) != 1) die_usage("bad --src");
+    if (!a->dst || inet_pton(AF_INET, a->dst, &dst) != 1) die_usage("bad --dst");
+    size_t len = build_frame(f, a->size, smac, dmac, src, dst, a->port);
+    stamp(f + HDRS, a->seq, a->ts);
+    for (size_t i = 0; i < len; i++) printf("%02x", f[i]);
+    printf("\n");
     return 0;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) usage();
-    const char *mode = argv[1], *dst = NULL;
-    int port = 9, size = 64;
-    uint64_t count = 0;
-    double rate = 0, duration = 1, warmup = 0;
-    for (int i = 2; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--dst")) dst = argv[i + 1];
-        else if (!strcmp(argv[i], "--port")) port = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--size")) size = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--rate")) rate = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--duration")) duration = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--warmup")) warmup = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--count")) count = strtoull(argv[i + 1], NULL, 10);
-        else usage();
-    }
+    if (argc < 2) die_usage(NULL);
+    struct args a;
+    parse(argc, argv, &a);
     prctl(PR_SET_TIMERSLACK, 1UL);  /* sleep to the microsecond, not the default 50 us */
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    if (!strcmp(mode, "send")) { if (!dst) usage(); return do_send(dst, port, size, rate, duration, count); }
-    if (!strcmp(mode, "recv")) return do_recv(port, duration, warmup);
-    usage();
+    if (!strcmp(argv[1], "send")) return do_send(&a);
+    if (!strcmp(argv[1], "recv")) {
+        if (!strcmp(a.mode, "packet")) return recv_packet(&a);
+        if (strcmp(a.mode, "udp") && strcmp(a.mode, "auto")) die_usage("bad recv --mode (udp, packet)");
+        return recv_udp(&a);
+    }
+    if (!strcmp(argv[1], "frame")) return do_frame(&a);
+    die_usage("unknown command");
     return 2;
 }
