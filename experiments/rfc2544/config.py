@@ -76,8 +76,8 @@ class Rfc2544Config(StudyConfig):
     mtu: Annotated[int, Field(ge=576, le=9000)] = Field(1500, description="MTU of both links")
     generator: Literal["auto", "udp", "packet", "xdp"] = Field(
         "auto", description="nslab-pktgen's send path: udp (sockets, the reference), packet "
-        "(AF_PACKET TX ring), xdp (AF_XDP; unshaped links only), auto (the fastest that works; "
-        "each trial records the one used)")
+        "(AF_PACKET TX ring), xdp (AF_XDP; unshaped links only), auto (udp on a shaped link, "
+        "else the fastest that works; each trial records the one used)")
 
     @model_validator(mode="after")
     def _xdp_unshaped(self) -> "Rfc2544Config":

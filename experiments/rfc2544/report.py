@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.reporting import Claim, StudyReport, load_run, render, study_report
 from nslab.shaping import frame_rate, parse_rate
@@ -83,6 +83,25 @@ def searches(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]]:
     return out
 
 
+def generator_limited(recs: List[RfcRecord]) -> Dict[Tuple[str, int], float]:
+    """(DUT, frame) points whose throughput the generator's ceiling set, not the
+    DUT: the ceiling, in frames/s. No claim about the DUT stands on them."""
+    out: Dict[Tuple[str, int], float] = {}
+    for r in by_test(recs, "throughput"):
+        assert isinstance(r.measurements, Throughput)
+        if r.measurements.generator_limited:
+            out[(r.params.dut, r.params.frame)] = r.measurements.generator_ceiling_fps
+    return out
+
+
+def limited_why(points: List[Tuple[str, int]], limited: Dict[Tuple[str, int], float]) -> str:
+    """Why a claim on generator-limited points is undecided."""
+    hit = [f"{d} at {f} B ({limited[(d, f)]:,.0f} fps)" for d, f in points if (d, f) in limited]
+    return ("the generator's ceiling, not the DUT, set the throughput of " + ", ".join(hit)
+            + ": the bed cannot load this DUT to saturation here (a faster send path, "
+            "--generator xdp with --link-rate none, or more CPUs)")
+
+
 def nominal_latencies(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]]:
     """Average latency of every trial at the nominal 1,000 fps, per DUT and size."""
     from .model import NOMINAL_FPS
@@ -137,12 +156,15 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
     out: List[Claim] = []
     src = "seed 004"
     tp = searches(recs)
+    limited = generator_limited(recs)
     # 1. bridge and router forward about the same, per frame size (TOST)
     if "bridge" in tp and "router" in tp:
         for f in sorted(set(tp["bridge"]) & set(tp["router"])):
             b, rt = tp["bridge"][f], tp["router"][f]
             verdict, est = equivalence(rt, b, SAME_MARGIN)
-            if est.ci is None:
+            if ("bridge", f) in limited or ("router", f) in limited:
+                verdict, why = "undecided", limited_why([("bridge", f), ("router", f)], limited)
+            elif est.ci is None:
                 why = f"{min(len(b), len(rt))} search(es) per DUT: no interval; {MORE}"
             else:
                 why = {"agrees": "the 90 % interval lies inside", "disagrees":
@@ -174,9 +196,12 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
                     if s.get("calibration")), None)
         how = (f"knob calibrated to {cal['target']}: {cal['filters']} filters"
                if cal else f"knob given: {next(iter(((prov or {}).get('setups') or {}).values()), {}).get('dut_cost_filters', '?')} filters")
+        verdict, why = chk.verdict, chk.why
+        if ("bridge", 64) in limited:
+            verdict, why = "undecided", limited_why([("bridge", 64)], limited)
         out.append(Claim("The bridge saturates at ~66 kfps of 64-byte frames (Table 3)",
                          f"bridge throughput at 64 B: {est.fmt(1e-3, 1, ' kfps')} ({how})",
-                         chk.verdict, chk.why, src))
+                         verdict, why, src))
     for dut in duts:
         occ = [o for r in by_test(recs, "throughput") if r.params.dut == dut and r.params.frame == 64
                for o in r.measurements.occupancy_at_throughput_pct]  # type: ignore[union-attr]
@@ -184,9 +209,12 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
             est = mean(occ)
             chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU, i.e.", 1, " %", 0,
                         need=MORE)
+            verdict, why = chk.verdict, chk.why
+            if (dut, 64) in limited:
+                verdict, why = "undecided", limited_why([(dut, 64)], limited)
             out.append(Claim(f"{dut}: the CPU is the limit (it saturates at the throughput)",
                              f"DUT CPU in the confirmation trials at the 64-byte throughput: "
-                             f"{est.fmt(1, 0, ' %')}", chk.verdict, chk.why, src))
+                             f"{est.fmt(1, 0, ' %')}", verdict, why, src))
     # 4. latency vs load: the knee, and the occupancy curve beside Table 3
     paper = {float(r[0]): r for r in pub["table3_bridge_overload_64B"]["rows"]}
     for dut in duts:

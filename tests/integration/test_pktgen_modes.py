@@ -41,13 +41,16 @@ def test_every_path_delivers_an_exact_burst_in_order(make_lab, mode):
     assert 45 <= s["send_gap_us"]["avg"] <= 55, s["send_gap_us"]
 
 
-def test_auto_keeps_the_shaper_of_a_shaped_link(make_lab):
+@pytest.mark.parametrize("mode", ["auto", "packet"])
+def test_the_shaper_of_a_shaped_link_is_kept(make_lab, mode):
     """On a 10 Mbit/s link a 64-byte frame takes 67.2 us with framing: 14,881 fps.
     Offered 40,000 fps with the qdisc kept, the shaper holds the rate."""
     lab = make_lab(pair(bw="10Mbit", framing=True))
     lab.static_arp()
     g, s = send_and_count(lab, "--size", "64", "--rate", "40000", "--duration", "2",
-                          "--mode", "auto", "--qdisc", "keep", sink_seconds=4)
-    assert g["path"] == "packet" and g["why"] == "auto: the qdisc is kept, so AF_PACKET"
+                          "--mode", mode, "--qdisc", "keep", sink_seconds=4)
+    assert g["path"] == ("udp" if mode == "auto" else "packet")
+    if mode == "auto":
+        assert g["why"] == "auto: the qdisc is kept, so udp"
     assert s["received"] <= 14_881 * 2 * 1.05 + 200, s
     assert s["received"] >= 14_881 * 2 * 0.8, s
