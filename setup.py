@@ -38,9 +38,12 @@ setup(
         "pyroute2>=0.7",
         "MLRsearch>=1.2",
         "graphviz>=0.20",
+        "aiohttp>=3.9",
     ],
     extras_require={"test": ["pytest>=7.0", "pytest-timeout>=2.1", "hypothesis>=6.80",
                              "jsonschema>=4.0", "import-linter>=2.0", "pyflakes>=3.0",
+                             # the live page in a real browser (Debian's chromium-driver)
+                             "selenium>=4.10",
                              # the stock-kernel tier: QEMU guests of the host's own filesystem
                              "virtme-ng>=1.40"]},
     entry_points={
@@ -75,6 +78,7 @@ setup(
             "clos = nslab.topologies.bench:clos_cmd",
             "dataplane = nslab.topologies.bench:dataplane_cmd",
             "aliases = nslab.experiments.alias.bench:aliases_cmd",
+            "watch = nslab.experiments.alias.bench:watch_cmd",
             "generator = nslab.experiments.rfc2544.bench:generator_cmd",
             "search = nslab.experiments.rfc2544.bench:search_cmd",
         ],

@@ -69,6 +69,11 @@ def workdir(run_id: str) -> str:
     return os.path.join(STATE_DIR, run_id)
 
 
+def topology_path(run_id: str) -> str:
+    """A running lab's topology, as data (what ``nslab watch --web`` draws)."""
+    return os.path.join(workdir(run_id), "topology.json")
+
+
 def journal_tmp_path(run_id: str) -> str:
     """Where :func:`write_journal` writes before the atomic rename."""
     return statefile.tmp_path(journal_path(run_id))

@@ -99,15 +99,34 @@ def doctor() -> None:
               help="Seconds between refreshes.")
 @click.option("--count", type=click.IntRange(1), default=None,
               help="Stop after this many refreshes (default: until Ctrl-C or the lab goes).")
-def watch_cmd(run: Optional[str], interval: float, count: Optional[int]) -> None:
+@click.option("--web", is_flag=True,
+              help="Serve a page with the topology picture and live rates on its links.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
+              help="The page's port (--web; 0: any free one).")
+@click.option("--bind", default="127.0.0.1", show_default=True,
+              help="The page's address (--web); another than 127.0.0.1 exposes the lab's "
+                   "counters to the network.")
+def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bool, port: int,
+              bind: str) -> None:
     """Live per-link rates (bit/s, packets/s, drops) of a running lab.
 
     RUN is a lab's run id (`nslab clean --dry-run` lists them); with no RUN and
-    exactly one lab up, that one.
+    exactly one lab up, that one. With --web, a local page shows the lab's
+    picture, its links coloured and labelled with their live rates.
     """
-    from .watch import watch
     try:
-        watch(run, interval, count)
+        if web:
+            import ipaddress
+
+            from .webwatch import serve
+            try:
+                ipaddress.ip_address(bind)
+            except ValueError:
+                raise InputError(f"--bind {bind!r}: not an IP address") from None
+            serve(run, interval, bind, port)
+        else:
+            from .watch import watch
+            watch(run, interval, count)
     except KeyboardInterrupt:
         pass
 

@@ -11,7 +11,7 @@ import logging
 import os
 import re
 import shutil
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .topo import Topology
 
@@ -59,13 +59,36 @@ def link_label(link: Any) -> str:
     return ", ".join(str(p) for p in parts)
 
 
-def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None) -> Any:
+def links(topo: Topology) -> List[Dict[str, Any]]:
+    """Every link as drawn: ``{id, a, ia, b, ib, rate}``, the better-connected
+    end (spine, switch) as ``a``; ``id`` is the SVG element of its edge and
+    ``rate`` its shaped rate in bit/s (None if unshaped)."""
+    degree: Dict[str, int] = {n: 0 for n in topo.nodes}
+    for link in topo.links:
+        degree[link.a] += 1
+        degree[link.b] += 1
+    out = []
+    for i, (link, a, ia, b, ib) in enumerate(topo.interfaces()):
+        if degree[b] > degree[a]:
+            a, ia, b, ib = b, ib, a, ia
+        sh = link.shaping
+        out.append({"id": f"link{i}", "a": a, "ia": ia, "b": b, "ib": ib,
+                    "rate": sh.rate if sh is not None and sh.rate else None})
+    return out
+
+
+def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None,
+             colors: Optional[Dict[str, str]] = None, spacious: bool = False) -> Any:
     """A ``graphviz.Graph`` of ``topo``; ``rates`` maps (node, interface) to a
-    text drawn on that end of its link."""
+    text drawn on that end of its link; ``colors`` maps a link's id (see
+    :func:`links`) to the colour of its edge, drawn thicker; ``spacious``
+    leaves room beside each link for live rates (``nslab watch --web``)."""
     import graphviz
     g = graphviz.Graph(name=topo.name, graph_attr={"rankdir": "TB", "splines": "true",
                                                    "fontname": "Helvetica", "label": topo.name,
-                                                   "labelloc": "t", "nodesep": "0.5"},
+                                                   "labelloc": "t",
+                                                   "nodesep": "1.8" if spacious else "0.5",
+                                                   "ranksep": "1.4" if spacious else "0.5"},
                        node_attr={"fontname": "Helvetica", "fontsize": "11"},
                        edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555"})
     tiers: Dict[str, list] = {}
@@ -79,18 +102,18 @@ def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None)
                 sub.attr(rank="same")
                 for n in names:
                     sub.node(n)
-    degree: Dict[str, int] = {n: 0 for n in topo.nodes}
-    for link in topo.links:
-        degree[link.a] += 1
-        degree[link.b] += 1
-    for link, a, ia, b, ib in topo.interfaces():
-        if degree[b] > degree[a]:  # the better-connected end (spine, switch) on top
-            a, ia, b, ib = b, ib, a, ia
+    by_id = {l["id"]: l for l in links(topo)}
+    for lid, (link, _, _, _, _) in zip(by_id, topo.interfaces()):
+        l = by_id[lid]
+        a, ia, b, ib = l["a"], l["ia"], l["b"], l["ib"]
         ta, tb = ia, ib
         if rates:
             ta = f"{ia}\n{rates.get((a, ia), '')}".strip()
             tb = f"{ib}\n{rates.get((b, ib), '')}".strip()
-        g.edge(a, b, label=link_label(link), taillabel=ta, headlabel=tb)
+        attrs = {"id": lid, "class": "link"}
+        if colors and lid in colors:
+            attrs.update(color=colors[lid], penwidth="3")
+        g.edge(a, b, label=link_label(link), taillabel=ta, headlabel=tb, **attrs)
     return g
 
 
@@ -100,13 +123,14 @@ def available() -> bool:
     return importlib.util.find_spec("graphviz") is not None and shutil.which("dot") is not None
 
 
-def draw(topo: Topology, path: str) -> str:
-    """Write ``topo`` as a picture to ``path`` (``.svg``, ``.png`` or ``.dot``)."""
+def draw(topo: Topology, path: str, **kw: Any) -> str:
+    """Write ``topo`` as a picture to ``path`` (``.svg``, ``.png``, ``.pdf`` or
+    ``.dot``); ``kw`` goes to :func:`to_graph` (``rates``, ``colors``)."""
     from .errors import InputError
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     if ext not in ("svg", "png", "dot", "pdf"):
         raise InputError(f"{path}: the picture must end in .svg, .png, .pdf or .dot")
-    g = to_graph(topo)
+    g = to_graph(topo, **kw)
     if ext == "dot":
         with open(path, "w") as f:
             f.write(g.source)

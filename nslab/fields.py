@@ -214,6 +214,7 @@ def _number(value: Any) -> float:
 
 #: bit/s: ``100Mbit``, ``1Gbit``, or a bare number in Mbit/s (Mininet's ``bw``).
 Rate = Annotated[int, BeforeValidator(_rate),
+                 PlainSerializer(lambda v: f"{v}bit", return_type=str, when_used="json"),
                  WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0},
                                            {"type": "string"}],
                                  "description": "Mbit/s, or a rate with a unit (100Mbit, 1Gbit)"})]

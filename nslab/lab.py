@@ -14,13 +14,14 @@ bridges, addresses, routes, sysctls, shaping); extensions
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from . import caps
-from .clean import Inventory, block_sigint, remove, workdir, write_journal
+from .clean import Inventory, block_sigint, remove, topology_path, workdir, write_journal
 from .errors import InputError, LabError, TopologyError
 from .extension import Extension, for_topology, root_switch_types
 from .naming import check_run_id, new_run_id
@@ -132,6 +133,9 @@ class Lab:
                         "extensions": {n: e.journal(self) for n, e in self.extensions.items()}}
         write_journal(self.run_id, self.journal)
         os.makedirs(self.workdir, exist_ok=True)
+        # what `nslab watch --web` draws: the topology as data, beside the journal
+        with open(topology_path(self.run_id), "w") as f:
+            json.dump(topo.to_dict(), f)
         self._started = True
         self._install_signal_handlers()
         t0 = time.monotonic()

@@ -21,6 +21,7 @@ and torn down, and the report. No study re-implements the sweep.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import random
@@ -280,6 +281,9 @@ def _draw(topo: Any, run_dir: str, key: str) -> None:
         log.info("no Graphviz: the report has no topology picture (apt install graphviz)")
         return
     try:
+        # the topology as data too: reports draw per-point views from it
+        with open(os.path.join(run_dir, f"topology-{key}.json"), "w") as f:
+            json.dump(topo.to_dict(), f)
         draw(topo, os.path.join(run_dir, f"topology-{key}.svg"))
     except Exception as exc:  # noqa: BLE001 - a picture must not cost a measurement
         log.warning("could not draw the %s topology: %s", key, exc)

@@ -477,6 +477,11 @@ class Topology(BaseModel):
             t.add_link(n1, n2, p1, p2, **info)
         return t.validate()
 
+    def to_dict(self) -> Dict[str, Any]:
+        """The topology as plain data that :meth:`from_dict` reads back (rates
+        with their unit; defaults left out)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
     @classmethod
     def from_dict(cls, data: Any) -> "Topology":
         """Validate a topology given as plain data (as a YAML file would hold it);

@@ -6,7 +6,7 @@ import math
 import os
 import statistics
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from nslab.reporting import Claim, StudyReport, load_run, render, study_report
 from nslab.shaping import goodput_ceiling, parse_rate
@@ -117,6 +117,54 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any]) -> List[Claim]:
     return out
 
 
+#: Edge colours by the number of streams a link carried in a trial.
+STREAM_COLOURS = {1: "#2e7d32", 2: "#f9a825"}
+CROWDED = "#c62828"
+
+
+def trial_views(run_dir: str, recs: List[EcmpRecord],
+                cfg: Dict[str, Any]) -> List[Tuple[int, Dict[int, Tuple[str, str]]]]:
+    """One picture per trial: the clos with each of the sender's uplinks
+    coloured and labelled by the streams it carried. Rows
+    ``(trial, {policy: (split, file)})``; empty where Graphviz is missing."""
+    import json
+
+    from nslab.draw import available, draw, links
+    from nslab.topo import Topology
+    if not available() or not recs:
+        return []
+    stored = os.path.join(run_dir, "topology-clos.json")
+    if os.path.exists(stored):
+        with open(stored) as f:
+            topo = Topology.from_dict(json.load(f))
+    else:  # runs from before the topology was stored: the same shape from the config
+        from nslab.topologies.clos import clos
+        topo = clos(spines=int(cfg.get("spines", 2)), servers=2)
+    ends = {}
+    for l in links(topo):
+        ends[(l["a"], l["ia"])] = ends[(l["b"], l["ib"])] = l["id"]
+    views: Dict[int, Dict[int, Tuple[str, str]]] = {}
+    for r in sorted(recs, key=lambda r: (r.params.policy, r.params.trial)):
+        m = r.measurements
+        colors, labels = {}, {}
+        for intf, n in m.streams_per_link.items():
+            node = intf.rsplit("-", 1)[0]
+            lid = ends.get((node, intf))
+            if lid is None:
+                continue
+            mbps = sum(s.bps for s in m.streams if s.link == intf) / 1e6
+            labels[(node, intf)] = f"{n} stream{'s' if n != 1 else ''}, {mbps:.0f} Mbit/s"
+            if n:
+                colors[lid] = STREAM_COLOURS.get(n, CROWDED)
+        name = f"ecmp-trial-p{r.params.policy}-t{r.params.trial}.svg"
+        try:
+            draw(topo, os.path.join(run_dir, name), rates=labels, colors=colors)
+        except Exception:  # noqa: BLE001 - a picture must not cost the report
+            continue
+        views.setdefault(r.params.trial, {})[r.params.policy] = (m.split or "?", name)
+    return sorted(views.items())
+
+
 def write_report(run_dir: str) -> StudyReport:
     run = load_run(run_dir, SCHEMA, "ecmp")
     recs, prov, cfg = run.records, run.prov, run.cfg
@@ -143,7 +191,8 @@ def write_report(run_dir: str) -> StudyReport:
     ordered = sorted(recs, key=lambda r: (r.params.policy, r.params.trial))
     md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg,
                 setup=setup, streams=streams, spines=spines, splits=splits, sums=sums, pub=pub,
-                trials=[post_format(r) for r in ordered], claims=found)
+                trials=[post_format(r) for r in ordered], claims=found,
+                views=trial_views(run_dir, recs, cfg), policies=sorted(dist))
     return study_report(run_dir, md, "ECMP study", found,
                         (lambda: plot(run_dir, recs, cfg, pub)) if recs else None)
 

@@ -2,7 +2,7 @@
 its kind and interface names. No root."""
 import pytest
 
-from nslab.draw import available, draw, node_kind, to_graph
+from nslab.draw import available, draw, links, node_kind, to_graph
 from nslab.registry import topologies
 from nslab.topologies.clos import clos
 from nslab.topologies.basic import single
@@ -15,7 +15,10 @@ def test_every_ready_topology_is_drawn_whole(name, tmp_path):
     topo = topologies()[name]()
     svg = open(draw(topo, str(tmp_path / f"{name}.svg"))).read()
     assert svg.count('class="node"') == len(topo.nodes)
-    assert svg.count('class="edge"') == len(topo.links)
+    assert svg.count('class="edge link"') == len(topo.links)
+    # each link's edge has the id `nslab watch --web` colours
+    for l in links(topo):
+        assert f'id="{l["id"]}" class="edge link"' in svg
     for _, a, ia, b, ib in topo.interfaces():
         for intf in (ia, ib):  # Graphviz escapes '-' as &#45; in SVG text
             assert ">" + intf.replace("-", "&#45;") + "<" in svg
