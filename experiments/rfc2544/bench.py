@@ -64,79 +64,114 @@ def bench_generator(sizes: List[int], modes: List[str], seconds: float, repeat: 
     unshaped veth, the sink's ceiling on the other CPU, pacing accuracy below
     the ceiling, iperf2's UDP ceiling on the same path, and the line rates:
     all measured in one run."""
-    import os
-
-    from rich.console import Console
-    from rich.table import Table
-
     from nslab import caps
-    from nslab.iperf import parse, start_server
     from nslab.lab import Lab
-    from nslab.shaping import frame_rate
+    from nslab.pktgen import kernel_pktgen_present, load_kernel_pktgen, unload_kernel_pktgen
     from nslab.topologies import pair
 
-    from .runner import CpuSplitLock, DUT_CPU, GEN_CPU
+    from .runner import CpuSplitLock
     caps.require_root("nslab bench generator")
     rows: List[Dict[str, object]] = []
     pacing: List[Dict[str, object]] = []
-    anchor = os.path.exists("/proc/net/pktgen/pgctrl")
-    with CpuSplitLock(), Lab(pair()) as lab:
-        lab.static_arp()
-        lab["h1"].run(["ethtool", "-K", "h1-eth0", "tso", "off", "gso", "off"], check=False)
-        napi = _napi_on(lab["h2"], "h2-eth0", DUT_CPU)
-        start_server(lab["h2"], extra=["-u"])
-        for size in sizes:
-            row: Dict[str, object] = {"frame": size, "line_100M_fps": frame_rate(100e6, size),
-                                      "line_1G_fps": frame_rate(1e9, size)}
-            sink_best = 0.0
-            for mode in modes:
-                gens = []
-                for _ in range(repeat):
-                    r = _send(lab, size, 0, seconds, mode, GEN_CPU, DUT_CPU)
-                    gens.append(float(r["gen"]["pps"]))
-                    sink_best = max(sink_best, float(r["sink"]["pps"]))
-                row[f"{mode}_pps"] = statistics.median(gens)
-                row[f"{mode}_runs"] = gens
-                click.echo(f"{size} B {mode}: {statistics.median(gens):,.0f} frames/s "
-                           f"(runs {', '.join(f'{g:,.0f}' for g in gens)})", err=True)
-            res = lab["h1"].run(["taskset", "-c", str(GEN_CPU), "iperf", "-c", lab["h2"].ip, "-u",
-                                 "-b", "10G", "-l", str(max(16, size - 46)), "-t",
-                                 str(max(1, int(seconds)))], check=False, timeout=60)
-            rep = parse(res.stdout)
-            row["iperf2_pps"] = (rep.streams[0].bytes / max(16, size - 46) / rep.streams[0].duration
-                                 if rep.streams else 0.0)
-            row["sink_ceiling_pps"] = sink_best
-            rows.append(row)
-        # Pacing below the ceiling: rate error and the spread of the gaps between
-        # the generator's send times, as the sink saw them.
+    loaded = load_kernel_pktgen()
+    anchor = kernel_pktgen_present()
+    try:
+        with CpuSplitLock(), Lab(pair()) as lab:
+            napi = _measure(lab, sizes, modes, seconds, repeat, anchor, rows, pacing)
+    finally:
+        if loaded:
+            unload_kernel_pktgen()
+    _print_tables(rows, pacing, modes, seconds, repeat, anchor)
+    out = {"benchmark": "generator", "rows": rows, "pacing": pacing, "modes": list(modes),
+           "seconds": seconds, "repeat": repeat, "sink_napi_thread_on_other_cpu": napi,
+           "kernel_pktgen": anchor}
+    out["saved"] = save(results_root, "generator", out)
+    return out
+
+
+def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: int, anchor: bool,
+             rows: List[Dict[str, object]], pacing: List[Dict[str, object]]) -> bool:
+    """Fill ``rows`` (ceilings per frame size) and ``pacing``; True if the sink's
+    NAPI thread runs on the other CPU."""
+    from nslab.iperf import parse, start_server
+    from nslab.pktgen import run_kernel_pktgen
+    from nslab.shaping import frame_rate
+
+    from .runner import DUT_CPU, GEN_CPU
+    lab.static_arp()
+    lab["h1"].run(["ethtool", "-K", "h1-eth0", "tso", "off", "gso", "off"], check=False)
+    napi = _napi_on(lab["h2"], "h2-eth0", DUT_CPU)
+    start_server(lab["h2"], extra=["-u"])
+    for size in sizes:
+        row: Dict[str, object] = {"frame": size, "line_100M_fps": frame_rate(100e6, size),
+                                  "line_1G_fps": frame_rate(1e9, size)}
+        sink_best = 0.0
         for mode in modes:
-            ceiling = min(float(rows[0][f"{mode}_pps"]), float(rows[0]["sink_ceiling_pps"]))
-            for rate in (1000.0, 100_000.0, round(0.5 * ceiling, -3)):
-                if rate >= 0.9 * ceiling:
-                    continue
-                r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU)
-                g, sk = r["gen"], r["sink"]
-                pacing.append({"mode": mode, "frame": sizes[0], "target_pps": rate,
-                               "sent_pps": g["pps"], "rate_error_pct": 100 * (g["pps"] - rate) / rate,
-                               "batch": g["batch"], "gap_us": sk["send_gap_us"],
-                               "lost": int(g["sent"]) - int(sk["received"])})
+            gens = []
+            for _ in range(repeat):
+                r = _send(lab, size, 0, seconds, mode, GEN_CPU, DUT_CPU)
+                gens.append(float(r["gen"]["pps"]))
+                sink_best = max(sink_best, float(r["sink"]["pps"]))
+            row[f"{mode}_pps"] = statistics.median(gens)
+            row[f"{mode}_runs"] = gens
+            click.echo(f"{size} B {mode}: {statistics.median(gens):,.0f} frames/s "
+                       f"(runs {', '.join(f'{g:,.0f}' for g in gens)})", err=True)
+        if anchor:
+            mac = lab["h2"].run(["cat", "/sys/class/net/h2-eth0/address"]).stdout.strip()
+            kp = [run_kernel_pktgen(lab["h1"], "h1-eth0", lab["h2"].ip, mac, size, seconds,
+                                    GEN_CPU)["pps"] for _ in range(repeat)]
+            row["kernel_pktgen_pps"] = statistics.median(kp)
+            row["kernel_pktgen_runs"] = kp
+            click.echo(f"{size} B kernel pktgen: {row['kernel_pktgen_pps']:,.0f} frames/s "
+                       f"(runs {', '.join(f'{g:,.0f}' for g in kp)})", err=True)
+        res = lab["h1"].run(["taskset", "-c", str(GEN_CPU), "iperf", "-c", lab["h2"].ip, "-u",
+                             "-b", "10G", "-l", str(max(16, size - 46)), "-t",
+                             str(max(1, int(seconds)))], check=False, timeout=60)
+        rep = parse(res.stdout)
+        row["iperf2_pps"] = (rep.streams[0].bytes / max(16, size - 46) / rep.streams[0].duration
+                             if rep.streams else 0.0)
+        row["sink_ceiling_pps"] = sink_best
+        rows.append(row)
+    # Pacing below the ceiling: rate error and the spread of the gaps between
+    # the generator's send times, as the sink saw them.
+    for mode in modes:
+        ceiling = min(float(rows[0][f"{mode}_pps"]), float(rows[0]["sink_ceiling_pps"]))
+        for rate in (1000.0, 100_000.0, round(0.5 * ceiling, -3)):
+            if rate >= 0.9 * ceiling:
+                continue
+            r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU)
+            g, sk = r["gen"], r["sink"]
+            pacing.append({"mode": mode, "frame": sizes[0], "target_pps": rate,
+                           "sent_pps": g["pps"], "rate_error_pct": 100 * (g["pps"] - rate) / rate,
+                           "batch": g["batch"], "gap_us": sk["send_gap_us"],
+                           "lost": int(g["sent"]) - int(sk["received"])})
+    return napi
+
+
+def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]],
+                  modes: List[str], seconds: float, repeat: int, anchor: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
     best = {r["frame"]: max(float(r[f"{m}_pps"]) for m in modes) for r in rows}
     t = Table(title="generator ceiling, one CPU, unshaped veth (frames/s, median of "
                     f"{repeat} x {seconds:g} s)")
-    for col in ("frame", *modes, "iperf2 UDP", "best / iperf2", "best / UDP mode",
-                "best / 1G line", "sink ceiling", "1 Gbit/s line"):
+    kcols = ("kernel pktgen", "best / kernel pktgen") if anchor else ()
+    for col in ("frame", *modes, *kcols[:1], "iperf2 UDP", *kcols[1:], "best / iperf2",
+                "best / UDP mode", "best / 1G line", "sink ceiling", "1 Gbit/s line"):
         t.add_column(col, justify="right")
     for r in rows:
         b = best[r["frame"]]
+        k = float(r.get("kernel_pktgen_pps") or 0)
+        kcells = (f"{k:,.0f}", f"{b / k:.2f}x" if k else "-") if anchor else ()
         t.add_row(str(r["frame"]), *(f"{float(r[f'{m}_pps']):,.0f}" for m in modes),
-                  f"{float(r['iperf2_pps']):,.0f}",
+                  *kcells[:1], f"{float(r['iperf2_pps']):,.0f}", *kcells[1:],
                   f"{b / float(r['iperf2_pps']):.2f}x" if r["iperf2_pps"] else "-",
                   f"{b / float(r['udp_pps']):.2f}x" if r.get("udp_pps") else "-",
                   f"{b / float(r['line_1G_fps']):.2f}", f"{float(r['sink_ceiling_pps']):,.0f}",
                   f"{float(r['line_1G_fps']):,.0f}")
     console = Console(width=max(150, Console().width))
     console.print(t)
-    pt = Table(title=f"pacing below the ceiling ({sizes[0]} B)")
+    pt = Table(title=f"pacing below the ceiling ({rows[0]['frame']} B)")
     for col in ("path", "target", "sent", "rate error", "batch", "gap mean us", "gap sd us",
                 "gap max us", "lost"):
         pt.add_column(col, justify="right")
@@ -149,11 +184,6 @@ def bench_generator(sizes: List[int], modes: List[str], seconds: float, repeat: 
     if not anchor:
         click.echo("kernel pktgen (the anchor): not on this kernel (no pktgen module); "
                    "the stock-kernel guest has it", err=True)
-    out = {"benchmark": "generator", "rows": rows, "pacing": pacing, "modes": list(modes),
-           "seconds": seconds, "repeat": repeat, "sink_napi_thread_on_other_cpu": napi,
-           "kernel_pktgen": anchor}
-    out["saved"] = save(results_root, "generator", out)
-    return out
 
 
 @click.command("generator")

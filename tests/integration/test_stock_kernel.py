@@ -153,3 +153,34 @@ def test_crash_and_clean_on_the_kernel_datapath(tmp_path, bystanders):
     left = discover(run_id)
     assert run_id not in left or left[run_id].empty
     bystanders.assert_intact()
+
+
+def _has_pktgen_module() -> bool:
+    from nslab.pktgen import kernel_pktgen_present
+    return kernel_pktgen_present() or subprocess.run(
+        ["modprobe", "-n", "pktgen"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _has_pktgen_module(), reason="no pktgen module on this kernel")
+def test_bench_generator_measures_the_kernel_pktgen_anchor(tmp_path):
+    """Where the kernel has pktgen, `nslab bench generator` measures it beside
+    nslab-pktgen and prints the ratio; a module it loaded is unloaded again."""
+    import glob
+    import json
+
+    from nslab.pktgen import kernel_pktgen_present
+    before = kernel_pktgen_present()
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "bench", "generator", "--sizes",
+                          "64", "--modes", "udp", "--seconds", "1", "--repeat", "1"],
+                         capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, COLUMNS="200"))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "best / kernel pktgen" in res.stdout, res.stdout
+    (saved,) = glob.glob(str(tmp_path / "bench" / "generator-*.json"))
+    out = json.load(open(saved))
+    (row,) = out["rows"]
+    assert out["kernel_pktgen"] is True
+    assert row["kernel_pktgen_pps"] > 0 and row["udp_pps"] > 0
+    ratio = row["udp_pps"] / row["kernel_pktgen_pps"]
+    assert f"{ratio:.2f}x" in res.stdout, res.stdout
+    assert kernel_pktgen_present() == before
