@@ -56,6 +56,9 @@ setup(
         "nslab.topologies": [
             "single = nslab.topologies.basic:single",
             "pair = nslab.topologies.basic:pair",
+            "linear = nslab.topologies.mininet:linear",
+            "tree = nslab.topologies.mininet:tree",
+            "torus = nslab.topologies.mininet:torus",
             "alias_pair = nslab.topologies.alias:alias_pair",
             "clos = nslab.topologies.clos:clos",
             "rfc2544 = nslab.topologies.rfc2544:dut_chain",

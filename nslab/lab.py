@@ -33,6 +33,9 @@ from .topo import Topology
 
 log = logging.getLogger(__name__)
 
+#: STP port states in which a port neither forwards nor has settled.
+STP_TRANSIENT = ("listening", "learning")
+
 
 class Lab:
     """A running topology. Use as a context manager.
@@ -223,6 +226,29 @@ class Lab:
                 run(argv, input=text(lines), where=f"shaping in {ns or 'root'}")
         for ext in self.extensions.values():
             ext.build(self, p)
+        self._wait_stp()
+
+    def _wait_stp(self, timeout: float = 60.0) -> None:
+        """With STP on Linux bridges (a topology with loops), wait until every
+        port has settled (forwarding or blocking): before that, frames are dropped."""
+        stp = [n for n, node in self.topology.nodes.items()
+               if node.is_switch and node.stp and self.topology.switch_type_of(n) == "bridge"]
+        if not stp:
+            return
+        t0 = time.monotonic()
+        log.info("waiting for STP on %d bridges", len(stp))
+        while True:
+            unsettled = []
+            for sw in stp:
+                out = self.nodes[sw].run(["bridge", "-j", "link", "show"]).stdout or "[]"
+                unsettled += [f"{sw}:{p.get('ifname')} {p.get('state')}" for p in json.loads(out)
+                              if p.get("master") == sw and p.get("state") in STP_TRANSIENT]
+            if not unsettled:
+                log.info("STP settled in %.1f s", time.monotonic() - t0)
+                return
+            if time.monotonic() - t0 > timeout:
+                raise LabError(f"STP did not settle in {timeout:.0f} s: {', '.join(unsettled[:5])}")
+            time.sleep(0.25)
 
     # -- helpers -----------------------------------------------------------------
     def static_arp(self) -> int:

@@ -31,6 +31,8 @@ SWITCH_TYPES = ("bridge", "ovs")
 SHAPING_KEYS = ("bw", "delay", "jitter", "loss", "max_queue_size", "qdisc", "burst",
                 "overhead", "framing")
 #: Options that only a switch takes, and those only an OVS switch takes.
+#: The most ports a Linux bridge takes (the kernel's BR_MAX_PORTS is 1024, port 0 unused).
+BRIDGE_MAX_PORTS = 1023
 SWITCH_ONLY = ("type", "stp", "dpid", "controller", "uplink", "force")
 OVS_ONLY = ("dpid", "controller", "uplink", "force")
 #: Options that only a host or router takes (a switch has no address of its own).
@@ -398,6 +400,10 @@ class Topology(BaseModel):
         for name, node in self.nodes.items():
             where = ("nodes", name)
             if node.is_switch:
+                if (node.type or self.switch_type) != "ovs" and len(intfs[name]) > BRIDGE_MAX_PORTS:
+                    raise _fail(where, f"switch {name} has {len(intfs[name])} links; a Linux bridge "
+                                       f"holds at most {BRIDGE_MAX_PORTS} ports (the kernel's "
+                                       "BR_MAX_PORTS): use type: ovs, or more switches")
                 if (node.type or self.switch_type) != "ovs":
                     bad = [k for k in ("dpid", "controller", "uplink") if getattr(node, k)]
                     if bad:

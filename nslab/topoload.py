@@ -63,7 +63,18 @@ def load_topology(spec: str, options: Dict[str, Any]):
     if spec.endswith(".py") or ".py:" in spec:
         return _load_custom(spec, options)
     from .registry import topology
-    fn = topology(spec)
+    name, *positional = spec.split(",")
+    fn = topology(name)
+    if positional:  # Mininet's `mn --topo tree,2,3`: the builder's parameters in order
+        params = [p for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if len(positional) > len(params):
+            raise InputError(f"{spec}: {name} takes at most {len(params)} values "
+                             f"({', '.join(p.name for p in params)})")
+        for p, value in zip(params, positional):
+            if p.name in options:
+                raise InputError(f"{spec}: {p.name} is given twice (in {spec} and as --{p.name})")
+            options = {**options, p.name: value}
     return fn(**coerce(fn, options))
 
 

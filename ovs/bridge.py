@@ -11,6 +11,26 @@ from nslab.proc import run
 log = logging.getLogger(__name__)
 
 TAG_KEY = "nslab-run"
+#: OVS's minimum STP forward delay, seconds.
+STP_FORWARD_DELAY_S = 4
+
+
+def stp_unsettled(bridges: Sequence[str]) -> List[str]:
+    """Ports of ``bridges`` whose STP state is still listening or learning."""
+    res = run(["ovs-vsctl", "--timeout=5", "--format=json", "--", "--columns=name,status",
+               "list", "Port"], check=False, timeout=10)
+    if not res.ok:
+        return ["(ovs-vsctl failed)"]
+    mine = set()
+    for br in bridges:
+        ports = run(["ovs-vsctl", "--timeout=5", "list-ports", br], check=False, timeout=10)
+        mine |= set(ports.stdout.split())
+    out = []
+    for name, status in json.loads(res.stdout).get("data", []):
+        st = dict(status[1]) if isinstance(status, list) and status[0] == "map" else {}
+        if name in mine and st.get("stp_state") in ("listening", "learning", None):
+            out.append(f"{name} {st.get('stp_state', 'no state yet')}")
+    return out
 
 
 def add_bridge(name: str, run_id: str, node: str, ports: Sequence[str], datapath: str,
@@ -26,6 +46,9 @@ def add_bridge(name: str, run_id: str, node: str, ports: Sequence[str], datapath
             "--", "set", "Bridge", name, f"datapath_type={datapath}",
             f"external_ids:{TAG_KEY}={run_id}", f"external_ids:nslab-node={node}",
             "fail_mode=standalone", f"stp_enable={'true' if stp else 'false'}"]
+    if stp:
+        # OVS's shortest forward delay: a lab with loops settles in seconds
+        argv += [f"other_config:stp-forward-delay={STP_FORWARD_DELAY_S}"]
     if dpid is not None:
         argv += [f"other_config:datapath-id={dpid:016x}"]
     for port in ports:

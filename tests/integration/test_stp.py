@@ -1,0 +1,39 @@
+"""A topology with loops (Mininet's torus) on Linux bridges and on OVS: STP runs
+on every switch, the lab is up only once it has settled, and every host then
+reaches every other across the loops (without STP a broadcast storm)."""
+import json
+
+import pytest
+
+from nslab.registry import topology
+from nslab.testing import needs
+
+pytestmark = pytest.mark.root
+
+
+def reach_all(lab, sources):
+    hosts = lab.topology.hosts()
+    failed = [(a, b) for a in sources for b in hosts if a != b and
+              not lab[a].run(["ping", "-c", "1", "-W", "2", lab[b].ip], check=False).ok]
+    return failed
+
+
+@needs("bridge", "ping")
+def test_torus_on_linux_bridges_settles_and_forwards(make_lab):
+    lab = make_lab(topology("torus")(x=3, y=3))
+    states = {}
+    for sw in lab.topology.switches():
+        for port in json.loads(lab[sw].run(["bridge", "-j", "link", "show"]).stdout):
+            states[port["ifname"]] = port["state"]
+    # settled: every port forwards or blocks, and some block (the loops are cut)
+    assert set(states.values()) <= {"forwarding", "blocking"}, states
+    assert "blocking" in states.values()
+    assert reach_all(lab, ["h1x1", "h2x3"]) == []
+
+
+@needs("ovs", "ping")
+def test_torus_on_ovs_settles_and_forwards(make_lab):
+    from nslab.ovs.bridge import stp_unsettled
+    lab = make_lab(topology("torus")(x=3, y=3, switch="ovs"))
+    assert stp_unsettled(list(lab.extension("ovs").bridges.values())) == []
+    assert reach_all(lab, ["h1x1"]) == []
