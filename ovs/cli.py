@@ -33,9 +33,12 @@ def start(datapath: str) -> None:
     if datapath == "kernel" and datapath_type() != "system":
         raise CapabilityError("the kernel datapath needs the openvswitch kernel module, which this "
                               "kernel lacks: use --datapath user")
-    started = ensure_running()
+    from nslab.ovs.daemon import USER, owner
+    started = ensure_running(USER)
     dp = "kernel (system)" if datapath_type() == "system" and datapath != "user" else "userspace (netdev)"
-    click.echo(("started" if started else "already running") + f"; bridges nslab creates use the {dp} datapath")
+    state = ("started" if started else "already running") + \
+        ("; it stays up until nslab ovs stop" if owner() == USER else " (not started by nslab)")
+    click.echo(f"{state}; bridges nslab creates use the {dp} datapath")
 
 
 @ovs_group.command("stop")
@@ -56,14 +59,17 @@ def status() -> None:
     """Daemons, version, datapath types, bridges (tagged with their nslab run or not)."""
     from nslab import caps
     from nslab.ovs.bridge import _bridges
-    from nslab.ovs.daemon import datapath_type, started_by_nslab
+    from nslab.ovs.daemon import USER, datapath_type, owner
     _need_ovs()
     if not caps.ovs_running():
         click.echo("ovsdb-server/ovs-vswitchd: not running (nslab ovs start)")
         return
     from nslab.ovs.toolbelt import vsctl
+    who = {USER: "started by nslab ovs start: stays up until nslab ovs stop",
+           None: "not started by nslab"}.get(owner(), "started by a lab: stops when the last "
+                                                      "lab using it ends")
     click.echo(f"running (OVS {vsctl(['get', 'Open_vSwitch', '.', 'ovs_version']).strip(chr(34))}), "
-               f"{'started by nslab' if started_by_nslab() else 'not started by nslab'}")
+               f"{who}")
     click.echo(f"datapath for new bridges: {datapath_type()}")
     for b in _bridges():
         tag = b["external_ids"].get("nslab-run")

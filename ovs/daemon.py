@@ -1,5 +1,10 @@
 """Start ovsdb-server/ovs-vswitchd when they are not running; stop only what we started.
 
+Who owns daemons nslab started is in the mark: ``user`` (``nslab ovs start``,
+or a benchmark holding them for its run) keeps them up until ``nslab ovs
+stop``; ``lab`` (a lab that found OVS down) has them stopped when the last lab
+using them ends. ``nslab ovs start`` on daemons a lab started takes them over.
+
 The lab records that it started the daemons in ``<state>/ovs-started`` (with
 their pids and start times, so a mark is only believed while those very
 daemons run) and, when the last run that used OVS ends, stops them again, so a
@@ -53,8 +58,23 @@ def datapath_type() -> str:
     return "system" if caps.ovs_kernel_module() else "netdev"
 
 
-def ensure_running() -> bool:
+#: Owners of daemons nslab started.
+USER, LAB = "user", "lab"
+
+
+def owner() -> Optional[str]:
+    """``user`` or ``lab`` for daemons nslab started (marks of older nslabs: ``lab``),
+    None for daemons it did not start (or none running)."""
+    if not started_by_nslab():
+        return None
+    mark = statefile.read(_MARK) or {}
+    return USER if mark.get("owner") == USER else LAB
+
+
+def ensure_running(owner_: str = LAB) -> bool:
     """Make sure the OVS daemons answer. Returns True if this call started them.
+    ``owner_``: who the daemons belong to if this call starts them (``user``
+    also takes over daemons a lab started).
 
     The start mark is written in two steps so that a lab killed at any moment
     still owns what it started: first an intent (the clock before ``ovs-ctl``
@@ -64,6 +84,10 @@ def ensure_running() -> bool:
     if not os.path.exists("/usr/bin/ovs-vsctl"):
         raise CapabilityError("Open vSwitch is not installed (apt install openvswitch-switch)")
     if caps.ovs_running():
+        if owner_ == USER and owner() == LAB:
+            mark = statefile.read(_MARK) or {}
+            statefile.write(_MARK, {**mark, "owner": USER})
+            log.info("OVS daemons a lab started now stay up until nslab ovs stop")
         return False
     if not os.path.exists(OVS_CTL):
         raise CapabilityError(f"{OVS_CTL} is missing (apt install openvswitch-switch)")
@@ -73,7 +97,7 @@ def ensure_running() -> bool:
     owned = not before or started_by_nslab()
     # "since": daemons started after this instant are ours (a hair early, for the
     # 10 ms resolution of process start times).
-    mark: dict = {"clock": CLOCK, "started_at": time.time(),
+    mark: dict = {"clock": CLOCK, "started_at": time.time(), "owner": owner_,
                   "since": min(d[1] for d in before.values()) if before else boot_clock() - 0.02}
     if owned:
         statefile.write(_MARK, mark)
@@ -142,6 +166,9 @@ def release(active_users: List[str]) -> bool:
     """Called when a run that used OVS ends: stop the daemons if nslab started
     them and no other live run (``active_users``) still uses them."""
     if active_users:
+        return False
+    if owner() == USER:
+        log.info("leaving OVS running: started by nslab ovs start (nslab ovs stop stops it)")
         return False
     return stop_if_ours()
 

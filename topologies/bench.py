@@ -31,9 +31,6 @@ def _foreign_ovs_bridges() -> List[str]:
 def bench_build(ks: List[int], switch: str, repeat: int, with_mininet: bool,
                 results_root: str) -> Dict[str, object]:
     """Run the build benchmark, print a table and save it as JSON."""
-    from rich.console import Console
-    from rich.table import Table
-
     from nslab import caps
     caps.require_root("nslab bench build")
     nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
@@ -48,9 +45,25 @@ def bench_build(ks: List[int], switch: str, repeat: int, with_mininet: bool,
                     "and Mininet's error cleanup would delete them")
         mn_ok = False
     dp = "user"
+    held = False
     if switch == "ovs":
-        from nslab.ovs.daemon import datapath_type
+        from nslab.ovs.daemon import USER, datapath_type, ensure_running
+        # held for the whole benchmark, like `nslab ovs start`: nslab's labs do
+        # not stop them between runs, and Mininet's side finds them up
+        held = ensure_running(USER)
         dp = "kernel" if datapath_type() == "system" else "user"
+    try:
+        rows = _build_rows(ks, switch, repeat, mn_ok, dp, nslab, results_root)
+    finally:
+        if held:
+            from nslab.ovs.daemon import stop_if_ours
+            stop_if_ours()
+    return _build_report(rows, switch, repeat, results_root)
+
+
+def _build_rows(ks: List[int], switch: str, repeat: int, mn_ok: bool, dp: str, nslab: str,
+                results_root: str) -> List[Dict[str, object]]:
+    from rich.console import Console
     rows = []
     console = Console()
     for k in ks:
@@ -69,6 +82,14 @@ def bench_build(ks: List[int], switch: str, repeat: int, with_mininet: bool,
         rows.append(row)
         console.print(f"k={k}: nslab {row['nslab_s']:.2f} s" +
                       (f", mininet {row['mininet_s']:.2f} s" if theirs else ""))
+    return rows
+
+
+def _build_report(rows: List[Dict[str, object]], switch: str, repeat: int,
+                  results_root: str) -> Dict[str, object]:
+    from rich.console import Console
+    from rich.table import Table
+    console = Console()
     t = Table(title=f"build + teardown of single,k ({switch}; median of {repeat}, fresh process each)")
     for col in ("k", "nslab (s)", "mininet (s)", "mininet / nslab"):
         t.add_column(col, justify="right")

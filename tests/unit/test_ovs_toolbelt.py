@@ -201,3 +201,39 @@ def test_a_stale_mark_stops_nothing_and_goes(mark, monkeypatch):
     statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "daemons": {"ovs-vswitchd": [1, 1]}})
     assert daemon.stop_if_ours() is False and calls == []
     assert not os.path.exists(daemon._MARK)
+
+
+def test_daemons_the_user_started_outlive_every_lab(mark, monkeypatch):
+    """`nslab ovs start` owns the daemons: a lab ending (or `nslab clean`) leaves
+    them up; `nslab ovs stop` stops them. A lab's own are stopped by the last lab."""
+    import os
+    from nslab.ovs import bridge
+    daemon, _, me = mark
+    calls = []
+    monkeypatch.setattr(daemon, "run", lambda argv, **kw: calls.append(argv))
+    monkeypatch.setattr(bridge, "foreign_bridges", lambda: [])
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "owner": daemon.USER,
+                                   "daemons": {"ovs-vswitchd": me}})
+    assert daemon.owner() == daemon.USER
+    assert daemon.release([]) is False and calls == []
+    assert daemon.stop_if_ours() is True and calls == [[daemon.OVS_CTL, "stop"]]
+    assert not os.path.exists(daemon._MARK)
+    calls.clear()
+    # a lab's (a mark of an older nslab, with no owner, counts as a lab's)
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0,
+                                   "daemons": {"ovs-vswitchd": me}})
+    assert daemon.owner() == daemon.LAB
+    assert daemon.release([]) is True and calls == [[daemon.OVS_CTL, "stop"]]
+
+
+def test_ovs_start_takes_over_daemons_a_lab_started(mark, monkeypatch):
+    daemon, _, me = mark
+    monkeypatch.setattr("nslab.caps.ovs_running", lambda: True)
+    monkeypatch.setattr(daemon.os.path, "exists", lambda p: True)
+    statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "owner": daemon.LAB,
+                                   "daemons": {"ovs-vswitchd": me}})
+    assert daemon.ensure_running(daemon.LAB) is False and daemon.owner() == daemon.LAB
+    assert daemon.ensure_running(daemon.USER) is False and daemon.owner() == daemon.USER
+    # daemons nslab did not start are nobody's to take over
+    statefile.remove(daemon._MARK)
+    assert daemon.ensure_running(daemon.USER) is False and daemon.owner() is None
