@@ -37,6 +37,30 @@ log = logging.getLogger(__name__)
 STP_TRANSIENT = ("listening", "learning")
 
 
+def wait_stp_settled(what: str, unsettled: Callable[[], List[str]], timeout: float,
+                     poll: float = 0.25, stable: float = 2.0) -> float:
+    """Poll ``unsettled()`` (the ports still listening or learning) until it has
+    been empty for ``stable`` seconds (one STP hello time: a late BPDU can still
+    move a port); the seconds it took. :class:`LabError` naming a few ports on
+    timeout."""
+    t0 = time.monotonic()
+    quiet_since: Optional[float] = None
+    log.info("waiting for %s", what)
+    while True:
+        left = unsettled()
+        now = time.monotonic()
+        if left:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= stable:
+            log.info("%s settled in %.1f s", what, now - t0)
+            return now - t0
+        if now - t0 > timeout:
+            raise LabError(f"{what} did not settle in {timeout:.0f} s: {', '.join(left[:5])}")
+        time.sleep(poll)
+
+
 class Lab:
     """A running topology. Use as a context manager.
 
@@ -228,27 +252,28 @@ class Lab:
             ext.build(self, p)
         self._wait_stp()
 
-    def _wait_stp(self, timeout: float = 60.0) -> None:
+    def _wait_stp(self) -> None:
         """With STP on Linux bridges (a topology with loops), wait until every
         port has settled (forwarding or blocking): before that, frames are dropped."""
         stp = [n for n, node in self.topology.nodes.items()
                if node.is_switch and node.stp and self.topology.switch_type_of(n) == "bridge"]
-        if not stp:
-            return
-        t0 = time.monotonic()
-        log.info("waiting for STP on %d bridges", len(stp))
-        while True:
-            unsettled = []
+
+        def unsettled() -> List[str]:
+            out, roots = [], {}
             for sw in stp:
-                out = self.nodes[sw].run(["bridge", "-j", "link", "show"]).stdout or "[]"
-                unsettled += [f"{sw}:{p.get('ifname')} {p.get('state')}" for p in json.loads(out)
-                              if p.get("master") == sw and p.get("state") in STP_TRANSIENT]
-            if not unsettled:
-                log.info("STP settled in %.1f s", time.monotonic() - t0)
-                return
-            if time.monotonic() - t0 > timeout:
-                raise LabError(f"STP did not settle in {timeout:.0f} s: {', '.join(unsettled[:5])}")
-            time.sleep(0.25)
+                node = self.nodes[sw]
+                ports = json.loads(node.run(["bridge", "-j", "link", "show"]).stdout or "[]")
+                out += [f"{sw}:{p.get('ifname')} {p.get('state')}" for p in ports
+                        if p.get("master") == sw and p.get("state") in STP_TRANSIENT]
+                # sysfs, not `ip -d link`: iproute2 6.1 shows a stale root_id
+                roots[sw] = node.run(["cat", f"/sys/class/net/{sw}/bridge/root_id"]).stdout.strip()
+            # every port forwarding or blocking is not enough: until every bridge
+            # agrees on the root, a late BPDU can still move ports
+            if len(set(roots.values())) > 1:
+                out += [f"{sw} root {r}" for sw, r in roots.items()]
+            return out
+        if stp:
+            wait_stp_settled(f"STP on {len(stp)} Linux bridges", unsettled, timeout=60.0)
 
     # -- helpers -----------------------------------------------------------------
     def static_arp(self) -> int:

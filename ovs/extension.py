@@ -74,30 +74,16 @@ class OvsExtension(Extension):
                 self._attach_uplink(lab, sw, br, node.uplink)
         stp = [self.bridges[sw] for sw in self.bridges if lab.topology.nodes[sw].stp]
         if stp:
-            self._wait_stp(stp)
+            from nslab.lab import wait_stp_settled
+
+            from .bridge import stp_unsettled
+            wait_stp_settled(f"STP on {len(stp)} OVS bridges", lambda: stp_unsettled(stp),
+                             timeout=90.0, poll=0.5)
         if self.datapath == "netdev":
             # The userspace datapath does not complete partial checksums: TCP
             # stalls unless the veths attached to it compute them in software.
             for ns, dev in plan.root_switch_links:
                 ethtool_k(ns, dev, ["tx", "off"])
-
-    @staticmethod
-    def _wait_stp(bridges: List[str], timeout: float = 90.0) -> None:
-        """Wait until every port of ``bridges`` is forwarding or blocking."""
-        import time
-
-        from nslab.errors import LabError
-
-        from .bridge import stp_unsettled
-        t0 = time.monotonic()
-        while True:
-            left = stp_unsettled(bridges)
-            if not left:
-                log.info("OVS STP settled in %.1f s", time.monotonic() - t0)
-                return
-            if time.monotonic() - t0 > timeout:
-                raise LabError(f"OVS STP did not settle in {timeout:.0f} s: {', '.join(left[:5])}")
-            time.sleep(0.5)
 
     def _attach_uplink(self, lab: "Lab", sw: str, br: str, iface: str) -> None:
         """Journal how to restore the NIC, then attach it (see :mod:`nslab.ovs.uplink`)."""
