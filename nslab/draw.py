@@ -102,10 +102,8 @@ def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None,
                 sub.attr(rank="same")
                 for n in names:
                     sub.node(n)
-    by_id = {l["id"]: l for l in links(topo)}
-    for lid, (link, _, _, _, _) in zip(by_id, topo.interfaces()):
-        l = by_id[lid]
-        a, ia, b, ib = l["a"], l["ia"], l["b"], l["ib"]
+    for l, (link, *_) in zip(links(topo), topo.interfaces()):
+        lid, a, ia, b, ib = l["id"], l["a"], l["ia"], l["b"], l["ib"]
         ta, tb = ia, ib
         if rates:
             ta = f"{ia}\n{rates.get((a, ia), '')}".strip()
