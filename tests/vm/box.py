@@ -30,6 +30,12 @@ SINK_PORT = 9
 DURATION = "15"
 
 
+
+def udp_rcvbuf_errors() -> int:
+    """Datagrams this box's kernel dropped because a socket's buffer was full."""
+    lines = [l.split() for l in open("/proc/net/snmp") if l.startswith("Udp:")]
+    return int(dict(zip(lines[0], lines[1]))["RcvbufErrors"])
+
 def say(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -93,12 +99,14 @@ def server(out: str, nic: str) -> dict:
                             stdout=subprocess.PIPE, text=True)
     assert "ready" in sink.stdout.readline()
     result["rx_before"] = int(open(f"/sys/class/net/{nic}/statistics/rx_packets").read())
+    result["udp_rcvbuf_errors_before"] = udp_rcvbuf_errors()
     say("B-READY")
     line = sys.stdin.readline()  # the host says when box A is done
     say(f"host says: {line.strip()!r}")
     sink.send_signal(signal.SIGINT)
     result["sink"] = json.loads(sink.communicate(timeout=30)[0].strip().splitlines()[-1])
     result["rx_after"] = int(open(f"/sys/class/net/{nic}/statistics/rx_packets").read())
+    result["udp_rcvbuf_errors_after"] = udp_rcvbuf_errors()
     serve.send_signal(signal.SIGINT)
     serve.communicate(timeout=60)
     result["serve_rc"] = serve.returncode
