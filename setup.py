@@ -17,11 +17,12 @@ setup(
     python_requires=">=3.9",
     packages=find_packages(include=["nslab", "nslab.*"]),
     package_data={
-        "nslab": ["templates/*.j2", "published_data/*.json"],
+        "nslab": ["templates/*.j2", "published_data/*.json", "studies/*.yaml"],
         "nslab.frr": ["templates/*.j2"],
         "nslab.experiments.alias": ["templates/*.j2"],
         "nslab.experiments.ecmp": ["templates/*.j2"],
         "nslab.experiments.rfc2544": ["templates/*.j2"],
+        "nslab.experiments.filestudy": ["templates/*.j2"],
     },
     install_requires=[
         "click>=8.0",
@@ -52,6 +53,13 @@ setup(
             "alias = nslab.experiments.alias.study:AliasStudy",
             "ecmp = nslab.experiments.ecmp.study:EcmpStudy",
             "rfc2544 = nslab.experiments.rfc2544.study:Rfc2544Study",
+            # studies written as files (studies/*.yaml), registered like the others
+            "ecmp-failover = nslab.experiments.filestudy.shipped:EcmpFailover",
+        ],
+        # how `nslab run FILE` and `nslab report DIR` read a study file, by extension
+        "nslab.study_loaders": [
+            "yaml = nslab.experiments.filestudy.study:study_class",
+            "yml = nslab.experiments.filestudy.study:study_class",
         ],
         "nslab.topologies": [
             "single = nslab.topologies.basic:single",
@@ -75,6 +83,7 @@ setup(
             "demo = nslab.topologies.cli:demo",
             "alias = nslab.experiments.alias.cli:alias_group",
             "rfc2544 = nslab.experiments.rfc2544.cli:rfc2544_group",
+            "study = nslab.experiments.filestudy.cli:study_group",
         ],
         "nslab.bench": [
             "build = nslab.topologies.bench:build_cmd",

@@ -134,9 +134,19 @@ class Zebra(Daemon):
         return ["--log", f"file:{self.dir}/zebra.log"]
 
 
+class Bfdd(Daemon):
+    """BFD; its control socket lives in the node's directory like every other socket."""
+
+    NAME = "bfdd"
+    ORDER = 1
+
+    def extra_args(self) -> List[str]:
+        return ["--log", f"file:{self.dir}/bfdd.log", "--bfdctl", f"{self.dir}/bfdd.sock"]
+
+
 class Bgpd(Daemon):
     NAME = "bgpd"
-    ORDER = 1
+    ORDER = 2
 
     def extra_args(self) -> List[str]:
         return ["--log", f"file:{self.dir}/bgpd.log"]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 from nslab.errors import ReadinessError
 from nslab.extension import Extension
 
-from .daemon import Bgpd, Daemon, Zebra, _chown_frr
+from .daemon import Bfdd, Bgpd, Daemon, Zebra, _chown_frr
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.fields import BgpOptions
@@ -46,8 +46,17 @@ class FrrRouter:
         self.dir = node_dir(lab, node.name)
         ctx = {"node": node.name, "run_id": lab.run_id, "interfaces": list(node.intfs),
                "bgp": bgp}
+        kinds = list(self.DAEMONS) + ([Bfdd] if bgp.bfd else [])
         self.daemons: List[Daemon] = [cls(node, self.dir, ctx) for cls in
-                                      sorted(self.DAEMONS, key=lambda c: c.ORDER)]
+                                      sorted(kinds, key=lambda c: c.ORDER)]
+
+    def daemon(self, name: str) -> Daemon:
+        """The daemon called ``name`` (``zebra``, ``bgpd``, ``bfdd``)."""
+        for d in self.daemons:
+            if d.NAME == name:
+                return d
+        raise KeyError(f"{self.node.name} runs no {name} (it runs "
+                       f"{', '.join(d.NAME for d in self.daemons)})")
 
     def prepare(self) -> None:
         os.makedirs(self.dir, exist_ok=True)

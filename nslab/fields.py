@@ -448,6 +448,17 @@ def parse_route(text: str) -> dict:
 Asn = Annotated[StrictInt, Field(ge=1, le=4_294_967_295)]
 
 
+class BfdOptions(StrictModel):
+    """BFD (FRR ``bfdd``) on every BGP session of a node: a failure is detected
+    after ``detect_multiplier`` missed packets at the negotiated interval."""
+
+    detect_multiplier: Annotated[StrictInt, Field(ge=2, le=255)] = 3
+    receive_interval: Annotated[StrictInt, Field(ge=10, le=60000,
+                                                 description="ms")] = 100
+    transmit_interval: Annotated[StrictInt, Field(ge=10, le=60000,
+                                                  description="ms")] = 100
+
+
 class BgpOptions(StrictModel):
     """BGP on a node (FRR): eBGP unnumbered over the listed interfaces."""
 
@@ -462,6 +473,7 @@ class BgpOptions(StrictModel):
     holdtime: Annotated[StrictInt, Field(ge=3, le=65535)] = 3
     coalesce_time: Annotated[StrictInt, Field(ge=0, le=4_294_967_295)] = 100
     maximum_paths: Annotated[StrictInt, Field(ge=1, le=128)] = 64
+    bfd: Optional[BfdOptions] = Field(None, description="BFD on every session (FRR bfdd)")
 
     @model_validator(mode="after")
     def _timers(self) -> "BgpOptions":

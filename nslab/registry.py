@@ -6,7 +6,9 @@ Groups (in ``setup.py``; a plugin of your own adds lines to its own package):
 * ``nslab.topologies``: functions returning a :class:`~nslab.topo.Topology`
   (``nslab topo up NAME``);
 * ``nslab.commands``: click commands or groups added to the ``nslab`` CLI;
-* ``nslab.extensions``: lab extensions (see :mod:`nslab.extension`).
+* ``nslab.extensions``: lab extensions (see :mod:`nslab.extension`);
+* ``nslab.study_loaders``: by file extension, functions turning a study file
+  into a study class (``nslab run FILE``).
 
 A plugin that fails to import is reported with its name and the error, never
 skipped in silence.
@@ -45,8 +47,31 @@ def studies() -> Dict[str, Any]:
     return found
 
 
+def is_study_file(name: str) -> bool:
+    """Does ``name`` name a study file (by extension) rather than a registered study?"""
+    import os
+    return os.path.splitext(name)[1].lower() in (".yaml", ".yml")
+
+
+def study_from_file(path: str) -> Any:
+    """The study class of the study file at ``path``, made by the loader
+    registered for its extension (group ``nslab.study_loaders``)."""
+    import os
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    loaders = _load("nslab.study_loaders")
+    if ext not in loaders:
+        raise InputError(f"{path}: no loader for .{ext} study files (known: "
+                         f"{', '.join('.' + e for e in loaders) or 'none'})")
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such study file")
+    return loaders[ext](path)
+
+
 def study(name: str) -> Any:
-    """The study class called ``name``; an unknown name lists the known ones."""
+    """The study class called ``name`` (or of the study file ``name``); an
+    unknown name lists the known ones."""
+    if is_study_file(name):
+        return study_from_file(name)
     found = studies()
     if name not in found:
         raise InputError(f"unknown study {name!r} (registered: {', '.join(found) or 'none'}; "

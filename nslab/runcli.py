@@ -63,8 +63,8 @@ def _parse_list(text: str, item: Any, name: str) -> List[Any]:
     return parts
 
 
-def study_command(study_cls: Type[Any]) -> click.Command:
-    """The ``nslab run NAME`` command of one study."""
+def study_command(study_cls: Type[Any], invoked_as: Optional[str] = None) -> click.Command:
+    """The ``nslab run NAME`` (or ``nslab run FILE``) command of one study."""
     cfg_cls = study_cls.Config
     aliases: Dict[str, List[str]] = {}
     for alias, fname in cfg_cls.cli_aliases.items():
@@ -123,7 +123,7 @@ def study_command(study_cls: Type[Any]) -> click.Command:
     presets_text = "; ".join(f"{name}: " + (", ".join(f"{k}={v}" for k, v in values.items())
                                               or "the defaults")
                              for name, values in cfg_cls.presets.items())
-    return click.Command(study_cls.name, params=params, callback=callback,
+    return click.Command(invoked_as or study_cls.name, params=params, callback=callback,
                          help=f"{study_cls.title} ({study_cls.source}).\n\nPresets: {presets_text}.",
                          short_help=study_cls.title)
 
@@ -162,7 +162,7 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
     except KeyboardInterrupt:
         if os.path.isdir(store_dir):
             click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
-                       f"`nslab run {study.name} --resume {store_dir}`", err=True)
+                       f"`nslab run {getattr(study, 'invocation', '') or study.name} --resume {store_dir}`", err=True)
         raise
     rep = study.report(path)
     click.echo(f"results: {path}")
@@ -197,7 +197,9 @@ class RunGroup(click.Group):
         return sorted(studies())
 
     def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
-        from .registry import studies
+        from .registry import is_study_file, studies, study_from_file
+        if is_study_file(name):
+            return study_command(study_from_file(name), name)
         found = studies()
         if name in found:
             return study_command(found[name])
@@ -236,6 +238,7 @@ def report(run_dir: str) -> None:
         return
     store = ResultStore.open(run_dir)
     exp = store.provenance().get("experiment") or os.path.basename(os.path.dirname(run_dir.rstrip("/")))
-    rep = study(exp)().report(run_dir)
+    kept = os.path.join(run_dir, "study.yaml")  # a study file's run keeps the file it ran
+    rep = study(kept if os.path.isfile(kept) else exp)().report(run_dir)
     for name, path in rep.files.items():
         click.echo(f"{name}: {path}")

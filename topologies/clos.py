@@ -29,8 +29,14 @@ FABRIC_SYSCTLS = {"net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1,
 
 
 def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] = None,
-         hosts_per_leaf: int = 0, link_rate: Any = "1Gbit", framing: bool = False) -> Topology:
-    """Spines × servers (or leaves with hosts), each server/leaf linked to every spine."""
+         hosts_per_leaf: int = 0, link_rate: Any = "1Gbit", framing: bool = False,
+         bfd: bool = False, bfd_interval: int = 100, bfd_multiplier: int = 3,
+         keepalive: int = 1, holdtime: int = 3) -> Topology:
+    """Spines × servers (or leaves with hosts), each server/leaf linked to every spine.
+
+    ``bfd`` runs FRR's bfdd on every node with a session per BGP neighbour
+    (``bfd_interval`` ms x ``bfd_multiplier``); ``keepalive``/``holdtime`` are
+    the BGP timers in seconds."""
     spines = int(spines)
     if servers is not None and leaves is not None:
         raise InputError("clos: give either --servers or --leaves, not both")
@@ -47,13 +53,18 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
     shaping: Dict[str, Any] = {}
     if str(link_rate).lower() != "none":
         shaping = {"bw": link_rate, "framing": framing}
+    timers: Dict[str, Any] = {"keepalive": keepalive, "holdtime": holdtime}
+    if bfd:
+        timers["bfd"] = {"detect_multiplier": bfd_multiplier, "receive_interval": bfd_interval,
+                         "transmit_interval": bfd_interval}
     t = Topology(name=f"clos-{spines}x{n}" + (f"x{hosts_per_leaf}" if hosts_per_leaf else ""),
                  auto_ip=False)
     spine_names = [f"spine{s}" for s in range(1, spines + 1)]
     for s, name in enumerate(spine_names, 1):
         t.add_router(name, sysctls=dict(FABRIC_SYSCTLS),
                      bgp={"asn": SPINE_ASN, "router_id": f"10.0.100.{s}",
-                          "unnumbered": [f"{name}-eth{i}" for i in range(n)], "networks": []})
+                          "unnumbered": [f"{name}-eth{i}" for i in range(n)], "networks": [],
+                          **timers})
     for i in range(1, n + 1):
         name = f"{prefix}{i}"
         lo = f"10.0.200.{i}/32"
@@ -61,7 +72,7 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
         t.add_router(name, sysctls=dict(FABRIC_SYSCTLS), loopback=lo,
                      bgp={"asn": SPINE_ASN + i, "router_id": f"10.0.200.{i}",
                           "unnumbered": [f"{name}-eth{s}" for s in range(spines)],
-                          "networks": nets})
+                          "networks": nets, **timers})
     for s, spine in enumerate(spine_names):
         for i in range(1, n + 1):
             leaf = f"{prefix}{i}"

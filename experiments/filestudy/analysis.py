@@ -1,0 +1,170 @@
+"""Pure logic of file studies: metric values from raw tool output, and claims
+judged on stored records with the statistics every study uses
+(:mod:`nslab.stats`). No root, no lab: tested on captured output."""
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from nslab import stats
+from nslab.reporting import Claim
+
+from .model import ClaimSpec
+
+_PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
+_PING_SUM_RE = re.compile(r"(\d+) packets transmitted, (\d+) received")
+
+
+def ping_latency(text: str) -> Dict[str, Optional[float]]:
+    """``ping -D`` output: round-trip percentiles (ms) and loss (%)."""
+    import numpy as np
+    rtts = [float(m.group(2)) for m in _PING_RE.finditer(text)]
+    s = _PING_SUM_RE.search(text)
+    sent, got = (int(s.group(1)), int(s.group(2))) if s else (len(rtts), len(rtts))
+    out: Dict[str, Optional[float]] = {"loss_pct": 100.0 * (sent - got) / sent if sent else None}
+    for name, q in (("p50_ms", 50), ("p90_ms", 90), ("p99_ms", 99)):
+        out[name] = float(np.percentile(rtts, q)) if rtts else None
+    out["max_ms"] = max(rtts) if rtts else None
+    return out
+
+
+def iperf_series(rep: Any) -> List[float]:
+    """Bit/s per 1-s interval of an :class:`nslab.iperf.IperfReport`, in time order: the SUM line's when iperf printed
+    one per interval (several streams), else the streams' rates added."""
+    by_time: Dict[Tuple[float, float], Dict[str, float]] = {}
+    for s in rep.intervals:
+        if s.end - s.start > 1.5:  # a final report, not an interval
+            continue
+        by_time.setdefault((s.start, s.end), {})[s.id] = s.bps
+    out = []
+    for key in sorted(by_time):
+        ids = by_time[key]
+        out.append(ids["SUM"] if "SUM" in ids else sum(ids.values()))
+    return out
+
+
+def window_mean(series: Sequence[float], window: Optional[Tuple[float, float]]) -> Optional[float]:
+    """The mean of the 1-s values whose interval lies inside ``window`` (s)."""
+    if not series:
+        return None
+    if window is None:
+        return sum(series) / len(series)
+    lo, hi = window
+    inside = [v for i, v in enumerate(series) if i >= lo and i + 1 <= hi]
+    return sum(inside) / len(inside) if inside else None
+
+
+def convergence(samples: Sequence[Tuple[float, int]], expected: int,
+                event_at: Optional[float]) -> Dict[str, Optional[float]]:
+    """From ``(seconds after start, nexthops)`` samples: how long after the
+    first event the route lost a nexthop, and how long until it had
+    ``expected`` again (None: it did not happen within the trial)."""
+    out: Dict[str, Optional[float]] = {"withdrawn_ms": None, "restored_ms": None}
+    if event_at is None:
+        return out
+    lost_at = None
+    for t, n in samples:
+        if t < event_at:
+            continue
+        if lost_at is None and n < expected:
+            lost_at = t
+            out["withdrawn_ms"] = (t - event_at) * 1000.0
+        elif lost_at is not None and n >= expected:
+            out["restored_ms"] = (t - event_at) * 1000.0
+            break
+    return out
+
+
+# -- selecting and judging ------------------------------------------------------------------
+def matches(params: Dict[str, Any], where: Dict[str, Any]) -> bool:
+    return all(params.get(k) == v for k, v in where.items())
+
+
+def values_of(records: Iterable[Any], value: str, where: Dict[str, Any]) -> List[float]:
+    """The finite values of ``value`` in the valid records matching ``where``."""
+    out = []
+    for r in records:
+        m = r.measurements
+        if m.invalid or not matches(r.params, where):
+            continue
+        x = m.values.get(value)
+        if x is not None and math.isfinite(x):
+            out.append(float(x))
+    return out
+
+
+def _where_text(where: Dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in where.items()) or "all points"
+
+
+def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
+    """A claim of a study file, checked on the stored records."""
+    a = values_of(records, spec.value, spec.where)
+    where = _where_text(spec.where)
+    if spec.versus is None:
+        if not a:
+            return Claim(spec.claim, f"no values of {spec.value} at {where}", "undecided",
+                         "nothing measured there", spec.source or "")
+        est = stats.mean(a)
+        if spec.below is not None:
+            low, high, what = -math.inf, spec.below, "the range"
+        elif spec.above is not None:
+            low, high, what = spec.above, math.inf, "the range"
+        else:
+            low, high = spec.within  # type: ignore[misc]
+            what = "the band"
+        chk = stats.judge(est, low, high, what, digits=_digits(a))
+        return Claim(spec.claim, f"{spec.value} at {where}: mean {est.fmt(digits=_digits(a))}",
+                     chk.verdict, chk.why, spec.source or "")
+    b_where = {**spec.where, **spec.versus.where}
+    b = values_of(records, spec.value, b_where)
+    label = f"{spec.value}: {where} vs {_where_text(b_where)}"
+    if len(a) < 2 or len(b) < 2:
+        return Claim(spec.claim, f"{label}: n={len(a)} and n={len(b)}", "undecided",
+                     "fewer than two values on a side: no interval", spec.source or "")
+    if spec.same_within is not None:
+        if statistics.fmean(b) == 0:
+            return Claim(spec.claim, f"{label}: the reference mean is 0", "undecided",
+                         "a relative margin of a zero mean is undefined", spec.source or "")
+        verdict, est = stats.equivalence(a, b, spec.same_within)
+        return Claim(spec.claim, f"{label}: {est.fmt(100, 1, ' %', sign=True)}", verdict,
+                     f"two one-sided tests against +-{spec.same_within * 100:g} %",
+                     spec.source or "")
+    d = stats.difference(a, b)
+    want_higher = bool(spec.higher)
+    if d.ci is None:
+        verdict, why = "undecided", "no interval"
+    elif (d.ci.low > 0) == want_higher and (d.ci.low > 0 or d.ci.high < 0):
+        verdict, why = "agrees", f"the difference's interval lies {'above' if want_higher else 'below'} 0"
+    elif d.ci.low > 0 or d.ci.high < 0:
+        verdict, why = "disagrees", f"the difference's interval lies {'below' if want_higher else 'above'} 0"
+    else:
+        verdict, why = "undecided", "the difference's interval contains 0"
+    return Claim(spec.claim, f"{label}: difference {d.fmt(digits=_digits(a + b), sign=True)}",
+                 verdict, why, spec.source or "")
+
+
+def _digits(values: Sequence[float]) -> int:
+    """Digits that show values of this size sensibly."""
+    m = max((abs(v) for v in values), default=0)
+    return 0 if m >= 100 else 1 if m >= 10 else 2 if m >= 1 else 3
+
+
+def group_table(records: Sequence[Any], keys: Sequence[str], values: Sequence[str]
+                ) -> List[Dict[str, Any]]:
+    """One row per combination of ``keys`` seen: each value's mean, interval and n."""
+    groups: Dict[Tuple[Any, ...], List[Any]] = {}
+    for r in records:
+        groups.setdefault(tuple(r.params.get(k) for k in keys), []).append(r)
+    rows = []
+    for combo, recs in groups.items():
+        valid = [r for r in recs if not r.measurements.invalid]
+        row: Dict[str, Any] = {"params": dict(zip(keys, combo)), "n": len(valid),
+                               "invalid": len(recs) - len(valid), "cells": {}}
+        for v in values:
+            xs = values_of(valid, v, {})
+            row["cells"][v] = stats.mean(xs).fmt(digits=_digits(xs)) if xs else ""
+        rows.append(row)
+    return rows

@@ -1,0 +1,68 @@
+"""``nslab study check FILE`` (validate and print the plan, no root) and
+``nslab study schema`` (the JSON Schema of study files)."""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Tuple
+
+import click
+
+
+@click.group("study")
+def study_group() -> None:
+    """Studies written as files: check one, or print their schema."""
+
+
+@study_group.command("check")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--preset", type=click.Choice(["quick", "default", "full"]), default="default",
+              show_default=True, help="The preset to plan for.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a configuration field, as on nslab run.")
+def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
+    """Validate a study file without root and print its plan: labs, points and
+    the estimated duration."""
+    from nslab.errors import InputError
+    from nslab.runcli import _set_value
+
+    from .study import study_class
+    cls = study_class(path)
+    overrides: Dict[str, Any] = {}
+    fields = cls.Config.model_fields
+    for item in sets:
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_").replace(".", "_")
+        if not sep or key not in fields:
+            raise InputError(f"--set {item!r}: use KEY=VALUE with KEY one of "
+                             f"{', '.join(sorted(fields))}")
+        kind = ("list", str) if key not in ("repeat", "duration") else ("scalar", float)
+        overrides[key] = _set_value(value, kind, key)
+    cfg = cls.Config.preset(preset, **overrides)
+    labs, points, seconds = cls.estimate(cfg)
+    study = cls()
+    click.echo(f"{path}: ok: {cls.title}")
+    click.echo(f"preset {preset}: {points} trials of {cfg.duration:g} s on {labs} lab(s), "
+               f"about {seconds / 60:.1f} min")
+    for key, topo in study.labs(cfg).items():
+        n = sum(1 for p in study.points(cfg) if study.lab_key(cfg, p) == key)
+        click.echo(f"  lab {key}: {topo.name}, {len(topo.nodes)} nodes, {len(topo.links)} links: "
+                   f"{n} trials")
+    sweep = cls.sweep(cfg)
+    for key, values in sweep.items():
+        click.echo(f"  sweep {key}: {', '.join(map(str, values))}")
+    click.echo(f"  repeat {cfg.repeat}; needs: {', '.join(study.needs(cfg))}")
+    click.echo(f"run it: nslab run {path}" + (f" --preset {preset}" if preset != "default" else ""))
+
+
+@study_group.command("schema")
+def schema_cmd() -> None:
+    """Print the JSON Schema of study files (docs/study.schema.json)."""
+    click.echo(json.dumps(schema(), indent=2))
+
+
+def schema() -> Dict[str, Any]:
+    from .model import StudyFile
+    out = StudyFile.model_json_schema()
+    out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    out["$id"] = "https://nslab.invalid/study.schema.json"
+    return out

@@ -1,0 +1,35 @@
+"""Records of file studies, typed and versioned (version 1 is today's format).
+
+``params`` are the sweep keys of the point (and ``repeat``); ``values`` the
+metric values (``NAME`` or ``NAME.VALUE``, None where a value could not be
+measured), ``series`` each goodput metric's bit/s per second, ``events``
+what was done when.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from nslab.records import Record, RecordSchema, Strict
+
+
+class EventDone(Strict):
+    do: str
+    target: str
+    at: float
+    done_at: float
+
+
+class FileMeasurements(Strict):
+    values: Dict[str, Optional[float]]
+    series: Dict[str, List[float]] = {}
+    links: Dict[str, Dict[str, int]] = {}
+    events: List[EventDone] = []
+    #: why a trial cannot count (e.g. a flow reported nothing); empty when valid
+    invalid: List[str] = []
+
+
+class FileRecord(Record[Dict[str, Any], FileMeasurements]):
+    pass
+
+
+SCHEMA = RecordSchema(FileRecord, version=1)

@@ -1,0 +1,542 @@
+"""Running a study file on a lab: per trial, the sweep's sysctls, the traffic,
+the events on their timeline, the samplers (routes, CPU, interface bytes);
+then everything the events changed is put back and the lab waits until its
+routes are as they were before the trial.
+
+Every action is an argv on a node (no shell), on names the loader checked.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from nslab.errors import LabError, ReadinessError
+from nslab.proc import run
+
+from . import analysis
+from .model import (Convergence, Cpu, DaemonCont, DaemonKill, DaemonStart, DaemonStop,
+                    Goodput, IperfTcp, IperfUdp, Latency, LinkBlackhole, LinkDown, LinkNetem,
+                    LinkRate, LinkRestore, LinkUp, Links, Outage, Probe, SetSysctl)
+from .spec import Loaded, address_of, link_ends, metric_name
+
+log = logging.getLogger(__name__)
+
+BASE_PORT = 5201
+#: how often routes are read during a trial (s)
+ROUTE_POLL_S = 0.02
+
+
+class FileRunner:
+    """One lab of a study file: ``setup``, ``measure(point)``, ``finish``."""
+
+    def __init__(self, lab: Any, loaded: Loaded, store: Any) -> None:
+        self.lab, self.loaded, self.spec, self.store = lab, loaded, loaded.spec, store
+        self.topo = lab.topology
+        self.baseline: Dict[str, Dict[str, int]] = {}
+        self.bgp_nodes = [n for n, node in self.topo.nodes.items() if node.bgp]
+        self._killed: Dict[str, int] = {}
+
+    # -- the lab's resting state ---------------------------------------------------------
+    def _routes(self) -> Dict[str, Dict[str, int]]:
+        """BGP routes of every routing node: prefix -> nexthops."""
+        from nslab.frr.router import nexthop_count
+        out = {}
+        for n in self.bgp_nodes:
+            res = run(["ip", "-n", self.lab[n].netns, "-j", "route", "show", "proto", "bgp"],
+                      check=False)
+            table = json.loads(res.stdout or "[]") if res.ok else []
+            out[n] = {r["dst"]: nexthop_count(r) for r in table}
+        return out
+
+    def _bfd_down(self) -> List[str]:
+        from nslab.frr.router import frr_of
+        if not self.bgp_nodes:
+            return []
+        down = []
+        for n, r in frr_of(self.lab).routers.items():
+            if self.topo.nodes[n].bgp.bfd is None:
+                continue
+            try:
+                peers = json.loads(r.vtysh("show bfd peers json") or "[]")
+            except ValueError:
+                peers = []
+            down += [f"{n}:{p.get('peer')}" for p in peers if p.get("status") != "up"]
+            if not peers:
+                down.append(f"{n}: no BFD peers yet")
+        return down
+
+    def wait_rest(self, timeout: float = 90.0, stable: float = 2.0) -> float:
+        """Wait until the routes are the baseline's (or, before there is one,
+        every routing node has a route to every other's networks and nothing
+        changed for ``stable`` s) and every BFD session is up."""
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        want_nets = {n: {str(p) for m in self.bgp_nodes if m != n
+                         for p in self.topo.nodes[m].bgp.networks} for n in self.bgp_nodes}
+        last, since = None, time.monotonic()
+        while True:
+            now = self._routes()
+            if now != last:
+                last, since = now, time.monotonic()
+            if self.baseline:
+                ok = now == self.baseline
+            else:
+                ok = (all(want_nets[n] <= {_cidr(p) for p in now[n]} for n in self.bgp_nodes)
+                      and time.monotonic() - since >= stable)
+            if ok and not self._bfd_down():
+                return time.monotonic() - t0
+            if time.monotonic() > deadline:
+                raise ReadinessError(
+                    f"routes did not return to their state within {timeout:.0f} s: "
+                    f"{json.dumps(now)[:300]}; BFD down: {self._bfd_down()[:4]}")
+            time.sleep(0.1)
+
+    def setup(self) -> Dict[str, Any]:
+        took = self.wait_rest() if self.bgp_nodes else 0.0
+        self.baseline = self._routes()
+        return {"converged_s": round(took, 2), "routes": self.baseline,
+                "file": self.loaded.path}
+
+    # -- one trial ------------------------------------------------------------------------
+    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+        tag = "-".join(f"{k.split('.')[-1]}={v}" for k, v in point.items())
+        tag = "".join(c if c.isalnum() or c in "=_.-" else "_" for c in tag)[:120]
+        self._set_sweep_sysctls(point)
+        events = self._events(point)
+        servers = self._start_receivers(tag)
+        undo: List[Callable[[], None]] = []
+        samplers = _Samplers(self, point)
+        duration = float(self.spec.duration)
+        t0 = time.monotonic()
+        clients = self._start_senders(duration)
+        samplers.start(t0)
+        done: List[Dict[str, Any]] = []
+        try:
+            for at, ev in events:
+                delay = t0 + at - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                target = self._apply(ev, undo)
+                done.append({"do": ev.do, "target": target, "at": at,
+                             "done_at": round(time.monotonic() - t0, 4)})
+            outputs = {fid: p.wait(timeout=duration + 60) for fid, p in clients.items()}
+        finally:
+            samplers.stop()
+            for fn in reversed(undo):
+                try:
+                    fn()
+                except Exception as exc:  # noqa: BLE001 - undo all, then complain
+                    log.warning("undoing an event: %s", exc)
+        rec_out = {fid: _finish(p, stop=not fid.startswith("probe:")) for fid, p in servers.items()}
+        raw, m, invalid = self._collect(tag, outputs, rec_out, samplers, done)
+        if self.bgp_nodes:
+            back = self.wait_rest()
+            log.info("routes back %.2f s after the trial", back)
+        time.sleep(self.spec.settle)
+        summary = ", ".join(f"{k} {_short(v)}" for k, v in list(m["values"].items())[:4])
+        if invalid:
+            summary += f" (invalid: {'; '.join(invalid)})"
+        m["invalid"] = invalid
+        return m, raw, summary
+
+    def _set_sweep_sysctls(self, point: Dict[str, Any]) -> None:
+        by_node: Dict[str, Dict[str, Any]] = {}
+        for k, v in point.items():
+            if k.startswith("sysctl."):
+                _, node, key = k.split(".", 2)
+                by_node.setdefault(node, {})[key] = v
+        for node, values in by_node.items():
+            self.lab[node].set_sysctls(values)
+
+    def _events(self, point: Dict[str, Any]) -> List[Tuple[float, Any]]:
+        out = []
+        for e in self.spec.events:
+            if not analysis.matches(point, e.when):
+                continue
+            at = float(point.get(f"events.{e.id}.at", e.at)) if e.id else e.at
+            out.append((at, e))
+        return sorted(out, key=lambda ae: ae[0])
+
+    def _addr(self, flow: Any) -> str:
+        return str(flow.address) if flow.address else address_of(self.topo, flow.dst)  # type: ignore[return-value]
+
+    def _start_receivers(self, tag: str) -> Dict[str, Any]:
+        from nslab.iperf import server_argv, wait_listening
+        procs = {}
+        for i, f in enumerate(self.spec.traffic):
+            port = BASE_PORT + i
+            node = self.lab[f.dst]
+            if isinstance(f, (IperfTcp, IperfUdp)):
+                argv = server_argv(udp=isinstance(f, IperfUdp), port=port, bind=self._addr(f),
+                                   enhanced=False, extra=["-i", "1"])
+                procs[f.id] = node.popen(argv, name=f"iperf-server-{f.id}")
+                wait_listening(node, port=port, udp=isinstance(f, IperfUdp))
+            elif isinstance(f, Probe):
+                out = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
+                ready = out + ".ready"
+                argv = [sys.executable, "-m", "nslab.probe", "recv", "--bind", self._addr(f),
+                        "--port", str(port), "--duration", f"{self.spec.duration + 3:g}",
+                        "--out", out, "--ready", ready]
+                procs["probe:" + f.id] = node.popen(argv, name=f"probe-recv-{f.id}")
+                _wait_file(ready, 10, f"the probe receiver of {f.id}")
+                os.unlink(ready)
+        return procs
+
+    def _start_senders(self, duration: float) -> Dict[str, Any]:
+        from nslab.iperf import client_argv
+        procs = {}
+        for i, f in enumerate(self.spec.traffic):
+            port = BASE_PORT + i
+            node = self.lab[f.src]
+            if isinstance(f, IperfTcp):
+                argv = client_argv(self._addr(f), time=duration, parallel=f.streams, port=port,
+                                   mss=f.mss, cc=f.cc, rate=str(f.rate) if f.rate else None,
+                                   interval=1)
+            elif isinstance(f, IperfUdp):
+                argv = client_argv(self._addr(f), time=duration, parallel=f.streams, udp=True,
+                                   rate=str(f.rate), length=f.length, port=port, interval=1)
+            elif isinstance(f, Probe):
+                argv = [sys.executable, "-m", "nslab.probe", "send", "--to", self._addr(f),
+                        "--port", str(port), "--sport", str(port), "--rate", f"{f.rate:g}",
+                        "--duration", f"{duration:g}"]
+            else:
+                argv = ["ping", "-n", "-D", "-i", f"{f.interval:g}", "-w", f"{duration:g}",
+                        self._addr(f)]
+            procs[f.id] = node.popen(argv, name=f"{f.kind}-{f.id}")
+        return procs
+
+    # -- events -------------------------------------------------------------------------
+    def _apply(self, ev: Any, undo: List[Callable[[], None]]) -> str:
+        if isinstance(ev, SetSysctl):
+            node = self.lab[ev.node]
+            before = {k: node.read_sysctl(k) for k in ev.set}
+            node.set_sysctls(dict(ev.set))
+            undo.append(lambda: node.set_sysctls(before))
+            return ev.node
+        if hasattr(ev, "daemon"):
+            return self._daemon(ev, undo)
+        return self._link(ev, undo)
+
+    def _daemon(self, ev: Any, undo: List[Callable[[], None]]) -> str:
+        from nslab.frr.router import frr_of
+        from nslab.proc import pid_running
+        node = ev.node or self._path(ev.path_of)[1][0]
+        d = frr_of(self.lab).routers[node].daemon(ev.daemon)
+        target = f"{node}/{ev.daemon}"
+        if isinstance(ev, DaemonStart):
+            if target in self._killed:
+                self._reap(d, self._killed.pop(target))
+                d.start()
+            return target
+        pid = _read_pid(d.pid_path)
+        if pid is None or not pid_running(pid):
+            raise LabError(f"{target} is not running (pid file {d.pid_path})")
+        if isinstance(ev, DaemonKill):
+            os.kill(pid, signal.SIGKILL)
+            self._killed[target] = pid
+
+            def restart() -> None:
+                if target in self._killed:
+                    self._reap(d, self._killed.pop(target))
+                    d.start()
+            undo.append(restart)
+        elif isinstance(ev, DaemonStop):
+            os.kill(pid, signal.SIGSTOP)
+            undo.append(lambda: os.kill(pid, signal.SIGCONT) if pid_running(pid) else None)
+        elif isinstance(ev, DaemonCont):
+            os.kill(pid, signal.SIGCONT)
+        return target
+
+    @staticmethod
+    def _reap(d: Any, pid: int) -> None:
+        """Wait for a killed daemon to be gone (reaped if it is our child)."""
+        from nslab.proc import pid_running
+        if d.process is not None and d.process.pid == pid:
+            d.process.popen.wait(timeout=10)
+        end = time.monotonic() + 10
+        while pid_running(pid) and time.monotonic() < end:
+            time.sleep(0.02)
+
+    def _path(self, flow_id: str) -> Tuple[Tuple[str, str], Tuple[str, str]]:
+        """The first link a probe flow takes now: ``((src, dev), (next node, dev))``."""
+        i, f = next((i, f) for i, f in enumerate(self.spec.traffic) if f.id == flow_id)
+        port = str(BASE_PORT + i)
+        res = self.lab[f.src].run(["ip", "-j", "route", "get", self._addr(f), "ipproto", "udp",
+                                   "sport", port, "dport", port])
+        dev = json.loads(res.stdout)[0]["dev"]
+        for _, na, ia, nb, ib in self.topo.interfaces():
+            if (na, ia) == (f.src, dev):
+                return (na, ia), (nb, ib)
+            if (nb, ib) == (f.src, dev):
+                return (nb, ib), (na, ia)
+        raise LabError(f"{f.src}: the probe {flow_id} leaves by {dev}, which is no lab link")
+
+    def _ends(self, ev: Any) -> List[Tuple[Any, str]]:
+        ends = self._path(ev.path_of) if ev.path_of else link_ends(self.topo, *ev.link)
+        assert ends is not None  # checked when the file was loaded
+        return [(self.lab[n], i) for n, i in ends if self.lab[n].netns is not None]
+
+    def _link(self, ev: Any, undo: List[Callable[[], None]]) -> str:
+        ends = self._ends(ev)
+        target = "-".join(f"{n.name}:{dev}" for n, dev in ends)
+        if isinstance(ev, LinkDown):
+            node, dev = ends[0]
+            node.run(["ip", "link", "set", "dev", dev, "down"])
+            undo.append(lambda: node.run(["ip", "link", "set", "dev", dev, "up"]))
+        elif isinstance(ev, LinkUp):
+            for node, dev in ends:
+                node.run(["ip", "link", "set", "dev", dev, "up"])
+        else:
+            if isinstance(ev, LinkBlackhole):
+                for node, dev in ends:
+                    node.run(["tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", "0"])
+            elif isinstance(ev, (LinkRate, LinkNetem)):
+                for node, dev in ends:
+                    self._reshape(node, dev, ev)
+            elif isinstance(ev, LinkRestore):
+                for node, dev in ends:
+                    self._reshape(node, dev, None)
+            undo.append(lambda: [self._reshape(n, d, None) for n, d in ends])
+        return target
+
+    def _reshape(self, node: Any, dev: str, ev: Any) -> None:
+        """The topology's shaping of this link, changed by ``ev`` (rate or netem)."""
+        from dataclasses import replace
+
+        from nslab.render import text
+        from nslab.shaping import Shaping
+        link = next(l for l, na, ia, nb, ib in self.topo.interfaces()
+                    if (na, ia) == (node.name, dev) or (nb, ib) == (node.name, dev))
+        base = link.shaping or Shaping()
+        if isinstance(ev, LinkRate):
+            base = replace(base, rate=int(ev.rate))
+        elif isinstance(ev, LinkNetem):
+            base = replace(base, delay_ms=ev.delay or 0.0, jitter_ms=ev.jitter or 0.0,
+                           loss_pct=ev.loss or 0.0)
+        node.run(["tc", "qdisc", "del", "dev", dev, "root"], check=False)
+        if not base.empty:
+            node.run(["tc", "-batch", "-"], input=text(base.tc_batch(dev)))
+
+    # -- results ------------------------------------------------------------------------
+    def _collect(self, tag: str, outputs: Dict[str, Any], receivers: Dict[str, Any],
+                 samplers: "_Samplers", done: List[Dict[str, Any]]
+                 ) -> Tuple[List[str], Dict[str, Any], List[str]]:
+        from nslab.iperf import parse
+        from nslab.probe import outage, parse_arrivals
+        raw: List[str] = []
+        invalid: List[str] = []
+        flows: Dict[str, Dict[str, Any]] = {}
+        for f in self.spec.traffic:
+            res = outputs[f.id]
+            path = self.store.raw_path(f"{tag}-{f.id}.txt")
+            with open(path, "w") as fh:
+                fh.write(res.stdout + ("\n# stderr\n" + res.stderr if res.stderr else ""))
+            raw.append(path)
+            if isinstance(f, IperfUdp):  # the receiver's side: what arrived
+                srv = receivers[f.id]
+                spath = self.store.raw_path(f"{tag}-{f.id}-server.txt")
+                with open(spath, "w") as fh:
+                    fh.write(srv.stdout)
+                raw.append(spath)
+                series = analysis.iperf_series(parse(srv.stdout))
+                flows[f.id] = {"series": series}
+            elif isinstance(f, IperfTcp):
+                series = analysis.iperf_series(parse(res.stdout))
+                flows[f.id] = {"series": series}
+            elif isinstance(f, Probe):
+                apath = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
+                raw.append(apath)
+                sent = next((int(l.split()[1]) for l in res.stdout.splitlines()
+                             if l.startswith("sent ")), 0)
+                with open(apath) as fh:
+                    o = outage(parse_arrivals(fh.read()), sent, f.rate)
+                flows[f.id] = {"outage": o}
+                if not sent:
+                    invalid.append(f"probe {f.id} sent nothing")
+            else:
+                flows[f.id] = {"latency": analysis.ping_latency(res.stdout)}
+            if isinstance(f, (IperfTcp, IperfUdp)) and not flows[f.id]["series"]:
+                invalid.append(f"{f.id}: iperf reported no intervals")
+        values: Dict[str, Optional[float]] = {}
+        series: Dict[str, List[float]] = {}
+        links: Dict[str, Dict[str, int]] = {}
+        first_event = min((d["done_at"] for d in done), default=None)
+        duration = float(self.spec.duration)
+        for m in self.spec.metrics:
+            name = metric_name(m)
+            if isinstance(m, Goodput):
+                # Mbit/s per second of the traffic (iperf may report a drain after it)
+                s = [bps / 1e6 for bps in flows[m.flow]["series"]][:int(round(duration))]
+                series[name] = s
+                values[name] = analysis.window_mean(s, m.window)
+            elif isinstance(m, Outage):
+                o = flows[m.flow]["outage"]
+                values.update({f"{name}.gap_ms": o.gap_ms, f"{name}.lost": float(o.lost),
+                               f"{name}.loss_pct": o.loss_pct})
+            elif isinstance(m, Latency):
+                values.update({f"{name}.{k}": v for k, v in flows[m.flow]["latency"].items()})
+            elif isinstance(m, Convergence):
+                expected = self.baseline.get(m.node, {}).get(_host(m.prefix), 1)
+                c = analysis.convergence(samplers.routes[name], expected, first_event)
+                values.update({f"{name}.{k}": v for k, v in c.items()})
+            elif isinstance(m, Cpu):
+                values[f"{name}.cpu_pct"] = samplers.cpu_pct(m.node)
+            elif isinstance(m, Links):
+                links[name] = samplers.link_bytes(m.node)
+        spath = self.store.raw_path(f"{tag}-samples.json")
+        with open(spath, "w") as fh:
+            json.dump({"routes": samplers.routes, "events": done}, fh)
+        raw.append(spath)
+        return raw, {"values": values, "series": series, "links": links, "events": done}, invalid
+
+    def finish(self) -> None:
+        """Keep every node's FRR logs and configs."""
+        import glob
+        import shutil
+        for path in glob.glob(os.path.join(self.lab.workdir, "frr", "*", "*")):
+            if path.endswith((".log", ".conf")):
+                dest = os.path.join(self.store.raw_dir, "frr", os.path.basename(
+                    os.path.dirname(path)))
+                os.makedirs(dest, exist_ok=True)
+                shutil.copy(path, dest)
+
+
+class _Samplers:
+    """Routes (every 20 ms), CPU of each node's processes and interface bytes,
+    sampled during a trial in one thread."""
+
+    def __init__(self, runner: FileRunner, point: Dict[str, Any]) -> None:
+        self.runner = runner
+        self.lab = runner.lab
+        self.conv = [m for m in runner.spec.metrics if isinstance(m, Convergence)]
+        self.cpu_nodes = {m.node for m in runner.spec.metrics if isinstance(m, Cpu)}
+        self.link_nodes = {m.node for m in runner.spec.metrics if isinstance(m, Links)}
+        self.routes: Dict[str, List[Tuple[float, int]]] = {metric_name(m): [] for m in self.conv}
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._cpu0: Dict[str, Dict[int, float]] = {}
+        self._cpu1: Dict[str, Dict[int, float]] = {}
+        self._bytes0: Dict[str, Dict[str, int]] = {}
+        self._t = (0.0, 0.0)
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self._bytes0 = {n: _tx_bytes(self.lab[n]) for n in self.link_nodes}
+        self._cpu0 = {n: _ns_cpu(self.lab[n].netns) for n in self.cpu_nodes}
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="file-study-samplers")
+        self._thread.start()
+
+    def _loop(self) -> None:
+        from nslab.frr.router import nexthop_count
+        last_cpu = time.monotonic()
+        while not self._stop.is_set():
+            t = time.monotonic() - self.t0
+            for m in self.conv:
+                res = run(["ip", "-n", self.lab[m.node].netns, "-j", "route", "show",
+                           _host(m.prefix)], check=False)
+                try:
+                    table = json.loads(res.stdout or "[]")
+                except ValueError:
+                    table = []
+                self.routes[metric_name(m)].append(
+                    (round(t, 4), sum(nexthop_count(r) for r in table)))
+            if self.cpu_nodes and time.monotonic() - last_cpu > 0.5:
+                for n in self.cpu_nodes:  # processes that exit mid-trial keep their last sample
+                    self._cpu1.setdefault(n, {}).update(_ns_cpu(self.lab[n].netns))
+                last_cpu = time.monotonic()
+            self._stop.wait(ROUTE_POLL_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.elapsed = time.monotonic() - self.t0
+        for n in self.cpu_nodes:
+            self._cpu1.setdefault(n, {}).update(_ns_cpu(self.lab[n].netns))
+        self._bytes1 = {n: _tx_bytes(self.lab[n]) for n in self.link_nodes}
+
+    def cpu_pct(self, node: str) -> Optional[float]:
+        a, b = self._cpu0.get(node, {}), self._cpu1.get(node, {})
+        if not b or not self.elapsed:
+            return None
+        used = sum(v - a.get(pid, 0.0) for pid, v in b.items())
+        return 100.0 * used / self.elapsed
+
+    def link_bytes(self, node: str) -> Dict[str, int]:
+        a, b = self._bytes0.get(node, {}), self._bytes1.get(node, {})
+        return {i: b[i] - a.get(i, 0) for i in b}
+
+
+def _tx_bytes(node: Any) -> Dict[str, int]:
+    res = node.run(["ip", "-s", "-j", "link", "show"], check=False)
+    out = {}
+    for l in json.loads(res.stdout or "[]"):
+        if l.get("ifname") in node.intfs:
+            out[l["ifname"]] = int(l.get("stats64", {}).get("tx", {}).get("bytes", 0))
+    return out
+
+
+def _ns_cpu(netns: str) -> Dict[int, float]:
+    """CPU seconds so far of every process in the named network namespace."""
+    import psutil
+    try:
+        target = os.stat(f"/run/netns/{netns}").st_ino
+    except OSError:
+        return {}
+    out = {}
+    for p in psutil.process_iter():
+        try:
+            if os.stat(f"/proc/{p.pid}/ns/net").st_ino != target:
+                continue
+            t = p.cpu_times()
+            out[p.pid] = t.user + t.system
+        except (OSError, psutil.Error):
+            continue
+    return out
+
+
+def _host(prefix: str) -> str:
+    return prefix[:-3] if prefix.endswith("/32") else prefix
+
+
+def _cidr(dst: str) -> str:
+    return dst if "/" in dst else f"{dst}/32"
+
+
+def _short(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1e6:.0f}M" if abs(v) >= 1e5 else f"{v:.1f}"
+
+
+def _read_pid(path: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _finish(proc: Any, stop: bool) -> Any:
+    """A receiver's output: a server is stopped (it would serve on), a probe
+    receiver ends by itself after its duration."""
+    from nslab.proc import Result
+    if not stop:
+        return proc.wait(timeout=30)
+    proc.stop(grace=1.0)
+    out, err = proc.popen.communicate()
+    return Result(proc.argv, proc.popen.returncode, out or "", err or "")
+
+
+def _wait_file(path: str, timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise ReadinessError(f"{what} did not start within {timeout:.0f} s")
+        time.sleep(0.02)

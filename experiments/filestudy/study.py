@@ -1,0 +1,179 @@
+"""A study written as a file: one more kind of :class:`~nslab.study.Study`,
+run by the same :func:`~nslab.study.run_study` as the built-in ones (store,
+resume, provenance, progress, report). Loading and checking the file is
+:mod:`.spec`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, ClassVar, Dict, List, Tuple, Type
+
+from pydantic import BeforeValidator, Field, ValidationError, create_model, model_validator
+from typing_extensions import Annotated
+
+from nslab.errors import InputError
+from nslab.study import Study, StudyConfig, StudyReport, expand
+from nslab.topo import Topology
+
+from .model import LinkNetem, Scalar, StudyFile
+from .spec import STORED_NAME, LAB_OVERHEAD_S, TRIAL_OVERHEAD_S, Loaded, check, lab_key, load
+
+
+# -- the study ---------------------------------------------------------------------------
+def _scalar(value: Any) -> Any:
+    """A value from the command line (``true``, ``2``, ``link-down``) as YAML reads it."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+CliScalar = Annotated[Scalar, BeforeValidator(_scalar)]
+
+
+def field_of(key: str) -> str:
+    """The configuration field (and ``--option``) of a sweep key."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", key)
+
+
+def config_class(loaded: Loaded) -> Type[StudyConfig]:
+    """The typed configuration of a study file: ``repeat``, ``duration`` and one
+    list per sweep key, with the file's presets; any value given on the command
+    line is checked against the file like the file's own."""
+    spec = loaded.spec
+    fields: Dict[str, Any] = {
+        "repeat": (Annotated[int, Field(ge=1, le=1000)],
+                   Field(spec.repeat, description="trials per point")),
+        "duration": (Annotated[float, Field(gt=0, le=3600)],
+                     Field(spec.duration, description="s of traffic per trial")),
+    }
+    keys: Dict[str, str] = {}
+    for key, values in spec.sweep.items():
+        fname = field_of(key)
+        if fname in fields or fname in keys:
+            raise loaded.fail(("sweep", key), f"{key} clashes with another option ({fname})")
+        keys[fname] = key
+        fields[fname] = (Annotated[List[CliScalar], Field(min_length=1, max_length=1000)],
+                         Field(list(values), description=f"values of {key}"))
+    presets: Dict[str, Dict[str, Any]] = {"quick": {}, "default": {}, "full": {}}
+    for name, p in spec.presets.items():
+        d: Dict[str, Any] = {}
+        if p.repeat is not None:
+            d["repeat"] = p.repeat
+        if p.duration is not None:
+            d["duration"] = p.duration
+        d.update({field_of(k): v for k, v in p.sweep.items()})
+        presets[name] = d
+
+    def _check_against_file(self: Any) -> Any:
+        sweep = {key: getattr(self, f) for f, key in keys.items()}
+        data = spec.model_dump(mode="python")
+        data.update(sweep=sweep, duration=self.duration, presets={}, repeat=self.repeat)
+        try:
+            trial = Loaded(StudyFile.model_validate(data), loaded.path, loaded.text, loaded.doc,
+                           spec)
+            check(trial)
+        except (InputError, ValidationError) as exc:
+            text = str(exc)
+            raise ValueError(text.split(": ", 1)[1] if text.startswith(loaded.path) else text
+                             ) from None
+        return self
+
+    cls = create_model(f"Config_{field_of(spec.name)}", __base__=StudyConfig,
+                       __validators__={"_against_file": model_validator(mode="after")(
+                           _check_against_file)}, **fields)
+    cls.presets = presets  # type: ignore[misc]
+    cls.sweep_keys = keys  # type: ignore[attr-defined]
+    return cls
+
+
+class FileStudy(Study):
+    """A study written as a file; ``study_class(path)`` makes its class."""
+
+    loaded: ClassVar[Loaded]
+    #: how a user names it on `nslab run` (the file's path)
+    invocation: ClassVar[str] = ""
+
+    @classmethod
+    def sweep(cls, cfg: Any) -> Dict[str, List[Any]]:
+        keys: Dict[str, str] = cls.Config.sweep_keys  # type: ignore[attr-defined]
+        return {key: list(getattr(cfg, f)) for f, key in keys.items()}
+
+    @classmethod
+    def resolved(cls, cfg: Any) -> Loaded:
+        """The file with this configuration's sweep and duration, checked again."""
+        spec = cls.loaded.spec
+        data = spec.model_dump(mode="python")
+        data.update(sweep=cls.sweep(cfg), duration=cfg.duration, repeat=cfg.repeat, presets={})
+        out = Loaded(StudyFile.model_validate(data), cls.loaded.path, cls.loaded.text,
+                     cls.loaded.doc, spec)
+        check(out)
+        return out
+
+    def needs(self, cfg: Any) -> List[str]:
+        lo = self.resolved(cfg)
+        out = {"tool:ip"}
+        for topo in lo.topologies.values():
+            out.update(topo.needs())
+            if any(n.bgp for n in topo.nodes.values()):
+                out.add("frr")
+        if any(f.kind.startswith("iperf") for f in lo.spec.traffic):
+            out.add("tool:iperf")
+        if any(f.kind == "ping" for f in lo.spec.traffic):
+            out.add("tool:ping")
+        if any(isinstance(e, LinkNetem) for e in lo.spec.events):
+            out.add("netem")
+        return sorted(out)
+
+    def labs(self, cfg: Any) -> Dict[str, Topology]:
+        return dict(self.resolved(cfg).topologies)
+
+    def lab_key(self, cfg: Any, point: Dict[str, Any]) -> str:
+        swept = [k.split(".", 1)[1] for k in point if k.startswith("topology.")]
+        opts = {k.split(".", 1)[1]: v for k, v in point.items() if k.startswith("topology.")}
+        return lab_key(opts, swept)
+
+    def points(self, cfg: Any) -> List[Dict[str, Any]]:
+        """Every sweep combination for each repeat (shuffled after the first, seeded);
+        grouped by lab so each lab is built once."""
+        pts = expand(self.sweep(cfg), cfg.repeat)
+        order = list(self.labs(cfg))
+        return sorted(pts, key=lambda p: order.index(self.lab_key(cfg, p)))
+
+    def runner(self, key: str, lab: Any, cfg: Any, store: Any) -> Any:
+        from .runner import FileRunner
+        with open(os.path.join(store.path, STORED_NAME), "w", encoding="utf-8") as f:
+            f.write(self.loaded.text)
+        return FileRunner(lab, self.resolved(cfg), store)
+
+    def describe_point(self, point: Dict[str, Any]) -> str:
+        return " ".join(f"{k.split('.')[-1]}={v}" for k, v in point.items())
+
+    def report(self, run_dir: str) -> StudyReport:
+        from .report import write_report
+        return write_report(run_dir, self.loaded)
+
+    @classmethod
+    def estimate(cls, cfg: Any) -> Tuple[int, int, float]:
+        """(labs, points, seconds) a run with ``cfg`` should take."""
+        self = cls()
+        n_labs, n_points = len(self.labs(cfg)), len(self.points(cfg))
+        settle = cls.loaded.spec.settle
+        return n_labs, n_points, (n_labs * LAB_OVERHEAD_S +
+                                  n_points * (cfg.duration + settle + TRIAL_OVERHEAD_S))
+
+
+def study_class(path: str) -> Type[FileStudy]:
+    """The :class:`FileStudy` class of the file at ``path`` (checked)."""
+    loaded = load(path)
+    spec = loaded.spec
+    from .records import SCHEMA
+    attrs = {"name": spec.name, "title": spec.title, "source": spec.source, "order": spec.order,
+             "invocation": path,
+             "Config": config_class(loaded), "records": SCHEMA, "loaded": loaded,
+             "__doc__": spec.title}
+    return type(f"FileStudy_{field_of(spec.name)}", (FileStudy,), attrs)
