@@ -46,6 +46,13 @@ Ident = Annotated[str, BeforeValidator(_ident),
 Scalar = Union[StrictBool, StrictInt, float, str]
 
 
+def _yaml_path(value: Any) -> str:
+    if not isinstance(value, str) or "\x00" in value or not value.endswith((".yaml", ".yml")):
+        raise ValueError(f"{value!r}: a topology file here must be YAML (.yaml/.yml); a study "
+                         "file runs no code of its own, so no Python topologies")
+    return value
+
+
 # -- topology ---------------------------------------------------------------------------
 class TopologySpec(StrictModel):
     """Exactly one of ``ready`` (a registered topology, with ``options``),
@@ -55,8 +62,9 @@ class TopologySpec(StrictModel):
     ready: Optional[Ident] = Field(None, description="a registered topology (nslab topo list)")
     options: Dict[Ident, Scalar] = Field(default_factory=dict,
                                          description="its options, as on `nslab topo up`")
-    file: Optional[Annotated[str, Field(min_length=1, max_length=4096,
-                                        pattern=r"^[^\x00]*\.ya?ml$")]] = None
+    file: Optional[Annotated[str, BeforeValidator(_yaml_path),
+                             Field(min_length=1, max_length=4096,
+                                   json_schema_extra={"pattern": r"\.ya?ml$"})]] = None
     inline: Optional[Dict[str, Any]] = None
 
     @model_validator(mode="after")

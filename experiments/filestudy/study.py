@@ -17,7 +17,7 @@ from nslab.errors import InputError
 from nslab.study import Study, StudyConfig, StudyReport, expand
 from nslab.topo import Topology
 
-from .model import LinkNetem, Scalar, StudyFile
+from .model import LinkNetem, Scalar
 from .spec import STORED_NAME, LAB_OVERHEAD_S, TRIAL_OVERHEAD_S, Loaded, check, lab_key, load
 
 
@@ -70,12 +70,11 @@ def config_class(loaded: Loaded) -> Type[StudyConfig]:
         presets[name] = d
 
     def _check_against_file(self: Any) -> Any:
-        sweep = {key: getattr(self, f) for f, key in keys.items()}
-        data = spec.model_dump(mode="python")
-        data.update(sweep=sweep, duration=self.duration, presets={}, repeat=self.repeat)
+        sweep = {key: list(getattr(self, f)) for f, key in keys.items()}
         try:
-            trial = Loaded(StudyFile.model_validate(data), loaded.path, loaded.text, loaded.doc,
-                           spec)
+            trial = Loaded(spec.model_copy(update={"sweep": sweep, "duration": self.duration,
+                                                   "repeat": self.repeat, "presets": {}}),
+                           loaded.path, loaded.text, loaded.doc, spec)
             check(trial)
         except (InputError, ValidationError) as exc:
             text = str(exc)
@@ -107,10 +106,10 @@ class FileStudy(Study):
     def resolved(cls, cfg: Any) -> Loaded:
         """The file with this configuration's sweep and duration, checked again."""
         spec = cls.loaded.spec
-        data = spec.model_dump(mode="python")
-        data.update(sweep=cls.sweep(cfg), duration=cfg.duration, repeat=cfg.repeat, presets={})
-        out = Loaded(StudyFile.model_validate(data), cls.loaded.path, cls.loaded.text,
-                     cls.loaded.doc, spec)
+        # the file was validated once; the configuration's values were validated by it
+        out = Loaded(spec.model_copy(update={"sweep": cls.sweep(cfg), "duration": cfg.duration,
+                                             "repeat": cfg.repeat, "presets": {}}),
+                     cls.loaded.path, cls.loaded.text, cls.loaded.doc, spec)
         check(out)
         return out
 

@@ -1,0 +1,295 @@
+"""Study files without root: the schema, line-numbered errors on bad files,
+plan expansion, the pure metrics on captured output, and claims judged on
+stored records (a real quick run of the failover study, tests/data/failover_run)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from nslab.errors import InputError
+from nslab.experiments.filestudy import analysis
+from nslab.experiments.filestudy.cli import schema
+from nslab.experiments.filestudy.model import ClaimSpec
+from nslab.experiments.filestudy.records import SCHEMA
+from nslab.experiments.filestudy.spec import load
+from nslab.experiments.filestudy.study import study_class
+from nslab.iperf import parse
+from nslab.probe import outage, parse_arrivals
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(ROOT, "tests", "data")
+FAILOVER = os.path.join(ROOT, "studies", "ecmp-failover.yaml")
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+
+MINIMAL = """\
+name: minimal
+title: One iperf flow on a pair, its rate halved mid-way
+topology:
+  ready: pair
+duration: 4
+traffic:
+  - {id: tcp, kind: iperf-tcp, src: h1, dst: h2}
+events:
+  - {at: 2, do: link-rate, link: [h1, h2], rate: 50M}
+metrics:
+  - {metric: goodput, flow: tcp, name: before, window: [0, 2]}
+  - {metric: goodput, flow: tcp, name: after, window: [2, 4]}
+claims:
+  - claim: halving the rate lowers goodput
+    value: after
+    versus: {where: {repeat: 0}}
+    lower: true
+repeat: 2
+"""
+
+
+def write(tmp_path, text, name="study.yaml"):
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def error_of(tmp_path, text):
+    with pytest.raises(InputError) as exc:
+        load(write(tmp_path, text))
+    msg = str(exc.value)
+    assert "\n" not in msg
+    return msg
+
+
+# -- the schema --------------------------------------------------------------------------
+def test_the_shipped_schema_is_the_models():
+    with open(os.path.join(ROOT, "docs", "study.schema.json")) as f:
+        shipped = json.load(f)
+    assert shipped == schema(), "regenerate: nslab study schema > docs/study.schema.json"
+
+
+def test_the_shipped_study_validates_against_the_published_schema():
+    import jsonschema
+    import yaml
+    with open(FAILOVER) as f:
+        doc = yaml.safe_load(f)
+    jsonschema.validate(doc, schema())
+    bad = dict(doc, traffic=[{"id": "x", "kind": "carrier-pigeon", "src": "a", "dst": "b"}])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema())
+
+
+# -- plans -------------------------------------------------------------------------------
+def test_the_failover_study_plans_two_labs_and_every_combination():
+    cls = study_class(FAILOVER)
+    study = cls()
+    cfg = cls.Config.preset("default")
+    points = study.points(cfg)
+    assert len(points) == 2 * 3 * 2 * 3  # bfd x failure x policy x repeat
+    assert set(study.labs(cfg)) == {"bfd=False", "bfd=True"}
+    # grouped by lab: each lab is built once
+    keys = [study.lab_key(cfg, p) for p in points]
+    assert keys == sorted(keys, key=keys.index) and keys[0] != keys[-1]
+    quick = cls.Config.preset("quick")
+    assert len(study.points(quick)) == 2 * 2 * 1 * 2 and quick.duration == 5
+    labs, n, seconds = cls.estimate(quick)
+    assert (labs, n) == (2, 8) and 60 < seconds < 300
+
+
+def test_a_command_line_value_is_checked_against_the_file():
+    cls = study_class(FAILOVER)
+    cfg = cls.Config.preset("quick", vars_failure=["bgpd-killed"])
+    assert cls.sweep(cfg)["vars.failure"] == ["bgpd-killed"]
+    cfg = cls.Config.preset("quick", topology_bfd=["true"])  # as --topology-bfd true gives it
+    assert cls.sweep(cfg)["topology.bfd"] == [True]
+    with pytest.raises(InputError, match="after the traffic ends"):
+        cls.Config.preset("default", duration=1)
+    with pytest.raises(InputError, match="not a duration|greater than 0"):
+        cls.Config.preset("default", duration=-3)
+
+
+def test_needs_name_netem_only_when_an_event_uses_it(tmp_path):
+    cls = study_class(write(tmp_path, MINIMAL))
+    assert "netem" not in cls().needs(cls.Config.preset())
+    text = MINIMAL.replace("do: link-rate, link: [h1, h2], rate: 50M",
+                           "do: link-netem, link: [h1, h2], delay: 20ms")
+    cls = study_class(write(tmp_path, text, "netem.yaml"))
+    assert "netem" in cls().needs(cls.Config.preset())
+
+
+# -- bad input: one line naming file, line and field --------------------------------------
+def test_an_unknown_node_names_the_line(tmp_path):
+    msg = error_of(tmp_path, MINIMAL.replace("src: h1, dst: h2", "src: h1, dst: h9"))
+    assert msg.startswith(str(tmp_path / "study.yaml") + ":7: traffic.0.dst: unknown node 'h9'")
+
+
+def test_an_unknown_metric_is_refused_with_the_known_ones(tmp_path):
+    msg = error_of(tmp_path, MINIMAL.replace("{metric: goodput, flow: tcp, name: before,",
+                                             "{metric: jitter, flow: tcp, name: before,"))
+    assert ":11: metrics.0" in msg and "'jitter'" in msg and "'goodput'" in msg
+
+
+def test_an_event_after_the_traffic_ends(tmp_path):
+    msg = error_of(tmp_path, MINIMAL.replace("{at: 2, do:", "{at: 4.5, do:"))
+    assert ":9: events.0.at: at 4.5 s is after the traffic ends (4 s)" in msg
+
+
+def test_a_sweep_over_a_field_that_does_not_exist(tmp_path):
+    msg = error_of(tmp_path, MINIMAL + "sweep:\n  topology.colour: [red]\n")
+    assert "sweep['topology.colour']: pair has no option 'colour'" in msg
+    assert msg.split(":")[1] == "20"
+    msg = error_of(tmp_path, MINIMAL + "sweep:\n  speed: [1, 2]\n")
+    assert "unknown sweep key 'speed'" in msg
+
+
+def test_a_sysctl_the_host_shares_is_refused_in_a_sweep(tmp_path):
+    msg = error_of(tmp_path, MINIMAL + "sweep:\n  sysctl.h1.vm.swappiness: [10]\n")
+    assert "sysctl.NODE.KEY" in msg and "vm.swappiness" in msg
+
+
+def test_a_flow_that_a_metric_cannot_measure(tmp_path):
+    msg = error_of(tmp_path, MINIMAL.replace("{metric: goodput, flow: tcp, name: before, "
+                                             "window: [0, 2]}",
+                                             "{metric: outage, flow: tcp, name: before}"))
+    assert "metrics.0.flow: outage measures probe flows; tcp is iperf-tcp" in msg
+
+
+def test_a_claim_on_a_value_nobody_measures(tmp_path):
+    msg = error_of(tmp_path, MINIMAL.replace("value: after", "value: during"))
+    assert ":15: claims.0.value: unknown value 'during' (values: after, before)" in msg
+
+
+def test_a_python_topology_is_refused(tmp_path):
+    text = MINIMAL.replace("  ready: pair", "  file: evil.py")
+    msg = error_of(tmp_path, text)
+    assert ":4: topology.file: 'evil.py': a topology file here must be YAML" in msg
+
+
+def test_shell_text_in_a_name_goes_nowhere(tmp_path):
+    msg = error_of(tmp_path, MINIMAL.replace("id: tcp, kind", "id: 'x; rm -rf /', kind"))
+    assert "traffic.0.id" in msg and "not a name" in msg
+
+
+def test_a_when_on_a_key_that_is_not_swept(tmp_path):
+    msg = error_of(tmp_path, MINIMAL.replace("{at: 2, do:", "{at: 2, when: {vars.x: 1}, do:"))
+    assert "events.0.when['vars.x']: vars.x is not a sweep key" in msg
+
+
+def test_a_daemon_event_on_a_node_without_frr(tmp_path):
+    msg = error_of(tmp_path, MINIMAL.replace("do: link-rate, link: [h1, h2], rate: 50M",
+                                             "do: daemon-kill, node: h1, daemon: bgpd"))
+    assert "events.0.node: h1 runs no FRR" in msg
+
+
+def test_the_cli_check_is_one_line_and_exit_1_on_a_bad_file(tmp_path):
+    bad = write(tmp_path, MINIMAL.replace("dst: h2", "dst: h9"))
+    res = subprocess.run([NSLAB, "study", "check", bad], capture_output=True, text=True)
+    assert res.returncode != 0 and len(res.stderr.strip().splitlines()) == 1
+    assert "unknown node 'h9'" in res.stderr
+    res = subprocess.run([NSLAB, "study", "check", FAILOVER, "--preset", "quick"],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "8 trials of 5 s on 2 lab(s)" in res.stdout and "needs: frr" in res.stdout
+
+
+# -- pure metrics on captured output -----------------------------------------------------
+def test_probe_outage_on_a_captured_blackhole():
+    with open(os.path.join(DATA, "studyfiles", "probe-arrivals-blackhole.txt")) as f:
+        arrivals = parse_arrivals(f.read())
+    o = outage(arrivals, sent=1000, rate=200)
+    assert o.received == len(arrivals) == 405 and o.lost == 595
+    # the hold timer (3 s after the last keepalive): between 2 and 3.1 s without a probe
+    assert 2000 < o.gap_ms < 3100
+
+
+def test_probe_outage_edges():
+    assert outage([], 100, 100).gap_ms == 1000.0
+    full = [(i, i * 0.01) for i in range(100)]
+    assert outage(full, 100, 100).gap_ms == pytest.approx(10.0)
+    tail_lost = full[:50]
+    # 50 lost at the end: from the last arrival to where probe 100 would have come
+    assert outage(tail_lost, 100, 100).gap_ms == pytest.approx(510.0)
+    dup = full + [(5, 0.051)]
+    assert outage(dup, 100, 100).received == 100
+
+
+def test_ping_latency_percentiles():
+    with open(os.path.join(DATA, "ping", "ping-D-loopback.txt")) as f:
+        lat = analysis.ping_latency(f.read())
+    assert lat["loss_pct"] == 0.0
+    assert 0 < lat["p50_ms"] <= lat["p90_ms"] <= lat["p99_ms"] <= lat["max_ms"] < 1
+
+
+def test_iperf_series_uses_the_sum_line_of_each_second():
+    with open(os.path.join(DATA, "iperf", "tcp_client_P4_i1.txt")) as f:
+        rep = parse(f.read())
+    series = analysis.iperf_series(rep)
+    assert len(series) >= 5
+    # two 100 Mbit/s uplinks before the blackhole at 1.5 s (the sender's first
+    # second also counts what filled its socket buffer)
+    assert 150e6 < series[0] < 260e6
+    assert series[2] < 120e6  # one uplink left, and no more
+    assert analysis.window_mean([1.0, 2.0, 3.0, 4.0], (1, 3)) == 2.5
+    assert analysis.window_mean([1.0, 2.0], None) == 1.5
+
+
+def test_convergence_from_route_samples():
+    with open(os.path.join(DATA, "studyfiles", "samples-blackhole.json")) as f:
+        samples = json.load(f)
+    (name, rows), = samples["routes"].items()
+    at = samples["events"][0]["done_at"]
+    c = analysis.convergence([tuple(r) for r in rows], 2, at)
+    assert 2000 < c["withdrawn_ms"] < 3100 and c["restored_ms"] is None
+    assert analysis.convergence([(0.0, 2), (1.0, 1), (1.5, 2)], 2, 0.5) == {
+        "withdrawn_ms": 500.0, "restored_ms": 1000.0}
+    assert analysis.convergence([(0.0, 2)], 2, None)["withdrawn_ms"] is None
+
+
+# -- claims on stored records ------------------------------------------------------------
+def records():
+    return SCHEMA.load(os.path.join(DATA, "failover_run"))
+
+
+def test_claims_on_the_stored_failover_run():
+    recs = records()
+    assert len(recs) == 8
+    below = ClaimSpec(claim="c", value="outage-probe.gap_ms",
+                      where={"vars.failure": "link-down"}, below=300)
+    assert analysis.judge_claim(below, recs).verdict == "agrees"
+    wrong = ClaimSpec(claim="c", value="outage-probe.gap_ms",
+                      where={"vars.failure": "link-down"}, above=1000)
+    assert analysis.judge_claim(wrong, recs).verdict == "disagrees"
+    bfd = ClaimSpec(claim="c", value="outage-probe.gap_ms",
+                    where={"vars.failure": "blackhole", "topology.bfd": False},
+                    versus={"where": {"topology.bfd": True}}, higher=True)
+    c = analysis.judge_claim(bfd, recs)
+    assert c.verdict == "agrees" and "Welch" in c.measured
+    none = ClaimSpec(claim="c", value="outage-probe.gap_ms",
+                     where={"vars.failure": "bgpd-killed"}, below=1000)
+    assert analysis.judge_claim(none, recs).verdict == "undecided"
+    one = ClaimSpec(claim="c", value="outage-probe.gap_ms",
+                    where={"vars.failure": "link-down", "topology.bfd": True, "repeat": 0},
+                    below=1000)
+    c = analysis.judge_claim(one, recs)
+    assert c.verdict == "undecided" and "one sample" in c.why
+    same = ClaimSpec(claim="c", value="outage-probe.gap_ms", where={"vars.failure": "link-down",
+                     "topology.bfd": False}, versus={"where": {"topology.bfd": True}},
+                     same_within=5.0)
+    assert analysis.judge_claim(same, recs).verdict in ("agrees", "undecided")
+
+
+def test_a_claim_needs_exactly_one_test():
+    with pytest.raises(ValueError, match="exactly one"):
+        ClaimSpec(claim="c", value="v", below=1, above=0)
+    with pytest.raises(ValueError, match="versus"):
+        ClaimSpec(claim="c", value="v", higher=True)
+
+
+def test_the_report_redraws_from_the_stored_run(tmp_path):
+    import shutil
+    run = tmp_path / "run"
+    shutil.copytree(os.path.join(DATA, "failover_run"), run)
+    res = subprocess.run([NSLAB, "report", str(run)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    md = (run / "report.md").read_text()
+    assert "| agrees |" in md and "outage-probe.gap_ms" in md
+    assert (run / "plots.png").exists() and (run / "report.html").exists()
