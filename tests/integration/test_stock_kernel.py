@@ -184,3 +184,43 @@ def test_bench_generator_measures_the_kernel_pktgen_anchor(tmp_path):
     ratio = row["udp_pps"] / row["kernel_pktgen_pps"]
     assert f"{ratio:.2f}x" in res.stdout, res.stdout
     assert kernel_pktgen_present() == before
+
+
+@needs("netem", "ping")
+def test_a_study_file_adds_netem_mid_trial_and_takes_it_away(tmp_path):
+    """A study file's `link-netem` event where the kernel has netem (refused in
+    one line on a kernel without it: tests/smoke/test_study_files_smoke.py)."""
+    study = tmp_path / "delay.yaml"
+    study.write_text(textwrap.dedent("""\
+        name: delay-step
+        title: 25 ms each way from the second second
+        topology:
+          ready: pair
+        duration: 4
+        settle: 0
+        traffic:
+          - {id: ping, kind: ping, src: h1, dst: h2, interval: 0.05}
+        events:
+          - {at: 2, do: link-netem, link: [h1, h2], delay: 25ms}
+        metrics:
+          - {metric: latency, flow: ping}
+        claims:
+          - {claim: "the delay shows in the slowest round trips", value: latency-ping.p90_ms,
+             above: 40}
+        repeat: 2
+        """))
+    res = subprocess.run([NSLAB, "--results", str(tmp_path / "r"), "run", str(study)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    (run,) = (tmp_path / "r" / "delay-step").iterdir()
+    import json
+    recs = [json.loads(l) for l in open(run / "records.jsonl")]
+    assert len(recs) == 2
+    for r in recs:
+        v = r["measurements"]["values"]
+        assert v["latency-ping.p50_ms"] is not None and v["latency-ping.max_ms"] >= 45, v
+        assert v["latency-ping.p50_ms"] < v["latency-ping.p90_ms"], v
+    # the second trial started with the netem taken away: its first round trips are fast
+    raw = sorted((run / "raw").glob("*repeat=1-ping.txt"))[0].read_text()
+    first = [float(x) for x in re.findall(r"time=([\d.]+) ms", raw)][:10]
+    assert max(first) < 10, first
