@@ -99,6 +99,10 @@ class Daemon:
     def extra_args(self) -> List[str]:
         return []
 
+    def pid(self) -> Optional[int]:
+        """The running daemon's pid, from its pid file (None if there is none)."""
+        return _read_pid(self.pid_path)
+
     def check(self) -> None:
         """Dry-run the config (``-C``); raise naming node, daemon, file and FRR's message."""
         proc = self.node.popen(self.argv(dry_run=True), name=f"{self.NAME}-check")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional
 
 from nslab.errors import ReadinessError
 from nslab.extension import Extension
+from nslab.proc import wait_path
 
 from .daemon import Bfdd, Bgpd, Daemon, Zebra, _chown_frr
 
@@ -71,7 +72,7 @@ class FrrRouter:
         for d in self.daemons:
             d.start()
             if d.NAME == "zebra":
-                _wait_path(d.zserv_path, 10, f"{self.node.name}: zebra socket")
+                wait_path(d.zserv_path, 10, f"{self.node.name}: zebra socket")
 
     def stop(self) -> None:
         for d in reversed(self.daemons):
@@ -83,14 +84,6 @@ class FrrRouter:
     def vtysh(self, command: str) -> str:
         return self.node.run(["vtysh", "--vty_socket", self.dir, "-c", command], check=False,
                              timeout=20).stdout
-
-
-def _wait_path(path: str, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise ReadinessError(f"{what} did not appear within {timeout} s ({path})")
-        time.sleep(0.02)
 
 
 class FrrExtension(Extension):

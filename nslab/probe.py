@@ -9,6 +9,7 @@ binds the address it is given, never every address.
 from __future__ import annotations
 
 import argparse
+import signal
 import socket
 import struct
 import sys
@@ -56,14 +57,17 @@ def receive(address: str, port: int, duration: float, out_path: str,
         open(ready_path, "w").close()
     end = time.monotonic() + duration
     got: List[Tuple[int, float]] = []
-    while True:
+    stop = []
+    # SIGTERM ends the recording early (the sender is done): what arrived is kept
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
+    while not stop:
         left = end - time.monotonic()
         if left <= 0:
             break
-        sock.settimeout(min(left, 0.5))
+        sock.settimeout(min(left, 0.1))
         try:
             data = sock.recv(64)
-        except socket.timeout:
+        except (socket.timeout, InterruptedError):
             continue
         if len(data) >= _SIZE:
             got.append((struct.unpack(_FMT, data[:_SIZE])[0], time.monotonic()))

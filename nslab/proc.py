@@ -245,3 +245,13 @@ def pids_with_tag(run_id: Optional[str] = None) -> Dict[int, str]:
         if rid is not None and (run_id is None or rid == run_id):
             found[proc.pid] = rid
     return found
+
+
+def wait_path(path: str, timeout: float, what: str) -> None:
+    """Wait until ``path`` exists (a socket, a ready file); raise naming ``what``."""
+    from .errors import ReadinessError
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise ReadinessError(f"{what} did not appear within {timeout} s ({path})")
+        time.sleep(0.02)

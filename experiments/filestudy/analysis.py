@@ -30,6 +30,32 @@ def ping_latency(text: str) -> Dict[str, Optional[float]]:
     return out
 
 
+def _last_json(text: str) -> Dict[str, Any]:
+    import json
+    for line in reversed(text.strip().splitlines()):
+        try:
+            out = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(out, dict):
+            return out
+    return {}
+
+
+def pktgen_delivery(send_out: str, sink_out: str, duration: float) -> Dict[str, Optional[float]]:
+    """nslab-pktgen's sender and sink reports (a JSON line each): frames sent,
+    received, the loss and the received rate."""
+    sent = _last_json(send_out).get("sent")
+    sink = _last_json(sink_out)
+    got = sink.get("received") if sink.get("mode") == "recv" else None
+    lat = (sink.get("latency_us") or {}).get("avg") if got else None
+    return {"sent": None if sent is None else float(sent),
+            "received": None if got is None else float(got),
+            "loss_pct": (100.0 * (sent - got) / sent) if sent and got is not None else None,
+            "pps": None if got is None else got / duration,
+            "latency_avg_us": lat}
+
+
 def iperf_series(rep: Any) -> List[float]:
     """Bit/s per 1-s interval of an :class:`nslab.iperf.IperfReport`, in time order: the SUM line's when iperf printed
     one per interval (several streams), else the streams' rates added."""

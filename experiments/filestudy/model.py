@@ -121,7 +121,18 @@ class Ping(_Flow):
     interval: Annotated[float, Field(ge=0.002, le=60, description="s")] = 0.05
 
 
-Flow = Annotated[Union[IperfTcp, IperfUdp, Probe, Ping], Field(discriminator="kind")]
+class Pktgen(_Flow):
+    """nslab's packet generator (UDP sockets, sequence numbers and timestamps)
+    at a fixed frame rate and size; its sink counts what arrived."""
+
+    kind: Literal["pktgen"]
+    rate: Annotated[float, Field(gt=0, le=10_000_000, description="frames per second")]
+    size: Annotated[StrictInt, Field(ge=64, le=1518, description="Ethernet frame bytes")] = 64
+    count: Optional[Annotated[StrictInt, Field(ge=1, le=10**10)]] = Field(
+        None, description="frames to send (default: rate x duration)")
+
+
+Flow = Annotated[Union[IperfTcp, IperfUdp, Probe, Ping, Pktgen], Field(discriminator="kind")]
 
 
 # -- events -----------------------------------------------------------------------------
@@ -266,6 +277,14 @@ class Latency(_Metric):
     flow: Ident
 
 
+class Delivery(_Metric):
+    """A pktgen flow: ``sent``, ``received``, ``loss_pct``, ``pps`` (received
+    per second of traffic) and ``latency_avg_us`` (one-way, same clock)."""
+
+    metric: Literal["delivery"]
+    flow: Ident
+
+
 class Convergence(_Metric):
     """Route convergence at ``node`` for ``prefix``: ``withdrawn_ms`` (from the
     first event until a nexthop is gone) and ``restored_ms`` (until all the
@@ -296,13 +315,14 @@ class Links(_Metric):
     node: NodeName
 
 
-Metric = Annotated[Union[Goodput, Outage, Latency, Convergence, Cpu, Links],
+Metric = Annotated[Union[Goodput, Outage, Latency, Delivery, Convergence, Cpu, Links],
                    Field(discriminator="metric")]
 
 #: the values each metric kind records (``NAME.VALUE``; goodput records ``NAME``)
 METRIC_VALUES: Dict[str, Tuple[str, ...]] = {
     "goodput": ("",), "outage": ("gap_ms", "lost", "loss_pct"),
     "latency": ("p50_ms", "p90_ms", "p99_ms", "max_ms", "loss_pct"),
+    "delivery": ("sent", "received", "loss_pct", "pps", "latency_avg_us"),
     "convergence": ("withdrawn_ms", "restored_ms"), "cpu": ("cpu_pct",), "links": ()}
 
 
@@ -411,6 +431,9 @@ class StudyFile(StrictModel):
     events: List[Event] = Field(default_factory=list, max_length=256)
     sweep: Dict[str, Annotated[List[Scalar], Field(min_length=1, max_length=1000)]] = \
         Field(default_factory=dict, description="key: values (see the docs for the keys)")
+    exclude: List[Dict[str, Scalar]] = Field(
+        default_factory=list, max_length=256,
+        description="combinations not to run: each a {KEY: value} a point must not match")
     repeat: Annotated[StrictInt, Field(ge=1, le=1000)] = 3
     metrics: List[Metric] = Field(min_length=1, max_length=128)
     plots: List[Plot] = Field(default_factory=list, max_length=32)

@@ -17,10 +17,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from nslab.errors import LabError, ReadinessError
-from nslab.proc import run
+from nslab.proc import run, wait_path
 
 from . import analysis
-from .model import (Convergence, Cpu, DaemonCont, DaemonKill, DaemonStart, DaemonStop,
+from .model import (Convergence, Cpu, DaemonCont, Delivery, Pktgen, DaemonKill, DaemonStart, DaemonStop,
                     Goodput, IperfTcp, IperfUdp, Latency, LinkBlackhole, LinkDown, LinkNetem,
                     LinkRate, LinkRestore, LinkUp, Links, Outage, Probe, SetSysctl)
 from .spec import Loaded, address_of, link_ends, metric_name
@@ -71,7 +71,7 @@ class FileRunner:
                 down.append(f"{n}: no BFD peers yet")
         return down
 
-    def wait_rest(self, timeout: float = 90.0, stable: float = 2.0) -> float:
+    def wait_rest(self, timeout: float = 90.0, stable: float = 1.0) -> float:
         """Wait until the routes are the baseline's (or, before there is one,
         every routing node has a route to every other's networks and nothing
         changed for ``stable`` s) and every BFD session is up."""
@@ -133,7 +133,8 @@ class FileRunner:
                     fn()
                 except Exception as exc:  # noqa: BLE001 - undo all, then complain
                     log.warning("undoing an event: %s", exc)
-        rec_out = {fid: _finish(p, stop=not fid.startswith("probe:")) for fid, p in servers.items()}
+        time.sleep(0.2)  # the last probes in flight
+        rec_out = {fid: _finish(p) for fid, p in servers.items()}
         raw, m, invalid = self._collect(tag, outputs, rec_out, samplers, done)
         if self.bgp_nodes:
             back = self.wait_rest()
@@ -177,14 +178,21 @@ class FileRunner:
                                    enhanced=False, extra=["-i", "1"])
                 procs[f.id] = node.popen(argv, name=f"iperf-server-{f.id}")
                 wait_listening(node, port=port, udp=isinstance(f, IperfUdp))
+            elif isinstance(f, Pktgen):
+                from nslab.pktgen import pktgen_path
+                argv = [pktgen_path(), "recv", "--port", str(port), "--duration",
+                        f"{self.spec.duration + 1:g}"]
+                procs["probe:" + f.id] = node.popen(argv, name=f"pktgen-sink-{f.id}")
+                if "ready" not in procs["probe:" + f.id].popen.stdout.readline():
+                    raise ReadinessError(f"the pktgen sink of {f.id} did not start")
             elif isinstance(f, Probe):
                 out = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
                 ready = out + ".ready"
                 argv = [sys.executable, "-m", "nslab.probe", "recv", "--bind", self._addr(f),
-                        "--port", str(port), "--duration", f"{self.spec.duration + 3:g}",
+                        "--port", str(port), "--duration", f"{self.spec.duration + 1:g}",
                         "--out", out, "--ready", ready]
                 procs["probe:" + f.id] = node.popen(argv, name=f"probe-recv-{f.id}")
-                _wait_file(ready, 10, f"the probe receiver of {f.id}")
+                wait_path(ready, 10, f"the probe receiver of {f.id}")
                 os.unlink(ready)
         return procs
 
@@ -205,6 +213,12 @@ class FileRunner:
                 argv = [sys.executable, "-m", "nslab.probe", "send", "--to", self._addr(f),
                         "--port", str(port), "--sport", str(port), "--rate", f"{f.rate:g}",
                         "--duration", f"{duration:g}"]
+            elif isinstance(f, Pktgen):
+                from nslab.pktgen import pktgen_path
+                count = f.count or int(round(f.rate * duration))
+                argv = [pktgen_path(), "send", "--dst", self._addr(f), "--port", str(port),
+                        "--size", str(f.size), "--rate", f"{f.rate:g}", "--duration",
+                        f"{duration:g}", "--count", str(count), "--mode", "udp"]
             else:
                 argv = ["ping", "-n", "-D", "-i", f"{f.interval:g}", "-w", f"{duration:g}",
                         self._addr(f)]
@@ -234,7 +248,7 @@ class FileRunner:
                 self._reap(d, self._killed.pop(target))
                 d.start()
             return target
-        pid = _read_pid(d.pid_path)
+        pid = d.pid()
         if pid is None or not pid_running(pid):
             raise LabError(f"{target} is not running (pid file {d.pid_path})")
         if isinstance(ev, DaemonKill):
@@ -332,6 +346,7 @@ class FileRunner:
         raw: List[str] = []
         invalid: List[str] = []
         flows: Dict[str, Dict[str, Any]] = {}
+        duration = float(self.spec.duration)
         for f in self.spec.traffic:
             res = outputs[f.id]
             path = self.store.raw_path(f"{tag}-{f.id}.txt")
@@ -359,6 +374,16 @@ class FileRunner:
                 flows[f.id] = {"outage": o}
                 if not sent:
                     invalid.append(f"probe {f.id} sent nothing")
+            elif isinstance(f, Pktgen):
+                spath = self.store.raw_path(f"{tag}-{f.id}-sink.txt")
+                with open(spath, "w") as fh:
+                    fh.write(receivers["probe:" + f.id].stdout)
+                raw.append(spath)
+                d = analysis.pktgen_delivery(res.stdout, receivers["probe:" + f.id].stdout,
+                                             duration)
+                flows[f.id] = {"delivery": d}
+                if d["sent"] is None or d["received"] is None:
+                    invalid.append(f"pktgen {f.id}: no report from the sender or the sink")
             else:
                 flows[f.id] = {"latency": analysis.ping_latency(res.stdout)}
             if isinstance(f, (IperfTcp, IperfUdp)) and not flows[f.id]["series"]:
@@ -367,7 +392,6 @@ class FileRunner:
         series: Dict[str, List[float]] = {}
         links: Dict[str, Dict[str, int]] = {}
         first_event = min((d["done_at"] for d in done), default=None)
-        duration = float(self.spec.duration)
         for m in self.spec.metrics:
             name = metric_name(m)
             if isinstance(m, Goodput):
@@ -379,6 +403,8 @@ class FileRunner:
                 o = flows[m.flow]["outage"]
                 values.update({f"{name}.gap_ms": o.gap_ms, f"{name}.lost": float(o.lost),
                                f"{name}.loss_pct": o.loss_pct})
+            elif isinstance(m, Delivery):
+                values.update({f"{name}.{k}": v for k, v in flows[m.flow]["delivery"].items()})
             elif isinstance(m, Latency):
                 values.update({f"{name}.{k}": v for k, v in flows[m.flow]["latency"].items()})
             elif isinstance(m, Convergence):
@@ -515,28 +541,17 @@ def _short(v: Optional[float]) -> str:
     return f"{v / 1e6:.0f}M" if abs(v) >= 1e5 else f"{v:.1f}"
 
 
-def _read_pid(path: str) -> Optional[int]:
-    try:
-        with open(path) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def _finish(proc: Any, stop: bool) -> Any:
-    """A receiver's output: a server is stopped (it would serve on), a probe
-    receiver ends by itself after its duration."""
+def _finish(proc: Any) -> Any:
+    """A receiver's output once the senders are done: stopped (an iperf server
+    would serve on; a probe receiver writes what arrived on SIGTERM); a pktgen
+    sink ends by its own duration."""
     from nslab.proc import Result
-    if not stop:
+    argv = " ".join(proc.argv)
+    if "nslab-pktgen" in argv:
         return proc.wait(timeout=30)
-    proc.stop(grace=1.0)
-    out, err = proc.popen.communicate()
+    if "nslab.probe" in argv:
+        proc.popen.terminate()
+    else:
+        proc.stop(grace=1.0)
+    out, err = proc.popen.communicate(timeout=30)
     return Result(proc.argv, proc.popen.returncode, out or "", err or "")
-
-
-def _wait_file(path: str, timeout: float, what: str) -> None:
-    end = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > end:
-            raise ReadinessError(f"{what} did not start within {timeout:.0f} s")
-        time.sleep(0.02)

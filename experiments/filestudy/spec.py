@@ -27,8 +27,8 @@ from pydantic import ValidationError
 from nslab.errors import InputError, TopologyError
 from nslab.topo import Topology
 
-from .model import (METRIC_VALUES, Convergence, Goodput, IperfTcp, IperfUdp, Ping, Probe,
-                    StudyFile, _DaemonEvent, _LinkEvent)
+from .model import (METRIC_VALUES, Convergence, Goodput, IperfTcp, IperfUdp, Ping, Pktgen,
+                    Probe, StudyFile, _DaemonEvent, _LinkEvent)
 
 log = logging.getLogger(__name__)
 
@@ -365,7 +365,8 @@ def _check_times(loaded: Loaded) -> None:
 def _check_metrics(loaded: Loaded) -> None:
     spec = loaded.spec
     seen: Dict[str, int] = {}
-    want = {"goodput": (IperfTcp, IperfUdp), "outage": (Probe,), "latency": (Ping,)}
+    want = {"goodput": (IperfTcp, IperfUdp), "outage": (Probe,), "latency": (Ping,),
+            "delivery": (Pktgen,)}
     for i, m in enumerate(spec.metrics):
         name = metric_name(m)
         if name in seen:
@@ -413,6 +414,12 @@ def _check_selections(loaded: Loaded) -> None:
             if m is None or m.metric != want:
                 raise loaded.fail(("plots", i, "metric"),
                                   f"{metric!r} is not a {want} metric of this study")
+    for i, ex in enumerate(spec.exclude):
+        if not ex:
+            raise loaded.fail(("exclude", i), "an empty exclusion would exclude everything")
+        for k, v in ex.items():
+            if k not in loaded.when_values:
+                raise loaded.fail(("exclude", i, k), f"{k} is not a sweep key")
     for name, preset in spec.presets.items():
         for k in preset.sweep:
             if k not in spec.sweep:

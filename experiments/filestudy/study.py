@@ -124,6 +124,9 @@ class FileStudy(Study):
             out.add("tool:iperf")
         if any(f.kind == "ping" for f in lo.spec.traffic):
             out.add("tool:ping")
+        if any(f.kind == "pktgen" for f in lo.spec.traffic):
+            from nslab.pktgen import pktgen_path
+            pktgen_path()  # not built: one line saying how, before anything is built
         if any(isinstance(e, LinkNetem) for e in lo.spec.events):
             out.add("netem")
         return sorted(out)
@@ -139,7 +142,12 @@ class FileStudy(Study):
     def points(self, cfg: Any) -> List[Dict[str, Any]]:
         """Every sweep combination for each repeat (shuffled after the first, seeded);
         grouped by lab so each lab is built once."""
-        pts = expand(self.sweep(cfg), cfg.repeat)
+        from .analysis import matches
+        excluded = self.loaded.spec.exclude
+        pts = [p for p in expand(self.sweep(cfg), cfg.repeat)
+               if not any(matches(p, ex) for ex in excluded)]
+        if not pts:
+            raise InputError(f"{self.loaded.path}: exclude leaves no point to measure")
         order = list(self.labs(cfg))
         return sorted(pts, key=lambda p: order.index(self.lab_key(cfg, p)))
 

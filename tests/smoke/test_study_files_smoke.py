@@ -29,6 +29,7 @@ traffic:
   - {id: tcp, kind: iperf-tcp, src: h1, dst: h2}
   - {id: probe, kind: probe, src: h1, dst: h2, rate: 100}
   - {id: ping, kind: ping, src: h2, dst: h1, interval: 0.1}
+  - {id: frames, kind: pktgen, src: h2, dst: h1, rate: 1000, size: 128}
 events:
   - {at: 2, do: link-rate, link: [h1, h2], rate: 50M}
 metrics:
@@ -36,6 +37,7 @@ metrics:
   - {metric: goodput, flow: tcp, name: after, window: [2.5, 4]}
   - {metric: outage, flow: probe}
   - {metric: latency, flow: ping}
+  - {metric: delivery, flow: frames}
   - {metric: cpu, node: h1}
   - {metric: links, node: h1}
 plots:
@@ -71,6 +73,7 @@ def test_a_minimal_study_file_end_to_end(tmp_path):
         assert 35 < v["after"] < 60, v             # then 50 Mbit/s
         assert v["outage-probe.lost"] < 20 and v["latency-ping.p50_ms"] is not None
         assert v["cpu-h1.cpu_pct"] > 0
+        assert v["delivery-frames.sent"] == 4000 and v["delivery-frames.loss_pct"] < 5, v
         assert r["measurements"]["links"]["links-h1"]["h1-eth0"] > 1e6
         (ev,) = r["measurements"]["events"]
         assert ev["do"] == "link-rate" and abs(ev["done_at"] - 2) < 0.5
