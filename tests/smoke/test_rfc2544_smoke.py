@@ -48,7 +48,8 @@ def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
 
 
 def test_back_to_back_bridge_end_to_end(tmp_path):
-    run, records = run_quick(tmp_path, "--dut", "bridge", "--tests", "back-to-back")
+    run, records = run_quick(tmp_path, "--dut", "bridge", "--tests", "back-to-back",
+                             "--frame-sizes", "64,1518")
     recs = {r["params"]["frame"]: r["measurements"] for r in records}
     assert set(recs) == {64, 1518}
     for frame, m in recs.items():

@@ -66,8 +66,15 @@ def test_the_load_sweep_uses_the_papers_rates_for_64_bytes():
     assert loads(1518, 8127.0, True, True, [10]) == [812.7, 4063.5, 7314.3, 8939.7]
 
 
+def test_the_quick_preset_measures_64_byte_frames_only():
+    """The demo's budget: at 1518 bytes both DUTs forward line rate; the
+    default preset measures every size."""
+    assert Rfc2544Config.preset("quick").frame_sizes == [64]
+    assert 1518 in Rfc2544Config.preset("default").frame_sizes
+
+
 def test_one_lab_per_dut_and_the_points_in_order():
-    cfg = Rfc2544Config.preset("quick", duts=["router", "ovs"])
+    cfg = Rfc2544Config.preset("quick", duts=["router", "ovs"], frame_sizes=[64, 1518])
     study = Rfc2544Study()
     assert list(study.labs(cfg)) == ["router", "ovs"]
     pts = study.points(cfg)
