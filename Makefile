@@ -11,7 +11,7 @@ KERNEL_PKG ?= linux-image-amd64
 .PHONY: setup system venv demo test test-host test-kernel kernel-setup unit clean-lab help
 
 help:
-	@echo "make demo         set up everything missing, then run the quick reproduction of the three studies"
+	@echo "make demo         set up everything missing, then run the quick reproduction of the four studies"
 	@echo "make test         set up everything missing, then run the whole suite: the host tier, then"
 	@echo "                  the stock-kernel tier (QEMU guests on $(KERNEL_PKG), two boxes with real NIC drivers)"
 	@echo "make test-host    the unit, integration and smoke tiers on this machine's kernel"
