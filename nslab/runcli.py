@@ -113,7 +113,7 @@ def study_command(study_cls: Type[Any], invoked_as: Optional[str] = None) -> cli
             overrides[fname] = _parse_list(value, tp, fname) if kind == "list" else value
         for item in sets:
             key, sep, value = item.partition("=")
-            key = key.strip().replace("-", "_")
+            key = key.strip().replace("-", "_").replace(".", "_")  # sweep keys of study files
             if not sep or key not in kinds:
                 raise InputError(f"--set {item!r}: use KEY=VALUE with KEY one of "
                                  f"{', '.join(sorted(kinds))}")

@@ -105,8 +105,7 @@ class FileRunner:
 
     # -- one trial ------------------------------------------------------------------------
     def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
-        tag = "-".join(f"{k.split('.')[-1]}={v}" for k, v in point.items())
-        tag = "".join(c if c.isalnum() or c in "=_.-" else "_" for c in tag)[:120]
+        tag = raw_tag(point)
         self._set_sweep_sysctls(point)
         events = self._events(point)
         servers = self._start_receivers(tag)
@@ -431,6 +430,18 @@ class FileRunner:
                     os.path.dirname(path)))
                 os.makedirs(dest, exist_ok=True)
                 shutil.copy(path, dest)
+
+
+def raw_tag(point: Dict[str, Any]) -> str:
+    """The stem of a point's raw files: a short hash of the whole point (two
+    sweep keys may end alike: ``sysctl.h1.net.x``, ``sysctl.h2.net.x``), then
+    the values, readable."""
+    import hashlib
+
+    from nslab.results import point_key
+    digest = hashlib.sha1(point_key(point).encode()).hexdigest()[:6]
+    text = "-".join(f"{k.split('.')[-1]}={v}" for k, v in point.items())
+    return f"p{digest}-" + "".join(c if c.isalnum() or c in "=_.-" else "_" for c in text)[:120]
 
 
 class _Samplers:

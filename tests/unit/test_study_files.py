@@ -284,6 +284,14 @@ def test_claims_on_the_stored_failover_run():
     assert analysis.judge_claim(same, recs).verdict in ("agrees", "undecided")
 
 
+def test_raw_files_of_points_that_end_alike_never_collide():
+    from nslab.experiments.filestudy.runner import raw_tag
+    a = raw_tag({"sysctl.h1.net.ipv4.x": 1, "sysctl.h2.net.ipv4.x": 0, "repeat": 0})
+    b = raw_tag({"sysctl.h1.net.ipv4.x": 0, "sysctl.h2.net.ipv4.x": 1, "repeat": 0})
+    assert a != b and a.endswith("x=1-x=0-repeat=0") and "/" not in a
+    assert raw_tag({"vars.f": "a/../b", "repeat": 1}).endswith("f=a_.._b-repeat=1")
+
+
 def test_a_claim_needs_exactly_one_test():
     with pytest.raises(ValueError, match="exactly one"):
         ClaimSpec(claim="c", value="v", below=1, above=0)
