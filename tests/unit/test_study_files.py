@@ -308,3 +308,21 @@ def test_the_report_redraws_from_the_stored_run(tmp_path):
     md = (run / "report.md").read_text()
     assert "| agrees |" in md and "outage-probe.gap_ms" in md
     assert (run / "plots.png").exists() and (run / "report.html").exists()
+
+
+def test_a_saved_configuration_resumes_as_it_was():
+    cls = study_class(FAILOVER)
+    cfg = cls.Config.preset("quick", topology_bfd=["true"])
+    saved = json.loads(json.dumps(cfg.model_dump(mode="json")))  # as provenance.json keeps it
+    again = cls.Config.parse(saved, "provenance.json: saved configuration")
+    assert again == cfg and cls().points(again) == cls().points(cfg)
+
+
+def test_nslab_run_file_has_an_option_per_sweep_key():
+    res = subprocess.run([NSLAB, "run", FAILOVER, "--help"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    for opt in ("--topology-bfd", "--vars-failure", "--repeat", "--duration", "--preset",
+                "--resume", "--sysctl-server2-net-ipv4-fib-multipath-hash-policy"):
+        assert opt in res.stdout
+    res = subprocess.run([NSLAB, "run", "--list"], capture_output=True, text=True)
+    assert "ecmp-failover" in res.stdout
