@@ -40,6 +40,8 @@ setup(
         "MLRsearch>=1.2",
         "graphviz>=0.20",
         "aiohttp>=3.9",
+        # graph partitioning for labs that span machines (nslab.multihost)
+        "networkx>=3.0",
     ],
     extras_require={"test": ["pytest>=7.0", "pytest-timeout>=2.1", "hypothesis>=6.80",
                              "jsonschema>=4.0", "import-linter>=2.0", "pyflakes>=3.0",
