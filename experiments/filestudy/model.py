@@ -253,7 +253,7 @@ class _Metric(StrictModel):
 
 
 class Goodput(_Metric):
-    """An iperf flow's goodput (Mbit/s) over ``window`` (s after the start;
+    """An iperf flow's goodput (Mbit/s, as the receiver reports it each second) over ``window`` (s after the start;
     default the whole trial), and its per-second series."""
 
     metric: Literal["goodput"]
