@@ -253,8 +253,9 @@ class _Metric(StrictModel):
 
 
 class Goodput(_Metric):
-    """An iperf flow's goodput (Mbit/s, as the receiver reports it each second) over ``window`` (s after the start;
-    default the whole trial), and its per-second series."""
+    """An iperf flow's goodput (Mbit/s, as the receiver reports it each
+    second) over ``window`` (s after the start; default the whole trial), and
+    its per-second series."""
 
     metric: Literal["goodput"]
     flow: Ident
