@@ -77,9 +77,10 @@ def config_class(loaded: Loaded) -> Type[StudyConfig]:
                            loaded.path, loaded.text, loaded.doc, spec)
             check(trial)
         except (InputError, ValidationError) as exc:
-            text = str(exc)
-            raise ValueError(text.split(": ", 1)[1] if text.startswith(loaded.path) else text
-                             ) from None
+            # FILE:LINE: field: problem -- the line in the file the value conflicts with
+            given = ", ".join(f"{k}={v}" for k, v in (("duration", self.duration),
+                                                     ("repeat", self.repeat)))
+            raise ValueError(f"{exc} (with {given})") from None
         return self
 
     cls = create_model(f"Config_{field_of(spec.name)}", __base__=StudyConfig,
