@@ -110,7 +110,7 @@ class FileRunner:
         events = self._events(point)
         servers = self._start_receivers(tag)
         undo: List[Callable[[], None]] = []
-        samplers = _Samplers(self, point)
+        samplers = _Samplers(self)
         duration = float(self.spec.duration)
         t0 = time.monotonic()
         clients = self._start_senders(duration)
@@ -447,8 +447,7 @@ class _Samplers:
     """Routes (every 20 ms), CPU of each node's processes and interface bytes,
     sampled during a trial in one thread."""
 
-    def __init__(self, runner: FileRunner, point: Dict[str, Any]) -> None:
-        self.runner = runner
+    def __init__(self, runner: FileRunner) -> None:
         self.lab = runner.lab
         self.conv = [m for m in runner.spec.metrics if isinstance(m, Convergence)]
         self.cpu_nodes = {m.node for m in runner.spec.metrics if isinstance(m, Cpu)}
@@ -459,7 +458,6 @@ class _Samplers:
         self._cpu0: Dict[str, Dict[int, float]] = {}
         self._cpu1: Dict[str, Dict[int, float]] = {}
         self._bytes0: Dict[str, Dict[str, int]] = {}
-        self._t = (0.0, 0.0)
 
     def start(self, t0: float) -> None:
         self.t0 = t0

@@ -17,7 +17,6 @@ Sweep keys:
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -30,7 +29,6 @@ from nslab.topo import Topology
 from .model import (METRIC_VALUES, Convergence, Goodput, IperfTcp, IperfUdp, Ping, Pktgen,
                     Probe, StudyFile, _DaemonEvent, _LinkEvent)
 
-log = logging.getLogger(__name__)
 
 #: the copy of the study file kept in every run directory (reports read it)
 STORED_NAME = "study.yaml"
