@@ -28,8 +28,8 @@ $(STAMP): setup.py
 
 PKTGEN  := $(BIN)/nslab-pktgen
 
-$(PKTGEN): nslab/csrc/pktgen.c $(STAMP)
-	gcc -O2 -Wall -Wextra -o $@ nslab/csrc/pktgen.c -lm
+$(PKTGEN): nslab/csrc/pktgen.c nslab/csrc/xdplive.c nslab/csrc/xdplive.h $(STAMP)
+	gcc -O2 -Wall -Wextra -o $@ nslab/csrc/pktgen.c nslab/csrc/xdplive.c -lm
 
 venv: $(STAMP) $(PKTGEN)
 

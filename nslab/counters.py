@@ -111,6 +111,41 @@ def tcp_bytes(port: int, *, sender: bool) -> Dict[SocketKey, int]:
     return out
 
 
+#: tcpi_busy_time, tcpi_rwnd_limited, tcpi_sndbuf_limited (usec, Linux 4.10+).
+_CHRONO = struct.Struct("=QQQ")
+_CHRONO_AT = 168
+
+
+def tcp_limits(port: int) -> Dict[SocketKey, Tuple[int, int, int]]:
+    """Per established connection *to* ``port`` (the sender's side): the
+    microseconds it has been busy sending, and of those limited by the peer's
+    receive window and by its own send buffer (``tcpi_busy_time``,
+    ``tcpi_rwnd_limited``, ``tcpi_sndbuf_limited``; ``ss -i`` prints them as
+    ``busy``, ``rwnd_limited``, ``sndbuf_limited``)."""
+    out: Dict[SocketKey, Tuple[int, int, int]] = {}
+    for family in (socket.AF_INET, socket.AF_INET6):
+        for src, sport, dst, dport, info in _diag_sockets(_diag_dump(family, 1 << _TCP_ESTABLISHED),
+                                                          family):
+            if dport == port and len(info) >= _CHRONO_AT + _CHRONO.size:
+                out[(_join(src, sport), _join(dst, dport))] = _CHRONO.unpack_from(info, _CHRONO_AT)
+    return out
+
+
+def limited_share(before: Dict[SocketKey, Tuple[int, int, int]],
+                  after: Dict[SocketKey, Tuple[int, int, int]]) -> Dict[str, Optional[float]]:
+    """Between two :func:`tcp_limits` samples, over the connections in both: the
+    share of the senders' busy time limited by the receive window and by the
+    send buffer (None when no sender was busy)."""
+    busy = rwnd = sndbuf = 0
+    for k, (b1, r1, s1) in after.items():
+        if k in before:
+            b0, r0, s0 = before[k]
+            busy, rwnd, sndbuf = busy + b1 - b0, rwnd + r1 - r0, sndbuf + s1 - s0
+    if busy <= 0:
+        return {"rwnd_limited": None, "sndbuf_limited": None}
+    return {"rwnd_limited": rwnd / busy, "sndbuf_limited": sndbuf / busy}
+
+
 def _join(addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if ":" in addr else f"{addr}:{port}"
 

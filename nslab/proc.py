@@ -255,3 +255,27 @@ def wait_path(path: str, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise ReadinessError(f"{what} did not appear within {timeout} s ({path})")
         time.sleep(0.02)
+
+
+def pin_threads(pid: int, cpus: "set[int]") -> Dict[int, "set[int]"]:
+    """Pin every thread of ``pid`` to ``cpus``; returns each thread's former
+    CPU set, for :func:`restore_threads`. Threads that end meanwhile are skipped."""
+    import psutil
+    former: Dict[int, "set[int]"] = {}
+    for t in psutil.Process(pid).threads():
+        try:
+            former[t.id] = os.sched_getaffinity(t.id)
+            os.sched_setaffinity(t.id, cpus)
+        except (ProcessLookupError, PermissionError):
+            former.pop(t.id, None)
+    log.info("pinned %d threads of pid %d to CPUs %s", len(former), pid, sorted(cpus))
+    return former
+
+
+def restore_threads(former: Mapping[int, "set[int]"]) -> None:
+    """Give threads pinned by :func:`pin_threads` their former CPU sets back."""
+    for tid, cpus in former.items():
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, PermissionError):
+            pass

@@ -10,7 +10,8 @@ point, and the window missed the traffic).
 
 prints ``{"ready": true}``, reads the instants (epoch seconds, space-separated)
 from one line of stdin, samples at each and prints one JSON object: ``{"samples": [{"t", "t_start", "t_end", "sockets":
-{"local|peer": bytes}, "counter", "cpu": [busy, total]}, ...]}``.
+{"local|peer": bytes}, "counter", "cpu": [busy, total]}, ...]}``; with ``--sender`` each sample also has
+``"limits": {"local|peer": [busy_us, rwnd_limited_us, sndbuf_limited_us]}``.
 """
 from __future__ import annotations
 
@@ -28,9 +29,12 @@ def sample(port: int, iface: str, counter: str, sender: bool) -> Dict[str, objec
     socks = counters.tcp_bytes(port, sender=sender)
     value = counters.link_stats([iface])[iface][counter]
     t1 = time.time()
-    return {"t": (t0 + t1) / 2, "t_start": t0, "t_end": t1,
-            "sockets": {f"{k[0]}|{k[1]}": v for k, v in socks.items()},
-            "counter": value, "cpu": list(counters.cpu_total())}
+    out: Dict[str, object] = {"t": (t0 + t1) / 2, "t_start": t0, "t_end": t1,
+                              "sockets": {f"{k[0]}|{k[1]}": v for k, v in socks.items()},
+                              "counter": value, "cpu": list(counters.cpu_total())}
+    if sender:  # after the instant's own reads: how each sender was limited
+        out["limits"] = {f"{k[0]}|{k[1]}": list(v) for k, v in counters.tcp_limits(port).items()}
+    return out
 
 
 def main(argv: List[str]) -> int:

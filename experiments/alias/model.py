@@ -49,6 +49,13 @@ def window_payload(before: Dict[Tuple[str, str], int],
     return moved, closed
 
 
+#: A point whose senders spent at least this share of their busy time waiting
+#: for send-buffer space, while the link carried less than LINK_BOUND of its
+#: goodput ceiling, measured the senders, not the link.
+SNDBUF_STALL_PCT = 50.0
+LINK_BOUND = 0.95
+
+
 def invalid_reasons(m: Dict[str, Any], n: int, window: float) -> List[str]:
     """Why a point's receiver figure does not measure what it claims (empty: valid).
 
@@ -56,8 +63,20 @@ def invalid_reasons(m: Dict[str, Any], n: int, window: float) -> List[str]:
     of it, none closed in between, every client started on time, and each
     sample short against the window (on a slow or emulated CPU a 3 s point can
     fail all of these; a longer --duration fixes it).
+
+    And the link must be what set the rate. Behind a shaper a sender is often
+    send-buffer limited by design (its data waits in the shaper's queue), so
+    that alone proves nothing; but senders stalled on their send buffers for
+    most of their busy time while the link ran below its ceiling mean the
+    senders' buffers (the emulation), not the aliases, set the figure.
     """
     out = []
+    stalled, ceiling = m.get("sndbuf_limited_pct"), m.get("link_ceiling_bps")
+    if (stalled is not None and ceiling and stalled >= SNDBUF_STALL_PCT
+            and m["receiver_bps"] < LINK_BOUND * ceiling):
+        out.append(f"the senders were send-buffer limited {stalled:.0f} % of their busy time "
+                   f"while the link carried {100 * m['receiver_bps'] / ceiling:.0f} % of its "
+                   "ceiling")
     if m["late_start"]:
         out.append(f"a client started {-m['start_margin_s']:.2f} s late")
     for when in ("start", "end"):

@@ -3,7 +3,9 @@
 Version 1 (before per-socket windows): no ``sockets_closed_in_window``,
 ``sample_s`` or ``invalid``, and ``receiver_measured_at`` only in two-box
 runs. Version 2 adds them; a v1 record loads with them unknown (None), which
-reports show as "not checked".
+reports show as "not checked". Version 3 adds how the senders were limited
+(``sndbuf_limited_pct``, ``rwnd_limited_pct``: shares of their busy time, from
+``tcp_info``) and the link's goodput ceiling; older records have them unknown.
 """
 from __future__ import annotations
 
@@ -40,6 +42,12 @@ class AliasMeasurements(Strict):
     sample_s: Optional[float]
     #: why the point is not a valid measurement (empty: valid; None: not checked, v1)
     invalid: Optional[List[str]]
+    #: share of the senders' busy time limited by their send buffer / the peer's
+    #: receive window, over the window, percent (None: not measured, v1-v2)
+    sndbuf_limited_pct: Optional[float]
+    rwnd_limited_pct: Optional[float]
+    #: the most TCP payload the shaped link carries (None: unshaped or v1-v2)
+    link_ceiling_bps: Optional[float]
 
 
 class AliasRecord(Record[AliasPoint, AliasMeasurements]):
@@ -55,7 +63,15 @@ def _v1_to_v2(rec: Dict[str, Any]) -> Dict[str, Any]:
     return rec
 
 
-SCHEMA = RecordSchema(AliasRecord, version=2, upgrades={1: _v1_to_v2})
+def _v2_to_v3(rec: Dict[str, Any]) -> Dict[str, Any]:
+    m = dict(rec["measurements"])
+    for key in ("sndbuf_limited_pct", "rwnd_limited_pct", "link_ceiling_bps"):
+        m.setdefault(key, None)
+    rec["measurements"] = m
+    return rec
+
+
+SCHEMA = RecordSchema(AliasRecord, version=3, upgrades={1: _v1_to_v2, 2: _v2_to_v3})
 
 
 def valid(rec: AliasRecord) -> bool:

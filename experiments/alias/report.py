@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from nslab.reporting import Claim, StudyReport, load_run, render, study_report
 from nslab.shaping import goodput_ceiling
 
-from .model import rise
+from .model import LINK_BOUND, SNDBUF_STALL_PCT, rise
 from .records import SCHEMA, AliasRecord, valid
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -155,6 +155,23 @@ def claims(records: List[AliasRecord], summary: Summary) -> List[Claim]:
     return out
 
 
+def sender_limits(records: List[Any]) -> Optional[Dict[str, Any]]:
+    """Median and range of how the senders were limited, for the report (None
+    for runs stored before it was measured)."""
+    ms = [r.measurements for r in records if r.measurements.sndbuf_limited_pct is not None]
+    if not ms:
+        return None
+
+    def spread(xs: List[float]) -> str:
+        return f"{statistics.median(xs):.0f} % ({min(xs):.0f}-{max(xs):.0f} %)"
+
+    ceil = next((m.link_ceiling_bps for m in ms if m.link_ceiling_bps), None)
+    return {"n": len(ms), "sndbuf": spread([m.sndbuf_limited_pct for m in ms]),
+            "rwnd": spread([m.rwnd_limited_pct or 0.0 for m in ms]),
+            "ceiling": f"{ceil / 1e6:.0f}" if ceil else None,
+            "stall": f"{SNDBUF_STALL_PCT:.0f}", "bound": f"{100 * LINK_BOUND:.0f}"}
+
+
 def write_report(run_dir: str) -> StudyReport:
     """Write ``report.md``/``report.html`` and ``alias.png``/``.svg`` into ``run_dir``."""
     run = load_run(run_dir, SCHEMA, "alias")
@@ -166,12 +183,14 @@ def write_report(run_dir: str) -> StudyReport:
     unchecked = sum(1 for r in records if r.measurements.invalid is None)
     p2 = {int(k): v / 1e3 for k, v in pub["series"][1]["points"].items()}
     found = claims(records, summary)
+    limits = sender_limits(records)
     md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, pub=pub, ns=ns, rows=rows,
                 published_rises=[(s["label"], rise({int(k): v for k, v in s["points"].items()}))
                                  for s in pub["series"]],
                 methods=method_lines(summary), excluded=excluded, unchecked=unchecked,
                 rec=summary.get(("alias", "receiver_bps"), {}),
-                cs=summary.get(("alias", "clients_sum_bps"), {}), post2=p2, claims=found)
+                cs=summary.get(("alias", "clients_sum_bps"), {}), post2=p2, claims=found,
+                limits=limits)
     return study_report(run_dir, md, "Alias study", found,
                         (lambda: plot(run_dir, summary, pub, cfg)) if records else None)
 

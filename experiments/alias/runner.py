@@ -9,13 +9,15 @@ import math
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from nslab.counters import limited_share
 from nslab.errors import InputError, LabError
 from nslab.iperf import client_argv, parse, server_argv, wait_listening
 from nslab.node import LabNode
 from nslab.render import text
+from nslab.shaping import goodput_ceiling, parse_rate
 
 from .config import AliasConfig
 from .model import alias_addresses, alias_batch, invalid_reasons, window_payload
@@ -24,6 +26,10 @@ log = logging.getLogger(__name__)
 
 SERVER_IFACE = "eth1"
 PORT = 5001
+
+
+def pct(share: Optional[float]) -> Optional[float]:
+    return None if share is None else 100.0 * share
 
 
 def add_aliases(node: LabNode, iface: str, addresses: Sequence[str], prefix: int = 16) -> float:
@@ -45,14 +51,18 @@ class Sample:
     cpu_total: int
     #: how long taking the sample took (its own uncertainty on ``t``)
     duration: float = 0.0
+    #: the senders' (busy, rwnd-limited, sndbuf-limited) microseconds, per socket
+    limits: Dict[Tuple[str, str], Tuple[int, int, int]] = field(default_factory=dict)
 
 
 def from_sampler(raw: Dict[str, Any]) -> Sample:
     """A :class:`Sample` from one sample of :mod:`nslab.sampler`."""
     per = {tuple(k.split("|", 1)): int(v) for k, v in raw["sockets"].items()}
     busy, total = raw["cpu"]
+    limits = {tuple(k.split("|", 1)): tuple(int(x) for x in v)
+              for k, v in raw.get("limits", {}).items()}
     return Sample(float(raw["t"]), per, len(per), int(raw["counter"]), int(busy), int(total),
-                  float(raw["t_end"]) - float(raw["t_start"]))
+                  float(raw["t_end"]) - float(raw["t_start"]), limits)
 
 
 def start_sampler(node: LabNode, iface: str, port: int = PORT, sender: bool = False):
@@ -94,6 +104,10 @@ class AliasRunner:
         self.addresses = alias_addresses(cfg.addr_template, max(cfg.aliases), cfg.prefix)
         self.alias_setup_s = 0.0
         self.spawn_s = 0.0
+        self.link_ceiling_bps: Optional[float] = None
+        if str(cfg.rate).lower() != "none" and not self.remote:
+            self.link_ceiling_bps = goodput_ceiling(parse_rate(cfg.rate), cfg.mss or 1448,
+                                                    bool(cfg.framing))
 
     def setup(self) -> Dict[str, Any]:
         """Aliases in one batch, one iperf2 server bound to each, started once per run.
@@ -145,8 +159,13 @@ class AliasRunner:
         warm, cool = min(1.0, 0.1 * dur), min(0.5, 0.05 * dur)
         at = (self.client, "eth1", True) if self.remote else (self.server, SERVER_IFACE, False)
         sampler = start_sampler(at[0], at[1], sender=at[2])
+        # How the senders were limited, read at the senders (two-box mode: the
+        # one sampler is there already).
+        senders = None if self.remote else start_sampler(self.client, SERVER_IFACE, sender=True)
         start = math.ceil(time.time() + self.lead(n))
-        sample_at(sampler, [start + warm, start + dur - cool])
+        for proc in (sampler, senders):
+            if proc is not None:
+                sample_at(proc, [start + warm, start + dur - cool])
         common = dict(time=dur, txstart=float(start), fmt="k", mss=self.cfg.mss,
                       nodelay=self.cfg.nodelay, cc=self.cfg.cc, port=PORT)
         procs = []
@@ -161,6 +180,9 @@ class AliasRunner:
                                            name="iperf-cP"))
             spawned.append(time.time())
         s0, s1 = read_samples(sampler, timeout=start + dur - time.time() + 60)
+        c0, c1 = ((s0, s1) if senders is None else
+                  read_samples(senders, timeout=start + dur - time.time() + 60))
+        limited = limited_share(c0.limits, c1.limits)
         outputs, finished = [], 0
         for p in procs:
             try:
@@ -201,6 +223,9 @@ class AliasRunner:
                                     else "receiver sockets, bytes received",
             "start_time": start,
             "sample_s": max(s0.duration, s1.duration),
+            "sndbuf_limited_pct": pct(limited["sndbuf_limited"]),
+            "rwnd_limited_pct": pct(limited["rwnd_limited"]),
+            "link_ceiling_bps": self.link_ceiling_bps,
         }
         m["invalid"] = invalid_reasons(m, n, window)
         summary = (f"receiver {m['receiver_bps'] / 1e6:.1f} Mbit/s, clients' sum "

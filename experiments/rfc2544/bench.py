@@ -10,32 +10,16 @@ import click
 from nslab.bench import save
 
 
-MODES = ("udp", "packet", "xdp")
-
-
-def _napi_on(node, intf: str, cpu: int) -> bool:
-    """Receive ``intf``'s frames in a NAPI kernel thread pinned to ``cpu`` (GRO on
-    makes a veth take frames through NAPI; threaded NAPI runs it in its own
-    thread): the sender's CPU then pays only for sending. The thread belongs to
-    the lab's interface and goes with it."""
-    import glob
-    node.run(["ethtool", "-K", intf, "gro", "on"], check=False)
-    node.run(["tee", f"/sys/class/net/{intf}/threaded"], input="1\n", check=False)
-    for comm in glob.glob("/proc/[0-9]*/comm"):
-        try:
-            name = open(comm).read().strip()
-        except OSError:
-            continue
-        if name.startswith(f"napi/{intf}-"):
-            pid = comm.split("/")[2]
-            node.run(["taskset", "-p", "-c", str(cpu), pid], check=False)
-            return True
-    return False
+MODES = ("udp", "packet", "xdp", "live")
+#: The sinks: a UDP socket (recvmmsg) and an XDP program that counts and drops.
+SINKS = ("udp", "xdp")
 
 
 def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
-          sink_cpu: int) -> Dict[str, object]:
-    """One send from h1 to h2's sink: the generator's and the sink's reports."""
+          sink_cpu: int, sink_mode: str = "xdp") -> Dict[str, object]:
+    """One send from h1 to h2's sink (``sink_mode``: a UDP socket, or an XDP
+    program on h2-eth0, which then runs in h2-eth0's NAPI thread on
+    ``sink_cpu``): the generator's and the sink's reports."""
     import json
 
     from nslab.pktgen import pktgen_path
@@ -43,7 +27,8 @@ def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
     h1, h2 = lab["h1"], lab["h2"]
     mac = h2.run(["cat", "/sys/class/net/h2-eth0/address"]).stdout.strip()
     sink = h2.popen(["taskset", "-c", str(sink_cpu), pg, "recv", "--port", "9",
-                     "--duration", f"{seconds + 5:.3f}", "--warmup", "0.2"], name="pktgen-recv")
+                     "--duration", f"{seconds + 5:.3f}", "--warmup", "0.2", "--mode", sink_mode,
+                     "--iface", "h2-eth0"], name="pktgen-recv")
     if "ready" not in (sink.popen.stdout.readline() or ""):
         from nslab.errors import LabError
         raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
@@ -61,9 +46,11 @@ def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
 def bench_generator(sizes: List[int], modes: List[str], seconds: float, repeat: int,
                     results_root: str) -> Dict[str, object]:
     """nslab-pktgen's ceiling per send path and frame size on one CPU into an
-    unshaped veth, the sink's ceiling on the other CPU, pacing accuracy below
-    the ceiling, iperf2's UDP ceiling on the same path, and the line rates:
-    all measured in one run."""
+    unshaped veth (received by the XDP sink on the other CPU, so that the sink
+    does not set it), each sink's ceiling on the other CPU (the UDP socket and
+    the XDP program, fed by the fastest path), pacing accuracy below the
+    ceiling, iperf2's UDP ceiling on the same path, and the line rates: all
+    measured in one run."""
     from nslab import caps
     from nslab.lab import Lab
     from nslab.pktgen import kernel_pktgen_present, load_kernel_pktgen, unload_kernel_pktgen
@@ -97,25 +84,33 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
     from nslab.pktgen import run_kernel_pktgen
     from nslab.shaping import frame_rate
 
-    from .runner import DUT_CPU, GEN_CPU
+    from .runner import DUT_CPU, GEN_CPU, napi_on
     lab.static_arp()
     lab["h1"].run(["ethtool", "-K", "h1-eth0", "tso", "off", "gso", "off"], check=False)
-    napi = _napi_on(lab["h2"], "h2-eth0", DUT_CPU)
+    napi = napi_on(lab["h2"], "h2-eth0", DUT_CPU)
     start_server(lab["h2"], extra=["-u"])
     for size in sizes:
         row: Dict[str, object] = {"frame": size, "line_100M_fps": frame_rate(100e6, size),
                                   "line_1G_fps": frame_rate(1e9, size)}
-        sink_best = 0.0
+        sink_best = {k: 0.0 for k in SINKS}
         for mode in modes:
-            gens = []
+            gens, lost = [], []
             for _ in range(repeat):
-                r = _send(lab, size, 0, seconds, mode, GEN_CPU, DUT_CPU)
+                r = _send(lab, size, 0, seconds, mode, GEN_CPU, DUT_CPU, "xdp")
                 gens.append(float(r["gen"]["pps"]))
-                sink_best = max(sink_best, float(r["sink"]["pps"]))
+                lost.append(int(r["gen"]["sent"]) - int(r["sink"]["received"]))
+                sink_best["xdp"] = max(sink_best["xdp"], float(r["sink"]["pps"]))
             row[f"{mode}_pps"] = statistics.median(gens)
             row[f"{mode}_runs"] = gens
+            row[f"{mode}_lost"] = lost
             click.echo(f"{size} B {mode}: {statistics.median(gens):,.0f} frames/s "
-                       f"(runs {', '.join(f'{g:,.0f}' for g in gens)})", err=True)
+                       f"(runs {', '.join(f'{g:,.0f}' for g in gens)}; not at the XDP sink: "
+                       f"{', '.join(str(x) for x in lost)})", err=True)
+        # The UDP socket sink's ceiling, fed by the fastest path.
+        fastest = max(modes, key=lambda m: float(row[f"{m}_pps"]))
+        for _ in range(repeat):
+            r = _send(lab, size, 0, seconds, fastest, GEN_CPU, DUT_CPU, "udp")
+            sink_best["udp"] = max(sink_best["udp"], float(r["sink"]["pps"]))
         if anchor:
             mac = lab["h2"].run(["cat", "/sys/class/net/h2-eth0/address"]).stdout.strip()
             kp = [run_kernel_pktgen(lab["h1"], "h1-eth0", lab["h2"].ip, mac, size, seconds,
@@ -130,7 +125,8 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
         rep = parse(res.stdout)
         row["iperf2_pps"] = (rep.streams[0].bytes / max(16, size - 46) / rep.streams[0].duration
                              if rep.streams else 0.0)
-        row["sink_ceiling_pps"] = sink_best
+        row["sink_ceiling_pps"] = sink_best["xdp"]
+        row["udp_sink_ceiling_pps"] = sink_best["udp"]
         rows.append(row)
     # Pacing below the ceiling: rate error and the spread of the gaps between
     # the generator's send times, as the sink saw them.
@@ -139,7 +135,7 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
         for rate in (1000.0, 100_000.0, round(0.5 * ceiling, -3)):
             if rate >= 0.9 * ceiling:
                 continue
-            r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU)
+            r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU, "xdp")
             g, sk = r["gen"], r["sink"]
             pacing.append({"mode": mode, "frame": sizes[0], "target_pps": rate,
                            "sent_pps": g["pps"], "rate_error_pct": 100 * (g["pps"] - rate) / rate,
@@ -157,7 +153,7 @@ def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]]
                     f"{repeat} x {seconds:g} s)")
     kcols = ("kernel pktgen", "best / kernel pktgen") if anchor else ()
     for col in ("frame", *modes, *kcols[:1], "iperf2 UDP", *kcols[1:], "best / iperf2",
-                "best / UDP mode", "best / 1G line", "sink ceiling", "1 Gbit/s line"):
+                "best / UDP mode", "best / 1G line", "XDP sink", "UDP sink", "1 Gbit/s line"):
         t.add_column(col, justify="right")
     for r in rows:
         b = best[r["frame"]]
@@ -168,6 +164,7 @@ def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]]
                   f"{b / float(r['iperf2_pps']):.2f}x" if r["iperf2_pps"] else "-",
                   f"{b / float(r['udp_pps']):.2f}x" if r.get("udp_pps") else "-",
                   f"{b / float(r['line_1G_fps']):.2f}", f"{float(r['sink_ceiling_pps']):,.0f}",
+                  f"{float(r.get('udp_sink_ceiling_pps') or 0):,.0f}",
                   f"{float(r['line_1G_fps']):,.0f}")
     console = Console(width=max(150, Console().width))
     console.print(t)

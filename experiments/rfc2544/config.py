@@ -74,16 +74,17 @@ class Rfc2544Config(StudyConfig):
     quick_loads: StrictBool = Field(
         False, description="a short load list (4 loads; 7 of the paper's rates)")
     mtu: Annotated[int, Field(ge=576, le=9000)] = Field(1500, description="MTU of both links")
-    generator: Literal["auto", "udp", "packet", "xdp"] = Field(
+    generator: Literal["auto", "udp", "packet", "xdp", "live"] = Field(
         "auto", description="nslab-pktgen's send path: udp (sockets, the reference), packet "
-        "(AF_PACKET TX ring), xdp (AF_XDP; unshaped links only), auto (udp on a shaped link, "
-        "else the fastest that works; each trial records the one used)")
+        "(AF_PACKET TX ring), xdp (AF_XDP), live (XDP live frames; the DUT's ingress runs "
+        "NAPI) - xdp and live on unshaped links only - auto (udp on a shaped link, else the "
+        "fastest that works; each trial records the one used)")
 
     @model_validator(mode="after")
     def _xdp_unshaped(self) -> "Rfc2544Config":
-        if self.generator == "xdp" and self.line_bps() is not None:
-            raise ValueError("generator xdp bypasses the link's shaper: use it with "
-                             "--link-rate none (or generator auto, which keeps the shaper)")
+        if self.generator in ("xdp", "live") and self.line_bps() is not None:
+            raise ValueError(f"generator {self.generator} bypasses the link's shaper: use it "
+                             "with --link-rate none (or generator auto, which keeps the shaper)")
         return self
 
     presets: ClassVar[Dict[str, Dict[str, object]]] = {

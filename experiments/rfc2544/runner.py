@@ -29,6 +29,7 @@ from nslab.counters import (backlog_limit, busy_pct_from_idle, idle_seconds, nod
                             process_cpu_seconds, qdisc_drops, softnet_drops)
 from nslab.errors import CapabilityError, LabError
 from nslab.pktgen import pktgen_path
+from nslab.proc import pin_threads, restore_threads
 from nslab.shaping import frame_rate
 
 from .config import Rfc2544Config
@@ -48,6 +49,27 @@ CAL_STEPS = 5
 #: forwarded 4 % less than its zero-loss throughput).
 CAL_OVERLOAD = 1.25
 MAX_FILTERS = 5000
+
+
+def napi_on(node, intf: str, cpu: int) -> bool:
+    """Receive ``intf``'s frames in a NAPI kernel thread pinned to ``cpu`` (GRO on
+    makes a veth take frames through NAPI; threaded NAPI runs it in its own
+    thread): the sender's CPU then pays only for sending, and XDP live frames
+    (which need NAPI at the far end) get through. The thread belongs to the
+    lab's interface and goes with it. True if the thread was found and pinned."""
+    import glob
+    node.run(["ethtool", "-K", intf, "gro", "on"], check=False)
+    node.run(["tee", f"/sys/class/net/{intf}/threaded"], input="1\n", check=False)
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        try:
+            name = open(comm).read().strip()
+        except OSError:
+            continue
+        if name.startswith(f"napi/{intf}-"):
+            pid = comm.split("/")[2]
+            node.run(["taskset", "-p", "-c", str(cpu), pid], check=False)
+            return True
+    return False
 
 
 class CpuSplitLock:
@@ -108,6 +130,7 @@ class Rfc2544Runner:
         self._bed_mac = ""
         self._nh_mac: Optional[str] = None
         self._awake = False
+        self._ovs_affinity: Dict[int, Any] = {}
 
     # -- the generator's send path ------------------------------------------------
     def gen_args(self, iface: str = "gen-eth0", dst_mac: Optional[str] = None) -> List[str]:
@@ -124,6 +147,11 @@ class Rfc2544Runner:
         if dst_mac is None:
             dst_mac = self._next_hop_mac()
         return args + ["--iface", iface, "--dst-mac", dst_mac]
+
+    def _live_possible(self) -> bool:
+        """May this bed's generator send XDP live frames (unshaped links, and
+        the live path asked for or auto)?"""
+        return self.cfg.line_bps() is None and self.cfg.generator in ("live", "auto")
 
     def _next_hop_mac(self) -> str:
         """The MAC the generator's frames go to: the router's ingress, or the sink
@@ -146,15 +174,25 @@ class Rfc2544Runner:
         # the sending end, the receiving veth takes them through NAPI.
         self.gen.run(["ethtool", "-K", "gen-eth0", "tso", "off", "gso", "off"], check=False)
         if self.dut == "ovs":
-            info["cpu_model"] = "ovs-vswitchd CPU time (userspace datapath); RPS and cost knob n/a"
             with open("/var/run/openvswitch/ovs-vswitchd.pid") as f:
                 self.ovs_pid = int(f.read().strip())
             self.dut_in = self.lab["dut"].intfs[1]
             self.dut_out = self.lab["dut"].intfs[2]
-        else:
-            self._rps(self.dutn, self.dut_in, 1 << DUT_CPU)
-            self._rps(self.sink, "sink-eth0", 1 << GEN_CPU)
-            info["rps"] = {f"dut:{self.dut_in}": DUT_CPU, "sink:sink-eth0": GEN_CPU}
+            # ovs-vswitchd forwards here (userspace datapath): it runs on the
+            # DUT's CPU like the kernel's forwarding does, or it would share
+            # the generator's (a daemon the lab starts inherits the harness's
+            # CPU0) and every trial would read as a saturated generator.
+            self._ovs_affinity = pin_threads(self.ovs_pid, {DUT_CPU})
+            info["cpu_model"] = ("DUT CPU busy time: ovs-vswitchd (userspace datapath, its "
+                                 f"{len(self._ovs_affinity)} threads pinned to CPU{DUT_CPU}) and "
+                                 "the receive work RPS steers there; no cost knob")
+        self._rps(self.dutn, self.dut_in, 1 << DUT_CPU)
+        self._rps(self.sink, "sink-eth0", 1 << GEN_CPU)
+        info["rps"] = {f"dut:{self.dut_in}": DUT_CPU, "sink:sink-eth0": GEN_CPU}
+        if self._live_possible():
+            # XDP live frames reach only an interface that runs NAPI: the DUT's
+            # ingress receives in a NAPI thread on the DUT's CPU.
+            info["dut_ingress_napi_cpu"] = DUT_CPU if napi_on(self.dutn, self.dut_in, DUT_CPU) else None
         time.sleep(0.3)
         t0, a = time.monotonic(), idle_seconds()
         time.sleep(1.0)
@@ -356,6 +394,8 @@ class Rfc2544Runner:
                 "neigh replace 10.255.0.2 lladdr 02:00:00:00:00:99 dev gceil0 nud permanent"]) + "\n")
             self.gen.run(["ethtool", "-K", "gceil0", "tso", "off", "gso", "off"], check=False)
             self._rps(self.gen, "gceil1", 1 << DUT_CPU)
+            if self._live_possible():
+                napi_on(self.gen, "gceil1", DUT_CPU)
             self._ceiling_path = True
         res = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", "10.255.0.2",
                             "--port", str(PORT), "--size", str(size), "--rate", "0",
@@ -407,8 +447,6 @@ class Rfc2544Runner:
         offered = c1["gen_tx"] - c0["gen_tx"]
         received = c1["sink_rx"] - c0["sink_rx"]
         dut_busy = busy_pct_from_idle(c0["idle"], c1["idle"], window, DUT_CPU)
-        if self.ovs_pid:
-            dut_busy = 100.0 * (c1["ovs_cpu"] - c0["ovs_cpu"]) / window
         occ = max(0.0, dut_busy - self.baseline_busy)
         fwd_pps = (c1["dut_tx"] - c0["dut_tx"]) / window
         m = {
@@ -419,7 +457,9 @@ class Rfc2544Runner:
             "frames_sent": sent_all, "frames_received": recv_all,
             "lost": lost, "loss_pct": 100.0 * lost / sent_all if sent_all else 0.0,
             "dut_forwarded_fps": fwd_pps,
-            "dut_backlog_drops": c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU] if not self.ovs_pid else None,
+            "dut_backlog_drops": c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU],
+            "ovs_vswitchd_busy_pct": (100.0 * (c1["ovs_cpu"] - c0["ovs_cpu"]) / window
+                                      if self.ovs_pid else None),
             "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
             "gen_qdisc_drops": c1["gen_qdrops"] - c0["gen_qdrops"],
             "gen_sent": gj["sent"], "gen_errors": gj["errors"], "gen_pps": gj["pps"],
@@ -689,7 +729,10 @@ class Rfc2544Runner:
                                         f"at {worst['target_fps']:.0f} fps")
 
     def finish(self) -> None:
-        """Nothing to keep: every count is in the record."""
+        """Nothing to keep: every count is in the record. ovs-vswitchd's threads
+        get their CPUs back."""
+        restore_threads(self._ovs_affinity)
+        self._ovs_affinity = {}
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None

@@ -2,9 +2,9 @@
  * nslab-pktgen: a paced frame generator and sink for RFC 2544 trials.
  *
  *   nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]
- *                     [--mode auto|udp|packet|xdp] [--iface IF --dst-mac MAC]
+ *                     [--mode auto|udp|packet|xdp|live] [--iface IF --dst-mac MAC]
  *                     [--qdisc bypass|keep]
- *   nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet --iface IF]
+ *   nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet|xdp --iface IF]
  *   nslab-pktgen frame --size FRAME --src IP --dst IP --port P --src-mac MAC --dst-mac MAC
  *                      [--seq N --ts NS]          (prints the frame in hex, for tests)
  *
@@ -25,15 +25,22 @@
  *           veth router DUT, so RFC 2544 trials do not use it by default.
  *   xdp     AF_XDP, copy mode (generic on veth, native where the driver has it):
  *           frames built once in the UMEM, descriptors posted to the TX ring.
- *   auto    the fastest that works here (xdp, then packet, then udp); packet and
- *           xdp need --iface and --dst-mac (the next hop's MAC).
+ *   live    XDP live frames (BPF_PROG_RUN, Linux 5.18+; xdplive.c): the kernel
+ *           builds each frame from one template page, an XDP program stamps
+ *           it and redirects it out of the interface, with no socket and no
+ *           skb on the sender. The receiving end must run NAPI (a veth peer
+ *           with GRO on or an XDP program); the first batch is checked against
+ *           the interface's counters, and a path that delivers nothing fails.
+ *   auto    the fastest that works here (live, xdp, packet, then udp); the
+ *           raw paths need --iface and --dst-mac (the next hop's MAC).
  * --qdisc keep sends through the interface's qdisc (a shaped link stays shaped):
  * packet mode then goes through dev_queue_xmit, xdp is refused (AF_XDP always
  * bypasses the qdisc) and auto sends UDP (the reference). The default, bypass, is for
  * unshaped links.
- * Receive paths: udp (recvmmsg) and packet (AF_PACKET TPACKET_V3 ring with a
- * BPF filter for the UDP port). Both print one JSON object on exit; send also
- * says which mode it used and, for auto, why.
+ * Receive paths: udp (recvmmsg), packet (AF_PACKET TPACKET_V3 ring with a
+ * BPF filter for the UDP port) and xdp (an XDP program on --iface counts the
+ * stream's frames and drops them before any skb exists; xdplive.c). Each prints
+ * one JSON object on exit; send also says which mode it used and, for auto, why.
  *
  * Pacing sleeps, never spins (the sink may share the generator's CPU; timer
  * slack is set to 1 us); a generator that falls behind by more than 100 ms
@@ -61,6 +68,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "xdplive.h"
 
 #ifndef SOL_XDP
 #define SOL_XDP 283
@@ -94,9 +103,9 @@ static void die_usage(const char *why) {
     if (why) fprintf(stderr, "nslab-pktgen: %s\n", why);
     fprintf(stderr,
             "usage: nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]\n"
-            "                         [--mode auto|udp|packet|xdp] [--iface IF --dst-mac MAC]\n"
+            "                         [--mode auto|udp|packet|xdp|live] [--iface IF --dst-mac MAC]\n"
             "                         [--qdisc bypass|keep]\n"
-            "       nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet --iface IF]\n"
+            "       nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet|xdp --iface IF]\n"
             "       nslab-pktgen frame --size FRAME --src IP --dst IP --port P --src-mac MAC --dst-mac MAC\n"
             "                          [--seq N --ts NS]\n");
     exit(2);
@@ -238,15 +247,20 @@ static int iface_info(const char *ifname, int *ifindex, uint8_t mac[6], struct i
 /* ---- pacing -------------------------------------------------------------------- */
 struct pacer { double rate, interval, next, start, end; int batch; };
 
-static void pacer_init(struct pacer *p, double rate, double duration, int maxbatch) {
+/* Batches of frames at slot_hz slots per second (at most maxbatch frames a slot). */
+static void pacer_init_slots(struct pacer *p, double rate, double duration, int maxbatch, double slot_hz) {
     p->rate = rate;
     p->batch = 1;
     if (rate <= 0) p->batch = maxbatch;
-    else if (rate > 2000) p->batch = (int)fmin(maxbatch, fmax(1, rate / 20000.0));
+    else if (rate > 0.1 * slot_hz) p->batch = (int)fmin(maxbatch, fmax(1, rate / slot_hz));
     p->interval = rate > 0 ? p->batch / rate : 0;
     p->start = now_mono();
     p->next = p->start;
     p->end = p->start + duration;
+}
+
+static void pacer_init(struct pacer *p, double rate, double duration, int maxbatch) {
+    pacer_init_slots(p, rate, duration, maxbatch, 20000.0);
 }
 
 /* Wait for the next batch's slot; 0 when the trial is over. */
@@ -523,14 +537,89 @@ out:;
     return rc;
 }
 
+/* ---- send: XDP live frames (xdplive.c) ------------------------------------------- */
+#define LIVE_MAXBATCH 8192
+#define LIVE_SLOT_HZ 5000.0   /* one BPF_PROG_RUN per 200 us: its setup is amortised */
+
+/* Frames the interface has handed on (veth: the peer's NAPI took them, or its
+ * ring refused them): tx_packets + tx_dropped, from sysfs. */
+static uint64_t if_handed_on(const char *ifname) {
+    uint64_t total = 0;
+    const char *names[] = {"tx_packets", "tx_dropped"};
+    for (int i = 0; i < 2; i++) {
+        char path[128];
+        snprintf(path, sizeof path, "/sys/class/net/%s/statistics/%s", ifname, names[i]);
+        FILE *f = fopen(path, "r");
+        unsigned long long v = 0;
+        if (f) {
+            if (fscanf(f, "%llu", &v) != 1) v = 0;
+            fclose(f);
+        }
+        total += v;
+    }
+    return total;
+}
+
+static char live_why[300];
+
+static int send_live(const struct args *a, const struct raw *r, const char *why) {
+    struct xl_gen g;
+    if (xl_gen_open(&g, r->ifindex, r->tmpl, (uint32_t)r->len, live_why, sizeof live_why) < 0) return -1;
+    uint64_t before = if_handed_on(a->iface);
+    struct pacer p;
+    pacer_init_slots(&p, a->rate, a->duration, LIVE_MAXBATCH, LIVE_SLOT_HZ);
+    uint64_t errors = 0;
+    int checked = 0;
+    while (pacer_wait(&p)) {
+        uint64_t seq = g.state->seq;
+        if (a->count && seq >= a->count) break;
+        uint64_t nb = (uint64_t)p.batch;
+        if (a->count && a->count - seq < nb) nb = a->count - seq;
+        if (xl_gen_run(&g, (uint32_t)nb) < 0 && errno != EINTR) {
+            snprintf(live_why, sizeof live_why, "BPF_PROG_RUN: %s", strerror(errno));
+            if (!checked) { int e = errno; xl_gen_close(&g); errno = e; return -1; }
+            perror("nslab-pktgen: BPF_PROG_RUN");
+            break;
+        }
+        if (!checked) {
+            /* The kernel drops live frames silently where the receiving end runs
+             * no NAPI: the first batch must show up in the interface's counters. */
+            double until = now_mono() + 0.05;
+            while (if_handed_on(a->iface) == before && now_mono() < until) {
+                struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000};
+                nanosleep(&ts, NULL);
+            }
+            if (if_handed_on(a->iface) == before) {
+                snprintf(live_why, sizeof live_why, "%s handed on none of the first %llu frames "
+                         "(the receiving end runs no NAPI: GRO off and no XDP program)", a->iface,
+                         (unsigned long long)nb);
+                xl_gen_close(&g);
+                errno = ENXIO;
+                return -1;
+            }
+            checked = 1;
+        }
+        pacer_done(&p);
+    }
+    /* The program's own count: every frame it stamped went to the interface. */
+    report_send("live", why, a->size, a->rate, g.state->seq, errors, now_mono() - p.start, p.batch, a->count);
+    xl_gen_close(&g);
+    return 0;
+}
+
 static int do_send(const struct args *a) {
     char why[200] = "";
     if (!strcmp(a->mode, "udp")) return send_udp(a, "asked for");
     struct raw r;
     int raw_ok = raw_setup(a, &r, why, sizeof why) == 0;
-    if (!strcmp(a->mode, "xdp") && a->keep_qdisc) {
-        fprintf(stderr, "nslab-pktgen: --mode xdp bypasses the qdisc: not with --qdisc keep\n");
+    if ((!strcmp(a->mode, "xdp") || !strcmp(a->mode, "live")) && a->keep_qdisc) {
+        fprintf(stderr, "nslab-pktgen: --mode %s bypasses the qdisc: not with --qdisc keep\n", a->mode);
         return 2;
+    }
+    if (!strcmp(a->mode, "live")) {
+        if (!raw_ok) { fprintf(stderr, "nslab-pktgen: --mode live: %s\n", why); return 2; }
+        if (send_live(a, &r, "asked for") < 0) { fprintf(stderr, "nslab-pktgen: --mode live: %s\n", live_why); return 1; }
+        return 0;
     }
     if (!strcmp(a->mode, "packet") || !strcmp(a->mode, "xdp")) {
         if (!raw_ok) { fprintf(stderr, "nslab-pktgen: --mode %s: %s\n", a->mode, why); return 2; }
@@ -538,7 +627,7 @@ static int do_send(const struct args *a) {
         if (rc < 0) { fprintf(stderr, "nslab-pktgen: --mode %s: %s\n", a->mode, strerror(errno)); return 1; }
         return rc;
     }
-    if (strcmp(a->mode, "auto")) die_usage("bad --mode (auto, udp, packet, xdp)");
+    if (strcmp(a->mode, "auto")) die_usage("bad --mode (auto, udp, packet, xdp, live)");
     if (!raw_ok) {
         char w[260];
         snprintf(w, sizeof w, "auto: %s, so udp", why);
@@ -546,14 +635,16 @@ static int do_send(const struct args *a) {
     }
     if (a->keep_qdisc)  /* AF_XDP bypasses the qdisc; AF_PACKET's ring hands paged frames on */
         return send_udp(a, "auto: the qdisc is kept, so udp");
-    int rc = send_xdp(a, &r, "auto: AF_XDP works here");
+    if (send_live(a, &r, "auto: XDP live frames work here") == 0) return 0;
+    char w[520];
+    snprintf(w, sizeof w, "auto: XDP live frames failed (%s), so AF_XDP", live_why);
+    int rc = send_xdp(a, &r, w);
     if (rc >= 0) return rc;
     int xerr = errno;
-    char w[260];
-    snprintf(w, sizeof w, "auto: AF_XDP failed (%s), so AF_PACKET", strerror(xerr));
+    snprintf(w, sizeof w, "auto: live frames and AF_XDP failed (%s), so AF_PACKET", strerror(xerr));
     rc = send_packet(a, &r, w);
     if (rc >= 0) return rc;
-    snprintf(w, sizeof w, "auto: AF_XDP and AF_PACKET failed (%s), so udp", strerror(errno));
+    snprintf(w, sizeof w, "auto: live frames, AF_XDP and AF_PACKET failed (%s), so udp", strerror(errno));
     return send_udp(a, w);
 }
 
@@ -701,6 +792,46 @@ static int recv_packet(const struct args *a) {
     return 0;
 }
 
+/* An XDP program on the interface counts the stream and drops it (xdplive.c). */
+static int recv_xdp(const struct args *a) {
+    if (!a->iface) die_usage("recv --mode xdp needs --iface");
+    int ifindex = (int)if_nametoindex(a->iface);
+    if (!ifindex) { fprintf(stderr, "nslab-pktgen: no interface %s\n", a->iface); return 1; }
+    struct xl_sink xs;
+    const char *how = "";
+    char why[300];
+    if (xl_sink_open(&xs, ifindex, a->port, &how, why, sizeof why) < 0) {
+        fprintf(stderr, "nslab-pktgen: recv --mode xdp: %s\n", why);
+        return 1;
+    }
+    printf("{\"mode\": \"ready\", \"path\": \"xdp-%s\"}\n", how);
+    fflush(stdout);
+    volatile struct xdp_sink_stats *st = xs.stats;
+    double start = now_mono(), end = start + a->duration;
+    if (a->warmup <= 0) st->armed = 1;
+    while (!stop_flag && now_mono() < end) {
+        if (!st->armed && now_mono() - start >= a->warmup) st->armed = 1;
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 5000000};
+        nanosleep(&ts, NULL);
+    }
+    close(xs.link_fd);   /* detach, then let a NAPI poll in progress finish */
+    xs.link_fd = -1;
+    struct timespec settle = {.tv_sec = 0, .tv_nsec = 20000000};
+    nanosleep(&settle, NULL);
+    struct xdp_sink_stats c = *xs.stats;
+    struct rstats s = {.received = c.received, .in_window = c.in_window, .max_seq = c.max_seq,
+                       .reordered = c.reordered, .sum = c.lat_sum / 1e3,
+                       .sq = (double)c.lat_sq16 * 256.0 / 1e6,
+                       .mn = c.in_window ? c.lat_min / 1e3 : 0, .mx = c.lat_max / 1e3,
+                       .gaps = c.gaps, .gsum = c.gap_sum / 1e3,
+                       .gsq = (double)c.gap_sq16 * 256.0 / 1e6, .gmax = c.gap_max / 1e3};
+    char path[32];
+    snprintf(path, sizeof path, "xdp-%s", how);
+    report_recv(path, &s);
+    xl_sink_close(&xs);
+    return 0;
+}
+
 /* ---- frame: print one frame in hex (tests) ---------------------------------------- */
 static int do_frame(const struct args *a) {
     uint8_t smac[6], dmac[6], f[MAXFRAME];
@@ -725,7 +856,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "send")) return do_send(&a);
     if (!strcmp(argv[1], "recv")) {
         if (!strcmp(a.mode, "packet")) return recv_packet(&a);
-        if (strcmp(a.mode, "udp") && strcmp(a.mode, "auto")) die_usage("bad recv --mode (udp, packet)");
+        if (!strcmp(a.mode, "xdp")) return recv_xdp(&a);
+        if (strcmp(a.mode, "udp") && strcmp(a.mode, "auto")) die_usage("bad recv --mode (udp, packet, xdp)");
         return recv_udp(&a);
     }
     if (!strcmp(argv[1], "frame")) return do_frame(&a);

@@ -1,6 +1,10 @@
 """nslab-pktgen's send paths across a real veth: every frame of a burst arrives
-once, in order, whatever the path; a shaped link stays shaped."""
+once, in order, whatever the path; a shaped link stays shaped; the XDP sink
+counts what the socket sink counts, lets other traffic through and goes with
+its process; live frames need NAPI at the far end and auto says so."""
 import json
+import signal
+import time
 
 import pytest
 
@@ -14,10 +18,11 @@ def mac(node, intf):
     return node.run(["cat", f"/sys/class/net/{intf}/address"]).stdout.strip()
 
 
-def send_and_count(lab, *send_args, sink_seconds=10.0):
+def send_and_count(lab, *send_args, sink_seconds=10.0, sink="udp"):
     pg = pktgen_path()
     h1, h2 = lab["h1"], lab["h2"]
-    sink = h2.popen([pg, "recv", "--port", "9", "--duration", str(sink_seconds)], name="sink")
+    sink = h2.popen([pg, "recv", "--port", "9", "--duration", str(sink_seconds), "--mode", sink,
+                     "--iface", "h2-eth0"], name="sink")
     assert "ready" in sink.popen.stdout.readline()
     g = h1.run([pg, "send", "--dst", h2.ip, "--port", "9", *send_args,
                 "--iface", "h1-eth0", "--dst-mac", mac(h2, "h2-eth0")], timeout=60)
@@ -25,13 +30,15 @@ def send_and_count(lab, *send_args, sink_seconds=10.0):
     return json.loads(g.stdout), json.loads(sink.wait(timeout=10).stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("mode", ["udp", "packet", "xdp"])
-def test_every_path_delivers_an_exact_burst_in_order(make_lab, mode):
+@pytest.mark.parametrize("mode, sink", [("udp", "udp"), ("packet", "udp"), ("xdp", "udp"),
+                                        ("udp", "xdp"), ("live", "xdp")])
+def test_every_path_delivers_an_exact_burst_in_order(make_lab, mode, sink):
     lab = make_lab(pair())
     lab.static_arp()
     lab["h1"].run(["ethtool", "-K", "h1-eth0", "tso", "off", "gso", "off"], check=False)
     g, s = send_and_count(lab, "--size", "128", "--rate", "20000", "--count", "5000",
-                          "--duration", "10", "--mode", mode)
+                          "--duration", "10", "--mode", mode, sink=sink)
+    assert s["path"] == ("udp" if sink == "udp" else "xdp-native")
     assert g["path"] == mode and g["sent"] == 5000 and g["errors"] == 0
     assert s["received"] == 5000 and s["max_seq"] == 4999 and s["reordered"] == 0
     # Paced: 5,000 frames at 20 kfps take 0.25 s, not a burst at the path's ceiling.
@@ -54,3 +61,45 @@ def test_the_shaper_of_a_shaped_link_is_kept(make_lab, mode):
         assert g["why"] == "auto: the qdisc is kept, so udp"
     assert s["received"] <= 14_881 * 2 * 1.05 + 200, s
     assert s["received"] >= 14_881 * 2 * 0.8, s
+
+
+def xdp_attached(node, intf):
+    return "xdp" in node.run(["ip", "-d", "link", "show", "dev", intf]).stdout
+
+
+def test_the_xdp_sink_passes_other_traffic_and_goes_with_its_process(make_lab):
+    lab = make_lab(pair())
+    h1, h2 = lab["h1"], lab["h2"]
+    sink = h2.popen([pktgen_path(), "recv", "--port", "9", "--duration", "60", "--mode", "xdp",
+                     "--iface", "h2-eth0"], name="sink")
+    assert "xdp-native" in sink.popen.stdout.readline()
+    assert xdp_attached(h2, "h2-eth0")
+    # ARP, ICMP and other UDP ports pass to the stack
+    assert h1.run(["ping", "-c", "2", "-i", "0.2", "-W", "2", h2.ip], check=False).ok
+    sink.popen.send_signal(signal.SIGKILL)
+    sink.popen.wait(timeout=10)
+    # a bpf_link: the program is gone with the process, however it ended
+    deadline = time.monotonic() + 5
+    while xdp_attached(h2, "h2-eth0") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not xdp_attached(h2, "h2-eth0")
+
+
+def test_live_frames_fail_in_one_line_where_the_far_end_runs_no_napi_and_auto_falls_back(make_lab):
+    """A veth without GRO or an XDP program takes no XDP frames: the kernel would
+    drop them silently. The generator sees it in the counters and says so; auto
+    then takes AF_XDP, and the socket sink gets every frame."""
+    lab = make_lab(pair())
+    lab.static_arp()
+    pg, h1, h2 = pktgen_path(), lab["h1"], lab["h2"]
+    h2.run(["ethtool", "-K", "h2-eth0", "gro", "off"], check=False)
+    args = ["send", "--dst", h2.ip, "--port", "9", "--size", "64", "--rate", "1000",
+            "--duration", "1", "--count", "200", "--iface", "h1-eth0", "--dst-mac", mac(h2, "h2-eth0")]
+    res = h1.run([pg, *args, "--mode", "live"], check=False)
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines() == [
+        "nslab-pktgen: --mode live: h1-eth0 handed on none of the first 1 frames (the receiving "
+        "end runs no NAPI: GRO off and no XDP program)"]
+    g, s = send_and_count(lab, *args[1:], "--mode", "auto")
+    assert g["path"] == "xdp" and g["why"].startswith("auto: XDP live frames failed (h1-eth0 handed on")
+    assert g["sent"] == 200 and s["received"] == 200 and s["reordered"] == 0

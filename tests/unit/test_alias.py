@@ -182,3 +182,86 @@ def test_the_raw_sock_diag_reader_agrees_with_pyroute2():
             c.close()
             d.close()
         srv.close()
+
+
+def test_tcp_limits_agree_with_pyroute2_and_count_a_small_send_buffer():
+    """A busy sender: our raw reader and pyroute2 read the same tcp_info
+    chronographs (busy, rwnd-limited, sndbuf-limited)."""
+    import socket
+    import threading
+
+    from pyroute2 import DiagSocket
+    from pyroute2.netlink.diag import SS_ESTABLISHED
+
+    from nslab.counters import limited_share, tcp_limits
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    port = srv.getsockname()[1]
+    cli = socket.socket()
+    cli.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    cli.connect(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    done = threading.Event()
+
+    def drain():
+        while not done.is_set():
+            if not conn.recv(1 << 16):
+                break
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        before = tcp_limits(port)
+        for _ in range(2000):
+            cli.sendall(b"z" * 8192)
+        after = tcp_limits(port)
+        with DiagSocket() as ds:
+            ds.bind()
+            theirs = {(f"{m['idiag_src']}:{m['idiag_sport']}", f"{m['idiag_dst']}:{m['idiag_dport']}"):
+                      m.get_attr("INET_DIAG_INFO") for m in
+                      ds.get_sock_stats(family=socket.AF_INET, states=1 << SS_ESTABLISHED,
+                                        extensions=2) if m["idiag_dport"] == port}
+        key = (f"127.0.0.1:{cli.getsockname()[1]}", f"127.0.0.1:{port}")
+        assert list(after) == [key] == list(theirs)
+        busy, rwnd, sndbuf = after[key]
+        info = theirs[key]
+        # read at two instants: the counters only grow between them
+        assert busy <= info.get("tcpi_busy_time") and sndbuf <= info.get("tcpi_sndbuf_limited")
+        assert rwnd <= info.get("tcpi_rwnd_limited")
+        assert busy > 0
+        share = limited_share(before, after)
+        assert 0 <= share["sndbuf_limited"] <= 1 and 0 <= share["rwnd_limited"] <= 1
+    finally:
+        done.set()
+        cli.close()
+        reader.join(timeout=5)
+        conn.close()
+        srv.close()
+
+
+def test_limited_share_counts_only_connections_in_both_samples():
+    from nslab.counters import limited_share
+    a, b, c = ("a", "x"), ("b", "x"), ("c", "x")
+    before = {a: (1000, 0, 100), b: (5000, 0, 0)}
+    after = {a: (3000, 500, 1100), c: (9000, 0, 9000)}  # b closed, c opened in between
+    assert limited_share(before, after) == {"rwnd_limited": 0.25, "sndbuf_limited": 0.5}
+    assert limited_share({}, after) == {"rwnd_limited": None, "sndbuf_limited": None}
+
+
+@pytest.mark.parametrize("stalled, rate, expect", [
+    (80.0, 700e6, True),    # stalled on send buffers and the link below its ceiling
+    (80.0, 950e6, False),   # stalled, but the link ran at its ceiling: the link set the rate
+    (10.0, 700e6, False),   # the link below its ceiling, but not for want of send buffer
+    (None, 700e6, False),   # not measured (a record from before the check)
+])
+def test_the_send_buffer_guard_blames_the_senders_only_when_the_link_was_not_full(stalled, rate, expect):
+    from nslab.experiments.alias.model import invalid_reasons
+    m = {"late_start": False, "start_margin_s": 0.5, "sockets_at_window_start": 4,
+         "sockets_at_window_end": 4, "sockets_closed_in_window": 0, "sample_s": 0.01,
+         "receiver_bps": rate, "sndbuf_limited_pct": stalled, "link_ceiling_bps": 956e6}
+    reasons = invalid_reasons(m, 4, 5.0)
+    assert bool(reasons) is expect
+    if expect:
+        assert reasons == ["the senders were send-buffer limited 80 % of their busy time while "
+                           "the link carried 73 % of its ceiling"]

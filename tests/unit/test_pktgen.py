@@ -67,6 +67,9 @@ def test_frames_differ_only_in_sequence_and_time(pg):
 @pytest.mark.parametrize("argv, why", [
     (["--mode", "xdp", "--qdisc", "keep", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01"],
      "bypasses the qdisc"),
+    (["--mode", "live", "--qdisc", "keep", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01"],
+     "--mode live bypasses the qdisc"),
+    (["--mode", "live"], "--mode live: no --iface"),
     (["--mode", "packet"], "--mode packet: no --iface"),
     (["--mode", "fast"], "bad --mode"),
     (["--qdisc", "maybe"], "bad --qdisc"),

@@ -1,0 +1,58 @@
+/*
+ * nslab-pktgen's XDP paths, built on the bpf(2) system call alone (no libbpf,
+ * no clang: the two programs are a few dozen instructions each, written out
+ * below with the kernel's own instruction macros).
+ *
+ *   live   the generator: BPF_PROG_RUN with BPF_F_TEST_XDP_LIVE_FRAMES (Linux
+ *          5.18+, the mechanism of xdp-tools' xdp-trafficgen). The kernel
+ *          builds the frames itself from one template page, runs a small XDP
+ *          program on each (it writes the sequence number and the send time)
+ *          and redirects it to the interface: no socket, no skb on the
+ *          sender. The receiving end must run NAPI (a veth peer with GRO on
+ *          or an XDP program attached); otherwise the kernel drops the frames
+ *          silently, which the generator detects from the interface's
+ *          counters and reports.
+ *   sink   an XDP program on the sink's interface counts the stream's frames
+ *          (sequence, reordering, one-way latency, the gaps between send
+ *          times) in a map and drops them there, before any skb exists. Other
+ *          traffic passes. The program is attached through a bpf_link, so it
+ *          goes when the process does, however it ends.
+ */
+#ifndef NSLAB_XDPLIVE_H
+#define NSLAB_XDPLIVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The sink's statistics, one array-map value shared with the program (mmap). */
+struct xdp_sink_stats {
+    uint64_t received, last_seq, max_seq, reordered;
+    uint64_t armed;          /* set by user space after the warm-up */
+    uint64_t clock_offset;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns */
+    uint64_t in_window, lat_sum, lat_sq16, lat_min, lat_max;
+    uint64_t last_ts, gaps, gap_sum, gap_sq16, gap_max;
+};
+
+/* The generator's state: the next sequence number and the clock offset. */
+struct xdp_gen_state {
+    uint64_t seq;
+    uint64_t clock_offset;
+};
+
+/* Realtime minus monotonic, ns: the programs read the monotonic clock and
+ * stamp/compare CLOCK_REALTIME, as the socket paths do. */
+uint64_t xl_clock_offset(void);
+
+/* The generator. live_open loads the program for frames to ifindex and maps
+ * its state; live_run sends n frames built from tmpl (len bytes); close frees. */
+struct xl_gen { int prog_fd, map_fd, link_fd; struct xdp_gen_state *state; const uint8_t *tmpl; uint32_t len; };
+int xl_gen_open(struct xl_gen *g, int ifindex, const uint8_t *tmpl, uint32_t len, char *why, size_t whylen);
+int xl_gen_run(struct xl_gen *g, uint32_t n);
+void xl_gen_close(struct xl_gen *g);
+
+/* The sink on ifindex for UDP port; mode_out says "native" or "generic". */
+struct xl_sink { int prog_fd, map_fd, link_fd; struct xdp_sink_stats *stats; };
+int xl_sink_open(struct xl_sink *s, int ifindex, int port, const char **mode_out, char *why, size_t whylen);
+void xl_sink_close(struct xl_sink *s);
+
+#endif
