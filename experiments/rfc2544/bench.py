@@ -56,7 +56,7 @@ def bench_generator(sizes: List[int], modes: List[str], seconds: float, repeat: 
     from nslab.pktgen import kernel_pktgen_present, load_kernel_pktgen, unload_kernel_pktgen
     from nslab.topologies import pair
 
-    from .runner import CpuSplitLock
+    from .bed import CpuSplitLock
     caps.require_root("nslab bench generator")
     rows: List[Dict[str, object]] = []
     pacing: List[Dict[str, object]] = []
@@ -84,7 +84,7 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
     from nslab.pktgen import run_kernel_pktgen
     from nslab.shaping import frame_rate
 
-    from .runner import DUT_CPU, GEN_CPU, napi_on
+    from .bed import DUT_CPU, GEN_CPU, napi_on
     lab.static_arp()
     lab["h1"].run(["ethtool", "-K", "h1-eth0", "tso", "off", "gso", "off"], check=False)
     napi = napi_on(lab["h2"], "h2-eth0", DUT_CPU)
@@ -216,7 +216,8 @@ def bench_search(dut: str, size: int, repeat: int, trial: float, dut_cost: Optio
     from nslab.topologies.rfc2544 import dut_chain
 
     from .config import Rfc2544Config
-    from .runner import CpuSplitLock, Rfc2544Runner
+    from .bed import CpuSplitLock
+    from .runner import Rfc2544Runner
     caps.require_root("nslab bench search")
     cfg = Rfc2544Config(duts=[dut], frame_sizes=[size], trial=trial, dut_cost=dut_cost)
     rows: Dict[str, List[Dict[str, float]]] = {"RFC 2544 binary": [], "MLRsearch NDR": []}

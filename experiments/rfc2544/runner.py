@@ -16,10 +16,8 @@ namespaces), both over the trial after a warm-up.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import logging
-import os
 import statistics
 import subprocess
 import time
@@ -32,12 +30,12 @@ from nslab.pktgen import pktgen_path
 from nslab.proc import pin_threads, restore_threads
 from nslab.shaping import frame_rate
 
+from .bed import DUT_CPU, GEN_CPU, napi_on
 from .config import Rfc2544Config
 from .model import NOMINAL_FPS, loads, next_filters, trial_invalid
 
 log = logging.getLogger(__name__)
 
-GEN_CPU, DUT_CPU = 0, 1
 PORT = 9
 #: Calibration: the first filter count tried, how close the capacity must come
 #: to the target, and the most steps.
@@ -49,65 +47,6 @@ CAL_STEPS = 5
 #: forwarded 4 % less than its zero-loss throughput).
 CAL_OVERLOAD = 1.25
 MAX_FILTERS = 5000
-
-
-def napi_on(node, intf: str, cpu: int) -> bool:
-    """Receive ``intf``'s frames in a NAPI kernel thread pinned to ``cpu`` (GRO on
-    makes a veth take frames through NAPI; threaded NAPI runs it in its own
-    thread): the sender's CPU then pays only for sending, and XDP live frames
-    (which need NAPI at the far end) get through. The thread belongs to the
-    lab's interface and goes with it. True if the thread was found and pinned."""
-    import glob
-    node.run(["ethtool", "-K", intf, "gro", "on"], check=False)
-    node.run(["tee", f"/sys/class/net/{intf}/threaded"], input="1\n", check=False)
-    for comm in glob.glob("/proc/[0-9]*/comm"):
-        try:
-            name = open(comm).read().strip()
-        except OSError:
-            continue
-        if name.startswith(f"napi/{intf}-"):
-            pid = comm.split("/")[2]
-            node.run(["taskset", "-p", "-c", str(cpu), pid], check=False)
-            return True
-    return False
-
-
-class CpuSplitLock:
-    """One RFC 2544 run at a time owns the CPU split (generator CPU0, DUT CPU1)."""
-
-    PATH = "/run/nslab/cpu-split.lock"
-
-    def __enter__(self) -> "CpuSplitLock":
-        os.makedirs(os.path.dirname(self.PATH), exist_ok=True)
-        self.f = open(self.PATH, "a+")
-        try:
-            fcntl.flock(self.f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.f.seek(0)
-            owner = self.f.read().strip() or "?"
-            self.f.close()
-            raise CapabilityError(f"another RFC 2544 run ({owner}) holds the CPU split "
-                                  "(generator on CPU0, DUT on CPU1): run one at a time") from None
-        self.f.seek(0)
-        self.f.truncate()
-        self.f.write(f"pid {os.getpid()}")
-        self.f.flush()
-        # The harness itself (its threads and every tool it runs) stays off the
-        # DUT's CPU, whose busy time is the DUT's occupancy.
-        self.affinity = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, {GEN_CPU})
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.sched_setaffinity(0, self.affinity)
-        # Remove the file while still holding the lock: a run that opened it
-        # before finds it locked and refuses; one that comes later makes a new one.
-        try:
-            os.unlink(self.PATH)
-        except FileNotFoundError:
-            pass
-        fcntl.flock(self.f, fcntl.LOCK_UN)
-        self.f.close()
 
 
 class Rfc2544Runner:

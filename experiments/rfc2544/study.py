@@ -54,7 +54,7 @@ class Rfc2544Study(Study):
                         and size not in cfg.cost_frames)]
 
     def session(self, cfg: Rfc2544Config) -> ContextManager[Any]:
-        from .runner import CpuSplitLock
+        from .bed import CpuSplitLock
         return CpuSplitLock()
 
     def runner(self, key: str, lab: Any, cfg: Rfc2544Config, store: Any):

@@ -37,7 +37,7 @@ def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
 
 
 def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
-    from nslab.experiments.rfc2544.runner import CpuSplitLock
+    from nslab.experiments.rfc2544.bed import CpuSplitLock
     with CpuSplitLock():
         res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick"],
                              capture_output=True, text=True, timeout=120)
