@@ -148,7 +148,8 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
     for mode in modes:
         ceiling = min(float(rows[0][f"{mode}_pps"]),
                       float(rows[0]["sink_ceiling_pps"] or rows[0]["udp_sink_ceiling_pps"]))
-        for rate in (1000.0, 100_000.0, round(0.5 * ceiling, -3)):
+        line = round(frame_rate(1e9, sizes[0]))  # 1 GbE line rate, the goal
+        for rate in sorted({1000.0, 100_000.0, float(line), round(0.5 * ceiling, -3)}):
             if rate >= 0.9 * ceiling:
                 continue
             r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU, gen_sink)

@@ -63,8 +63,11 @@ class Trial(Strict):
     #: both CPUs kept out of idle by lowest-priority spinners (latency trials):
     #: their busy figures are the spinners', not the DUT's
     cpus_kept_awake: Optional[bool] = None
-    #: nslab-pktgen's send path (udp, packet, xdp), as it reported it
+    #: nslab-pktgen's send path (udp, packet, xdp, live), as it reported it
     gen_path: Optional[str] = None
+    #: OVS as the DUT: ovs-vswitchd's own share of the DUT's CPU (its threads
+    #: pinned there; dut_busy_pct covers them and the kernel's receive work)
+    ovs_vswitchd_busy_pct: Optional[float] = None
 
 
 class Probe(Strict):
