@@ -77,6 +77,8 @@ class Probe(Strict):
     loss_pct: float
     dut_occupancy_pct: float
     invalid: Optional[List[str]] = None
+    #: nslab-pktgen's send path of the probe's trial
+    gen_path: Optional[str] = None
 
 
 class Throughput(Strict):

@@ -200,6 +200,8 @@ class Rfc2544Runner:
                 line("link", "set", "dev", "bed1", "up"),
                 line("addr", "add", "10.254.0.2/30", "dev", "bed1")]))
             self._rps(self.sink, "bed1", 1 << GEN_CPU)
+            if self._live_possible():  # live frames need NAPI at the far end
+                napi_on(self.sink, "bed1", GEN_CPU)
             mac = json.loads(self.sink.run(["ip", "-j", "link", "show", "dev", "bed1"]).stdout)[0]
             self.gen.run(["ip", "neigh", "replace", "10.254.0.2", "lladdr", mac["address"],
                           "dev", "bed0", "nud", "permanent"])
@@ -464,7 +466,8 @@ class Rfc2544Runner:
         def ok(fps: float, seconds: Optional[float] = None) -> bool:
             m = self.trial(size, fps, seconds)
             probes.append({k: m[k] for k in ("target_fps", "offered_fps", "received_fps",
-                                             "loss_pct", "dut_occupancy_pct", "invalid")})
+                                             "loss_pct", "dut_occupancy_pct", "invalid",
+                                             "gen_path")})
             occ.append(m["dut_occupancy_pct"])
             return m["loss_pct"] <= cfg.loss_tolerance
 
