@@ -44,10 +44,10 @@ class AliasMeasurements(Strict):
     invalid: Optional[List[str]]
     #: share of the senders' busy time limited by their send buffer / the peer's
     #: receive window, over the window, percent (None: not measured, v1-v2)
-    sndbuf_limited_pct: Optional[float]
-    rwnd_limited_pct: Optional[float]
+    sndbuf_limited_pct: Optional[float] = None
+    rwnd_limited_pct: Optional[float] = None
     #: the most TCP payload the shaped link carries (None: unshaped or v1-v2)
-    link_ceiling_bps: Optional[float]
+    link_ceiling_bps: Optional[float] = None
 
 
 class AliasRecord(Record[AliasPoint, AliasMeasurements]):
