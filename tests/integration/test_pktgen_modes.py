@@ -96,6 +96,12 @@ def test_live_frames_fail_in_one_line_where_the_far_end_runs_no_napi_and_auto_fa
     args = ["send", "--dst", h2.ip, "--port", "9", "--size", "64", "--rate", "1000",
             "--duration", "1", "--count", "200", "--iface", "h1-eth0", "--dst-mac", mac(h2, "h2-eth0")]
     res = h1.run([pg, *args, "--mode", "live"], check=False)
+    if res.returncode == 0:
+        # Debian's 6.1 kernel hands live frames on to a veth even with GRO off
+        # (seen in the stock-kernel guest): then they must all arrive.
+        g, s = send_and_count(lab, *args[1:], "--mode", "live")
+        assert g["path"] == "live" and s["received"] == g["sent"] == 200
+        return
     assert res.returncode == 1
     assert res.stderr.strip().splitlines() == [
         "nslab-pktgen: --mode live: h1-eth0 handed on none of the first 1 frames (the receiving "
