@@ -52,6 +52,29 @@ static void incr(struct prog *p, int base, int off) {
     emit(p, STX(BPF_DW, base, R1, off));
 }
 
+/* A running statistic of register val (never r1, r2, r6): its count n += 1,
+ * sum += val, sq16 += (val >> 4)^2, with r6 the stats pointer. */
+static void moments(struct prog *p, int val, int n, int sum, int sq16) {
+    incr(p, R6, n);
+    emit(p, LDX(BPF_DW, R1, R6, sum));
+    emit(p, ALU_REG(BPF_ADD, R1, val));
+    emit(p, STX(BPF_DW, R6, R1, sum));
+    emit(p, MOV_REG(R2, val));
+    emit(p, ALU_IMM(BPF_RSH, R2, 4));
+    emit(p, ALU_REG(BPF_MUL, R2, R2));
+    emit(p, LDX(BPF_DW, R1, R6, sq16));
+    emit(p, ALU_REG(BPF_ADD, R1, R2));
+    emit(p, STX(BPF_DW, R6, R1, sq16));
+}
+
+/* stats[off] = val if val is above it (op BPF_JGE) or below it (BPF_JLE);
+ * else jump to skip, which the caller places right after. */
+static void keep_extreme(struct prog *p, int val, int off, int op, int skip) {
+    emit(p, LDX(BPF_DW, R1, R6, off));
+    jump(p, J_REG(op, R1, val), skip);
+    emit(p, STX(BPF_DW, R6, val, off));
+}
+
 /* ---- bpf(2) ------------------------------------------------------------------------- */
 static long sys_bpf(int cmd, union bpf_attr *attr) { return syscall(__NR_bpf, cmd, attr, sizeof *attr); }
 
@@ -260,46 +283,20 @@ int xl_sink_open(struct xl_sink *s, int ifindex, int port, const char **mode_out
     jump(&p, J_IMM(BPF_JSGE, R0, 0), L_LATOK);
     emit(&p, MOV_IMM(R0, 0));
     label(&p, L_LATOK);
-    incr(&p, R6, S(in_window));
-    emit(&p, LDX(BPF_DW, R1, R6, S(lat_sum)));
-    emit(&p, ALU_REG(BPF_ADD, R1, R0));
-    emit(&p, STX(BPF_DW, R6, R1, S(lat_sum)));
-    emit(&p, MOV_REG(R2, R0));
-    emit(&p, ALU_IMM(BPF_RSH, R2, 4));
-    emit(&p, ALU_REG(BPF_MUL, R2, R2));
-    emit(&p, LDX(BPF_DW, R1, R6, S(lat_sq16)));
-    emit(&p, ALU_REG(BPF_ADD, R1, R2));
-    emit(&p, STX(BPF_DW, R6, R1, S(lat_sq16)));
-    emit(&p, LDX(BPF_DW, R1, R6, S(lat_min)));
-    jump(&p, J_REG(BPF_JLE, R1, R0), L_NOMIN);
-    emit(&p, STX(BPF_DW, R6, R0, S(lat_min)));
+    moments(&p, R0, S(in_window), S(lat_sum), S(lat_sq16));
+    keep_extreme(&p, R0, S(lat_min), BPF_JLE, L_NOMIN);
     label(&p, L_NOMIN);
-    emit(&p, LDX(BPF_DW, R1, R6, S(lat_max)));
-    jump(&p, J_REG(BPF_JGE, R1, R0), L_NOLMAX);
-    emit(&p, STX(BPF_DW, R6, R0, S(lat_max)));
+    keep_extreme(&p, R0, S(lat_max), BPF_JGE, L_NOLMAX);
     label(&p, L_NOLMAX);
     /* the gaps between successive send times (a later one than any before) */
     emit(&p, LDX(BPF_DW, R1, R6, S(last_ts)));
     jump(&p, J_REG(BPF_JGE, R1, R9), L_DROP);
     emit(&p, STX(BPF_DW, R6, R9, S(last_ts)));
     jump(&p, J_IMM(BPF_JEQ, R1, 0), L_DROP);
-    emit(&p, MOV_REG(R2, R9));
-    emit(&p, ALU_REG(BPF_SUB, R2, R1));                  /* r2 = gap, ns */
-    emit(&p, LDX(BPF_DW, R3, R6, S(gaps)));
-    emit(&p, ALU_IMM(BPF_ADD, R3, 1));
-    emit(&p, STX(BPF_DW, R6, R3, S(gaps)));
-    emit(&p, LDX(BPF_DW, R3, R6, S(gap_sum)));
-    emit(&p, ALU_REG(BPF_ADD, R3, R2));
-    emit(&p, STX(BPF_DW, R6, R3, S(gap_sum)));
-    emit(&p, MOV_REG(R4, R2));
-    emit(&p, ALU_IMM(BPF_RSH, R4, 4));
-    emit(&p, ALU_REG(BPF_MUL, R4, R4));
-    emit(&p, LDX(BPF_DW, R3, R6, S(gap_sq16)));
-    emit(&p, ALU_REG(BPF_ADD, R3, R4));
-    emit(&p, STX(BPF_DW, R6, R3, S(gap_sq16)));
-    emit(&p, LDX(BPF_DW, R3, R6, S(gap_max)));
-    jump(&p, J_REG(BPF_JGE, R3, R2), L_DROP);
-    emit(&p, STX(BPF_DW, R6, R2, S(gap_max)));
+    emit(&p, MOV_REG(R7, R9));
+    emit(&p, ALU_REG(BPF_SUB, R7, R1));                  /* r7 = gap, ns */
+    moments(&p, R7, S(gaps), S(gap_sum), S(gap_sq16));
+    keep_extreme(&p, R7, S(gap_max), BPF_JGE, L_DROP);
     label(&p, L_DROP);
     emit(&p, MOV_IMM(R0, XDP_DROP));
     emit(&p, EXIT());
