@@ -14,11 +14,53 @@ from typing import Dict, List, Optional
 from .errors import CapabilityError
 
 
-def time_command(argv: List[str], cwd: Optional[str] = None) -> float:
-    """Seconds a command takes to run to completion (raise if it fails)."""
+def mem_available_kb() -> int:
+    """``MemAvailable`` from ``/proc/meminfo`` in KiB."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    raise OSError("no MemAvailable in /proc/meminfo")
+
+
+class PeakMemory:
+    """Context manager: the largest drop of ``MemAvailable`` (KiB) below its
+    value at entry, sampled every ``interval`` s while the block runs (kernel
+    objects, daemons and the command's own process all count)."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.peak_kb = 0
+
+    def __enter__(self) -> "PeakMemory":
+        import threading
+        self._base = mem_available_kb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak_kb = max(self.peak_kb, self._base - mem_available_kb())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def time_command(argv: List[str], cwd: Optional[str] = None,
+                 memory: Optional[List[int]] = None) -> float:
+    """Seconds a command takes to run to completion (raise if it fails).
+
+    With ``memory``, the peak drop of available memory (KiB) while it ran is
+    appended to it."""
     t0 = time.monotonic()
-    res = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=cwd)
+    with PeakMemory() as peak:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=cwd)
     dt = time.monotonic() - t0
+    if memory is not None:
+        memory.append(peak.peak_kb)
     if res.returncode != 0:
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["?"]
         raise CapabilityError(f"benchmark command failed: {' '.join(argv)}: {tail[0]}")

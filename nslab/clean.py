@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
@@ -182,10 +183,14 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
     for name, objs in inv.extra.items():
         if objs and name in exts:
             stage(f"{name} objects", lambda name=name, objs=objs: exts[name].remove(inv.run_id, objs))
-    if inv.interfaces:
-        stage("interfaces", lambda: _batch([("link", "del", "dev", i) for i in inv.interfaces]))
+    # Namespaces first: the kernel then removes every veth with an end in them,
+    # root ends included, in one batch (one RCU grace period for all), where
+    # ``ip link del`` pays one per interface (~25 ms: 1.6 s for 64 OVS ports).
+    paired_in_root = _paired_in_root(inv.interfaces)
     if inv.namespaces:
         stage("namespaces", lambda: _batch([("netns", "del", n) for n in inv.namespaces]))
+    if inv.interfaces:
+        stage("interfaces", lambda: _del_root_interfaces(inv.interfaces, paired_in_root))
     stage("work dir", lambda: shutil.rmtree(workdir(inv.run_id), ignore_errors=True))
     stage("journal", lambda: remove_journal(inv.run_id))
     used = set((journal.get("extensions") or {})) | {n for n, o in inv.extra.items() if o}
@@ -234,6 +239,53 @@ def _batch(commands: List[tuple]) -> None:
         res = run(["ip", "-force", "-batch", "-"], input=text(lines), check=False)
         if not res.ok and "Cannot find device" not in res.stderr:
             raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "ip -batch failed")
+
+
+def _sys_int(dev: str, attr: str) -> Optional[int]:
+    try:
+        with open(f"/sys/class/net/{dev}/{attr}") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _paired_in_root(names: List[str]) -> set:
+    """Those of ``names`` whose veth peer is in the root namespace too (a link
+    between two root-namespace switches): deleting namespaces does not remove them."""
+    by_index = {}
+    try:
+        devs = os.listdir("/sys/class/net")
+    except OSError:
+        return set(names)
+    for dev in devs:
+        idx = _sys_int(dev, "ifindex")
+        if idx is not None:
+            by_index[idx] = dev
+    out = set()
+    for n in names:
+        idx, peer = _sys_int(n, "ifindex"), _sys_int(n, "iflink")
+        if peer is None or peer == idx:
+            out.add(n)  # not a veth end, or unreadable: delete it by name
+        elif peer in by_index and _sys_int(by_index[peer], "iflink") == idx:
+            out.add(n)
+    return out
+
+
+def _del_root_interfaces(names: List[str], paired_in_root: set, settle: float = 5.0) -> None:
+    """Delete the run's root-namespace interfaces once the deleted namespaces
+    have taken their peers with them (the kernel does that in the background:
+    wait up to ``settle`` s for it), and by name those it will not take (links
+    between two root-namespace switches) or that are still there after it."""
+    deadline = time.monotonic() + settle
+    waiting = [n for n in names if n not in paired_in_root]
+    while time.monotonic() < deadline:
+        waiting = [n for n in waiting if os.path.exists(f"/sys/class/net/{n}")]
+        if not waiting:
+            break
+        time.sleep(0.01)
+    left = [n for n in names if os.path.exists(f"/sys/class/net/{n}")]
+    if left:
+        _batch([("link", "del", "dev", n) for n in left])
 
 
 def _restore(item: dict) -> None:

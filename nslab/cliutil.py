@@ -68,13 +68,26 @@ def current_log() -> Optional[str]:
     return None
 
 
-def print_lab(lab: Any) -> None:
-    """The lab's nodes, interfaces and how to enter them, as a table."""
+#: Rows of the lab table shown in full; a bigger lab shows its first and last few.
+LAB_TABLE_ROWS = 40
+
+
+def print_lab(lab: Any, max_rows: int = LAB_TABLE_ROWS) -> None:
+    """The lab's nodes, interfaces and how to enter them, as a table.
+
+    A lab of more than ``max_rows`` nodes shows its first and last rows and a
+    count of the rest (a thousand-row table takes longer to draw than the lab
+    takes to build, and scrolls everything else away)."""
     from rich.console import Console
     from rich.table import Table
     t = Table(title=f"lab {lab.run_id}: {lab.topology.name} (built in {lab.build_seconds:.2f} s)")
     for col in ("node", "kind", "interfaces", "enter with"):
         t.add_column(col)
-    for row in lab.describe():
+    rows = lab.describe()
+    if len(rows) > max_rows:
+        head, tail = max_rows // 2, max_rows // 4
+        hidden = len(rows) - head - tail
+        rows = rows[:head] + [(f"... {hidden} more", "", "", "")] + rows[-tail:]
+    for row in rows:
         t.add_row(*row)
     Console().print(t)

@@ -27,7 +27,7 @@ from .extension import Extension, for_topology, root_switch_types
 from .naming import check_run_id, new_run_id
 from .node import LabNode
 from .plan import BuildPlan, plan
-from .proc import Process, process_start_time, run, stop_all
+from .proc import NetnsJob, Process, process_start_time, run, run_in_namespaces, stop_all
 from .render import text
 from .topo import Topology
 
@@ -235,19 +235,22 @@ class Lab:
         self.inventory.namespaces = list(p.namespaces)
         self.inventory.interfaces = list(p.root_interfaces)
         ip_batch(p.netns_lines, where="creating namespaces")
-        for ns, values in p.sysctls.items():
-            run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w"] +
-                [f"{k}={v}" for k, v in values.items()], run_id=self.run_id,
-                where=f"sysctls in {ns}")
+        # per-namespace steps run a few namespaces at once, each command forked
+        # from a thread inside its namespace (see run_in_namespaces)
+        run_in_namespaces([NetnsJob(ns, ["sysctl", "-q", "-w"] + [f"{k}={v}" for k, v in values.items()],
+                                    where=f"sysctls in {ns}")
+                           for ns, values in p.sysctls.items()], run_id=self.run_id)
         ip_batch(p.link_lines, where="creating links")
-        for ns, lines in p.ns_lines.items():
-            ip_batch(lines, netns=ns, where=f"configuring {ns.split('-', 1)[1]}")
-        for ns, dev in p.gso_off:
-            ethtool_k(ns, dev, ["tso", "off", "gso", "off"])
+        run_in_namespaces([NetnsJob(ns, ["ip", "-batch", "-"], text(lines),
+                                    f"configuring {ns.split('-', 1)[1]}")
+                           for ns, lines in p.ns_lines.items() if lines], run_id=self.run_id)
+        ethtool_each(p.gso_off, ["tso", "off", "gso", "off"])
         for ns, lines in p.tc_lines.items():
-            if lines:
-                argv = ["tc"] + (["-n", ns] if ns else []) + ["-batch", "-"]
-                run(argv, input=text(lines), where=f"shaping in {ns or 'root'}")
+            if lines and ns is None:
+                run(["tc", "-batch", "-"], input=text(lines), where="shaping in root")
+        run_in_namespaces([NetnsJob(ns, ["tc", "-batch", "-"], text(lines), f"shaping in {ns}")
+                           for ns, lines in p.tc_lines.items() if lines and ns is not None],
+                          run_id=self.run_id)
         for ext in self.extensions.values():
             ext.build(self, p)
         self._wait_stp()
@@ -342,12 +345,11 @@ def _raise_interrupt(signum, frame):  # noqa: ANN001
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def ethtool_k(netns: Optional[str], dev: str, features: List[str]) -> None:
-    """``ethtool -K dev ...`` in a namespace (nsenter: no /sys remount needed)."""
-    argv = ["ethtool", "-K", dev] + features
-    if netns:
-        argv = ["nsenter", f"--net=/run/netns/{netns}"] + argv
-    run(argv, where=f"ethtool -K {dev} {' '.join(features)}")
+def ethtool_each(where: List[Tuple[Optional[str], str]], features: List[str]) -> None:
+    """``ethtool -K dev ...`` for every ``(netns, dev)``, a few at once."""
+    run_in_namespaces([NetnsJob(ns, ["ethtool", "-K", dev] + features,
+                                where=f"ethtool -K {dev} {' '.join(features)}")
+                       for ns, dev in where])
 
 
 def ip_batch(lines: List[str], netns: Optional[str] = None, where: str = "") -> None:

@@ -279,3 +279,97 @@ def restore_threads(former: Mapping[int, "set[int]"]) -> None:
             os.sched_setaffinity(tid, cpus)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+# -- many namespaces at once --------------------------------------------------------
+CLONE_NEWNET = 0x40000000
+
+
+@dataclass
+class NetnsJob:
+    """One command to run inside one named namespace, or the root one if
+    ``netns`` is None (see :func:`run_in_namespaces`)."""
+
+    netns: Optional[str]
+    argv: List[str]
+    input: Optional[str] = None
+    where: str = ""
+
+
+def _setns(fd: int) -> None:
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def _enter(netns: str) -> None:
+    """Move the calling thread into ``/run/netns/<netns>`` and prove it did.
+
+    The proof (the thread's namespace inode equals the named one) matters: a
+    command run after a silent failure would act on the host's namespace."""
+    path = f"/run/netns/{netns}"
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _setns(fd)
+        want = os.fstat(fd).st_ino
+    finally:
+        os.close(fd)
+    if os.stat("/proc/thread-self/ns/net").st_ino != want:
+        raise OSError(f"setns into {netns} did not take")
+
+
+def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
+                      workers: Optional[int] = None, timeout: float = 60) -> None:
+    """Run every job to completion, each inside its namespace, a few at once.
+
+    A worker thread enters the namespace (``setns``) and forks the command from
+    there, so the child is born inside it. ``ip -n NS`` and ``ip netns exec``
+    cost more per call: each builds a mount namespace and remounts ``/sys``
+    (4-10 ms a call here, against ~1.2 ms this way with two workers), which is
+    most of a 1000-host build. The commands must not need the namespace's
+    ``/sys`` (``ip``, ``tc`` and ``/proc/sys`` writes do not).
+
+    Raises the first job's :class:`CommandError` (by job order) after every
+    started job has ended; jobs not yet started are skipped after a failure.
+    """
+    import threading
+    if not jobs:
+        return
+    n = max(1, min(workers or (os.cpu_count() or 1), len(jobs)))
+    todo = list(enumerate(jobs))
+    lock = threading.Lock()
+    errors: Dict[int, BaseException] = {}
+
+    def worker() -> None:
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            while True:
+                with lock:
+                    if not todo or errors:
+                        return
+                    i, job = todo.pop(0)
+                try:
+                    if job.netns is None:
+                        _setns(home)
+                    else:
+                        _enter(job.netns)
+                    run(job.argv, run_id=run_id, input=job.input, timeout=timeout,
+                        where=job.where or job.netns or "root")
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                    with lock:
+                        errors[i] = exc
+        finally:
+            try:
+                _setns(home)
+            finally:
+                os.close(home)
+
+    threads = [threading.Thread(target=worker, name=f"netns-{k}", daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[min(errors)]

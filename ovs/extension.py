@@ -56,7 +56,7 @@ class OvsExtension(Extension):
         return {"bridges": len(self._switches(lab))}
 
     def build(self, lab: "Lab", plan: "BuildPlan") -> None:
-        from nslab.lab import ethtool_k
+        from nslab.lab import ethtool_each
 
         from .bridge import add_bridge
         from .daemon import datapath_type, ensure_running
@@ -82,8 +82,7 @@ class OvsExtension(Extension):
         if self.datapath == "netdev":
             # The userspace datapath does not complete partial checksums: TCP
             # stalls unless the veths attached to it compute them in software.
-            for ns, dev in plan.root_switch_links:
-                ethtool_k(ns, dev, ["tx", "off"])
+            ethtool_each(plan.root_switch_links, ["tx", "off"])
 
     def _attach_uplink(self, lab: "Lab", sw: str, br: str, iface: str) -> None:
         """Journal how to restore the NIC, then attach it (see :mod:`nslab.ovs.uplink`)."""

@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 
 import click
 
-from nslab.bench import save, time_command
+from nslab.bench import PeakMemory, save, time_command
 from nslab.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -61,26 +61,93 @@ def bench_build(ks: List[int], switch: str, repeat: int, with_mininet: bool,
     return _build_report(rows, switch, repeat, results_root)
 
 
+def kernel_floor(k: int, switch: str, datapath: str = "netdev") -> Tuple[float, int]:
+    """The kernel's own cost for the objects of ``single,k``, built and torn
+    down with the fewest calls: one ``ip -batch`` adds k+1 namespaces, one
+    creates k veth pairs directly in them, and the switch is one more call (a
+    Linux bridge with its ports up: ``ip -n SW -batch``; OVS: one
+    ``ovs-vsctl`` transaction adding the bridge and every port). Teardown
+    deletes the bridge (OVS) and every namespace in one call. No addresses,
+    host links left down, no IPv6 start-up: what no lab can go below.
+
+    Returns (seconds, peak KiB of memory used). Objects carry a fresh run id,
+    so ``nslab clean`` finds them if this is interrupted."""
+    from nslab.naming import new_run_id, ns_name, root_intf
+    from nslab.proc import run
+    from nslab.render import line, text
+    rid = new_run_id()
+    hosts = [ns_name(rid, f"h{i}") for i in range(1, k + 1)]
+    sw = ns_name(rid, "s1")
+    ovs = switch == "ovs"
+    namespaces = hosts + ([] if ovs else [sw])
+    ports = [root_intf(rid, i) for i in range(1, k + 1)]
+    br = f"{rid}-b1"
+    t0 = time.monotonic()
+    try:
+        with PeakMemory() as peak:
+            run(["ip", "-batch", "-"], input=text([line("netns", "add", n) for n in namespaces]))
+            run(["ip", "-batch", "-"], input=text([
+                line("link", "add", "name", "eth0", "netns", h, "type", "veth", "peer", "name", p,
+                     *([] if ovs else ["netns", sw])) for h, p in zip(hosts, ports)]))
+            if ovs:
+                from nslab.ovs.bridge import add_bridge
+                run(["ip", "-batch", "-"], input=text([line("link", "set", "dev", p, "up")
+                                                       for p in ports]))
+                add_bridge(br, rid, "s1", ports, datapath)
+            else:
+                run(["ip", "-n", sw, "-batch", "-"], input=text(
+                    [line("link", "add", "name", "s1", "type", "bridge")] +
+                    [line("link", "set", "dev", p, "master", "s1") for p in ports] +
+                    [line("link", "set", "dev", p, "up") for p in ports] +
+                    [line("link", "set", "dev", "s1", "up")]))
+            if ovs:
+                from nslab.ovs.bridge import del_bridge
+                del_bridge(br)
+            run(["ip", "-batch", "-"], input=text([line("netns", "del", n) for n in namespaces]))
+        return time.monotonic() - t0, peak.peak_kb
+    finally:
+        if ovs:
+            from nslab.ovs.bridge import del_bridge
+            del_bridge(br)
+        run(["ip", "-force", "-batch", "-"], check=False,
+            input=text([line("netns", "del", n) for n in namespaces
+                        if os.path.exists(f"/run/netns/{n}")]) or "\n")
+
+
 def _build_rows(ks: List[int], switch: str, repeat: int, mn_ok: bool, dp: str, nslab: str,
                 results_root: str) -> List[Dict[str, object]]:
     from rich.console import Console
     rows = []
     console = Console()
     for k in ks:
-        ours, theirs = [], []
+        ours, theirs, floor = [], [], []
+        mem: Dict[str, List[int]] = {"nslab": [], "mininet": [], "floor": []}
         for _ in range(repeat):
+            # the three side by side in each round, so drift hits them alike
+            secs, kb = kernel_floor(k, switch, "system" if dp == "kernel" else "netdev")
+            floor.append(secs)
+            mem["floor"].append(kb)
             ours.append(time_command([nslab, "--results", os.path.join(results_root, "bench"), "topo", "up",
-                               "single", "--k", str(k), "--switch", switch, "--for", "0"]))
+                                      "single", "--k", str(k), "--switch", switch, "--for", "0"],
+                                     memory=mem["nslab"]))
             if mn_ok:
                 theirs.append(time_command(["mn", "--topo", f"single,{k}", "--switch",
-                                     MN_SWITCH[switch].format(dp=dp), "--controller", "none",
-                                     "--test", "none"], cwd="/tmp"))
-        row = {"k": k, "nslab_s": statistics.median(ours), "nslab_all": ours}
+                                            MN_SWITCH[switch].format(dp=dp), "--controller", "none",
+                                            "--test", "none"], cwd="/tmp", memory=mem["mininet"]))
+        row: Dict[str, object] = {
+            "k": k, "nslab_s": statistics.median(ours), "nslab_all": ours,
+            "floor_s": statistics.median(floor), "floor_all": floor,
+            "vs_floor": statistics.median(ours) / statistics.median(floor),
+            "nslab_ms_per_node": 1000 * statistics.median(ours) / (k + 1),
+            "nslab_kib_per_node": statistics.median(mem["nslab"]) / (k + 1),
+            "floor_kib_per_node": statistics.median(mem["floor"]) / (k + 1),
+            "memory_kib": mem}
         if theirs:
             row.update(mininet_s=statistics.median(theirs), mininet_all=theirs,
-                       ratio=statistics.median(theirs) / statistics.median(ours))
+                       ratio=statistics.median(theirs) / statistics.median(ours),
+                       mininet_kib_per_node=statistics.median(mem["mininet"]) / (k + 1))
         rows.append(row)
-        console.print(f"k={k}: nslab {row['nslab_s']:.2f} s" +
+        console.print(f"k={k}: kernel floor {row['floor_s']:.2f} s, nslab {row['nslab_s']:.2f} s" +
                       (f", mininet {row['mininet_s']:.2f} s" if theirs else ""))
     return rows
 
@@ -90,13 +157,18 @@ def _build_report(rows: List[Dict[str, object]], switch: str, repeat: int,
     from rich.console import Console
     from rich.table import Table
     console = Console()
-    t = Table(title=f"build + teardown of single,k ({switch}; median of {repeat}, fresh process each)")
-    for col in ("k", "nslab (s)", "mininet (s)", "mininet / nslab"):
+    t = Table(title=f"build + teardown of single,k ({switch}; median of {repeat}, fresh process each; "
+                    "kernel floor: the same objects in 3-4 calls, no addresses)")
+    for col in ("k", "kernel floor (s)", "nslab (s)", "mininet (s)", "nslab / floor",
+                "mininet / nslab", "nslab ms/node", "nslab MiB/node", "mininet MiB/node"):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r["k"]), f"{r['nslab_s']:.2f}",
+        t.add_row(str(r["k"]), f"{r['floor_s']:.2f}", f"{r['nslab_s']:.2f}",
                   f"{r['mininet_s']:.2f}" if "mininet_s" in r else "-",
-                  f"{r['ratio']:.1f}x" if "ratio" in r else "-")
+                  f"{r['vs_floor']:.1f}x",
+                  f"{r['ratio']:.1f}x" if "ratio" in r else "-",
+                  f"{r['nslab_ms_per_node']:.1f}", f"{r['nslab_kib_per_node'] / 1024:.2f}",
+                  f"{r['mininet_kib_per_node'] / 1024:.2f}" if "mininet_kib_per_node" in r else "-")
     console.print(t)
     out = {"benchmark": "build", "switch": switch, "repeat": repeat, "rows": rows}
     console.print(f"saved {save(results_root, f'build-{switch}', out)}")
@@ -190,13 +262,13 @@ def bench_dataplane(seconds: float, repeat: int, results_root: str) -> Dict[str,
 
 
 @click.command("build")
-@click.option("--sizes", default="2,8,32,64", show_default=True, help="Host counts k.")
+@click.option("--sizes", default="2,8,32,64,256,1000", show_default=True, help="Host counts k.")
 @click.option("--switch", type=click.Choice(["bridge", "ovs"]), default="bridge", show_default=True)
 @click.option("--repeat", type=int, default=3, show_default=True)
 @click.option("--no-mininet", is_flag=True, help="Skip plain Mininet.")
 @click.pass_context
 def build_cmd(ctx: click.Context, sizes: str, switch: str, repeat: int, no_mininet: bool) -> None:
-    """Build+teardown time of `single,k` for nslab vs plain Mininet (`mn --test none`)."""
+    """Build+teardown time of `single,k`: nslab, plain Mininet (`mn --test none`) and the kernel floor."""
     from nslab.cliutil import int_list, setup_logging
     setup_logging(ctx.obj, f"bench-build-{int(time.time())}")
     bench_build(int_list(sizes, "--sizes"), switch, repeat, not no_mininet, ctx.obj.results)
