@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from nslab.errors import ReadinessError
 from nslab.extension import Extension
@@ -59,12 +59,17 @@ class FrrRouter:
         raise KeyError(f"{self.node.name} runs no {name} (it runs "
                        f"{', '.join(d.NAME for d in self.daemons)})")
 
-    def prepare(self) -> None:
+    def write(self) -> None:
+        """The node's directory and every daemon's config file."""
         os.makedirs(self.dir, exist_ok=True)
         os.chmod(self.dir, 0o770)
         _chown_frr(self.dir)
         for d in self.daemons:
             d.write_config()
+
+    def prepare(self) -> None:
+        """Write the configs, then dry-run each (``-C``)."""
+        self.write()
         for d in self.daemons:
             d.check()
 
@@ -103,16 +108,126 @@ class FrrExtension(Extension):
         topo = lab.topology
         self.routers = {n: FrrRouter(lab, lab[n], topo.nodes[n].bgp)  # type: ignore[arg-type]
                         for n, node in topo.nodes.items() if node.bgp}
-        for r in self.routers.values():
-            r.prepare()
+        pin_peer_neighbours(lab)
+        routers = list(self.routers.values())
+        for r in routers:
+            r.write()
+        # Dry runs, then starts, one daemon kind at a time across all routers:
+        # started router by router (zebra, wait for its socket, bgpd), 80 routers
+        # took 15.5 s to come up, longer than the fabric then took to converge.
+        _each([d.check for r in routers for d in r.daemons])
         self.started_at = time.monotonic()
-        for r in self.routers.values():
-            r.start()
+        for kind in sorted({type(d) for r in routers for d in r.daemons}, key=lambda c: c.ORDER):
+            started = [d for r in routers for d in r.daemons if type(d) is kind]
+            for d in started:
+                d.start()
+            if kind.NAME == "zebra":
+                for d in started:
+                    wait_path(d.zserv_path, 30, f"{d.node.name}: zebra socket")
 
     def teardown(self, lab: "Lab") -> List[str]:
         for r in self.routers.values():
             r.stop()
         return []
+
+
+def unnumbered_pairs(topo) -> List[Tuple[str, str, str, str]]:  # noqa: ANN001
+    """``(node, intf, peer, peer_intf)`` for each end of a link whose both ends
+    run an unnumbered BGP session on it."""
+    out = []
+    for _, na, ia, nb, ib in topo.interfaces():
+        a, b = topo.nodes[na].bgp, topo.nodes[nb].bgp
+        if a and b and ia in a.unnumbered and ib in b.unnumbered:
+            out += [(na, ia, nb, ib), (nb, ib, na, ia)]
+    return out
+
+
+def link_locals(ip_j_addr: str) -> Dict[str, Tuple[str, str]]:
+    """``{interface: (MAC, IPv6 link-local)}`` from ``ip -j addr show`` output;
+    values are checked (a MAC, an fe80::/10 address) before anyone uses them."""
+    import ipaddress
+
+    from nslab.fields import MAC_RE
+    out: Dict[str, Tuple[str, str]] = {}
+    for link in json.loads(ip_j_addr or "[]"):
+        mac = str(link.get("address", ""))
+        if not MAC_RE.fullmatch(mac):
+            continue
+        for a in link.get("addr_info", []):
+            if a.get("family") != "inet6":
+                continue
+            try:
+                addr = ipaddress.IPv6Address(str(a.get("local", "")))
+            except ValueError:
+                continue
+            if addr.is_link_local:
+                out[str(link.get("ifname"))] = (mac, str(addr))
+                break
+    return out
+
+
+def pin_peer_neighbours(lab: "Lab") -> int:
+    """Give every unnumbered BGP session's peer a permanent IPv6 neighbour entry
+    (its link-local address and MAC, read from the kernel). Returns how many.
+
+    Why: the kernel's IPv6 neighbour table is one table for every namespace,
+    and ``net.ipv6.neigh.default.gc_thresh3`` (1024, a host-global sysctl the
+    lab must not change) caps its entries. Each session end keeps its peer's
+    entry fresh (keepalives every second), so garbage collection cannot free
+    it: at 8 spines x 64 servers the 1024 session ends fill the table, every
+    router advertisement then fails to send (``sendmsg`` EINVAL, counted as
+    ``Ip6OutNoRoutes``; dmesg: "ndisc_cache: neighbor table overflow!"), and
+    the servers that came last never learn their peers. Permanent entries do
+    not count against the cap, and the multicast entries left are freed as
+    soon as the table fills."""
+    from nslab.proc import NetnsJob, run_in_namespaces
+    from nslab.render import line, text
+    pairs = unnumbered_pairs(lab.topology)
+    nodes = sorted({n for n, _, _, _ in pairs})
+    if not nodes:
+        return 0
+    need: Dict[str, set] = {}
+    for _, _, peer, peer_intf in pairs:
+        need.setdefault(peer, set()).add(peer_intf)
+    # A veth's link-local address comes when the kernel's link watcher sees the
+    # carrier, up to a second after both ends are up: wait for them (bounded).
+    ll: Dict[str, Dict[str, Tuple[str, str]]] = {}
+    deadline = time.monotonic() + 10
+    while True:
+        todo = [n for n in nodes if not need.get(n, set()) <= set(ll.get(n, {}))]
+        if not todo or time.monotonic() > deadline:
+            break
+        res = run_in_namespaces([NetnsJob(lab[n].netns, ["ip", "-j", "addr", "show"],
+                                          where=f"{n}: link-local addresses")
+                                 for n in todo], run_id=lab.run_id)
+        ll.update({n: link_locals(r.stdout) for n, r in zip(todo, res)})
+        if any(not need.get(n, set()) <= set(ll[n]) for n in todo):
+            time.sleep(0.1)
+    lines: Dict[str, List[str]] = {}
+    for node, intf, peer, peer_intf in pairs:
+        if peer_intf not in ll.get(peer, {}):
+            log.warning("%s: no link-local address on %s after 10 s; its neighbour is not "
+                        "pinned", peer, peer_intf)
+            continue
+        mac, addr = ll[peer][peer_intf]
+        lines.setdefault(node, []).append(
+            line("neigh", "replace", addr, "dev", intf, "lladdr", mac, "nud", "permanent"))
+    run_in_namespaces([NetnsJob(lab[n].netns, ["ip", "-batch", "-"], text(ls),
+                                f"{n}: pinning BGP peers' neighbours")
+                       for n, ls in lines.items()], run_id=lab.run_id)
+    return sum(len(v) for v in lines.values())
+
+
+def _each(calls: List, workers: Optional[int] = None) -> None:  # noqa: ANN001
+    """Call each function, a few at once (they wait on child processes);
+    re-raise the first failure in call order."""
+    from concurrent.futures import ThreadPoolExecutor
+    if not calls:
+        return
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        futures = [pool.submit(c) for c in calls]
+    for f in futures:
+        f.result()
 
 
 def frr_of(lab: "Lab") -> FrrExtension:
@@ -141,10 +256,18 @@ def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float 
     frr = frr_of(lab)
     t0 = frr.started_at if frr.started_at is not None else time.monotonic()
     deadline = time.monotonic() + timeout
+    from nslab.proc import NetnsJob, run_in_namespaces
+    names = list(expect)
     while True:
         missing = []
-        for node, prefixes in expect.items():
-            table = {_prefix(r["dst"]): nexthop_count(r) for r in routes(lab[node])}
+        # one `ip -j route` per node, forked from inside its namespace, two at
+        # a time: cheap enough to poll a 72-router fabric without starving it
+        tables = run_in_namespaces([NetnsJob(lab[n].netns, ["ip", "-j", "route", "show"],
+                                             where=f"{n}: routes") for n in names],
+                                   run_id=lab.run_id)
+        for node, res in zip(names, tables):
+            prefixes = expect[node]
+            table = {_prefix(r["dst"]): nexthop_count(r) for r in json.loads(res.stdout or "[]")}
             for prefix, n in prefixes.items():
                 if table.get(prefix, 0) < n:
                     missing.append((node, prefix, n, table.get(prefix, 0)))
@@ -157,4 +280,4 @@ def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float 
             raise ReadinessError(
                 f"{node}: route {prefix} has {got} of {want} nexthops after {timeout:.0f} s "
                 f"({len(missing)} routes missing)\n--- bgp summary\n{summary}\n--- routes\n{seen}")
-        time.sleep(0.05)
+        time.sleep(0.05 if len(names) < 16 else 0.25)

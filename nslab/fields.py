@@ -474,6 +474,9 @@ class BgpOptions(StrictModel):
     coalesce_time: Annotated[StrictInt, Field(ge=0, le=4_294_967_295)] = 100
     maximum_paths: Annotated[StrictInt, Field(ge=1, le=128)] = 64
     bfd: Optional[BfdOptions] = Field(None, description="BFD on every session (FRR bfdd)")
+    passive: StrictBool = Field(False, description="wait for the peers to open the TCP "
+                                "connections (never open one): no connection collisions "
+                                "when both ends start at once")
 
     @model_validator(mode="after")
     def _timers(self) -> "BgpOptions":

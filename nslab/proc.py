@@ -321,7 +321,7 @@ def _enter(netns: str) -> None:
 
 
 def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
-                      workers: Optional[int] = None, timeout: float = 60) -> None:
+                      workers: Optional[int] = None, timeout: float = 60) -> List[Result]:
     """Run every job to completion, each inside its namespace, a few at once.
 
     A worker thread enters the namespace (``setns``) and forks the command from
@@ -331,12 +331,14 @@ def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
     most of a 1000-host build. The commands must not need the namespace's
     ``/sys`` (``ip``, ``tc`` and ``/proc/sys`` writes do not).
 
-    Raises the first job's :class:`CommandError` (by job order) after every
-    started job has ended; jobs not yet started are skipped after a failure.
+    Returns the results in job order. Raises the first job's
+    :class:`CommandError` (by job order) after every started job has ended;
+    jobs not yet started are skipped after a failure.
     """
     import threading
     if not jobs:
-        return
+        return []
+    results: List[Optional[Result]] = [None] * len(jobs)
     n = max(1, min(workers or (os.cpu_count() or 1), len(jobs)))
     todo = list(enumerate(jobs))
     lock = threading.Lock()
@@ -355,8 +357,8 @@ def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
                         _setns(home)
                     else:
                         _enter(job.netns)
-                    run(job.argv, run_id=run_id, input=job.input, timeout=timeout,
-                        where=job.where or job.netns or "root")
+                    results[i] = run(job.argv, run_id=run_id, input=job.input, timeout=timeout,
+                                     where=job.where or job.netns or "root")
                 except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
                     with lock:
                         errors[i] = exc
@@ -373,3 +375,4 @@ def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
         t.join()
     if errors:
         raise errors[min(errors)]
+    return [r for r in results if r is not None]

@@ -35,6 +35,16 @@ def test_clos_converges_with_ecmp_and_vtysh_reaches_a_node(make_lab):
     assert route.count("nexthop via") == 2 and "proto bgp" in route
     assert "server2-eth0" in route and "server2-eth1" in route
     lab["server2"].run(["ping", "-c", "1", "-W", "2", "-I", "10.0.200.2", "10.0.200.1"])
+    # each session's peer has a permanent neighbour entry (outside the kernel's
+    # shared cap), with the link-local address and MAC the peer really has
+    import json
+    for node, intf, peer, peer_intf in [("server2", "server2-eth1", "spine2", "spine2-eth1"),
+                                        ("spine1", "spine1-eth0", "server1", "server1-eth0")]:
+        neigh = json.loads(lab[node].run(["ip", "-j", "-6", "neigh", "show", "dev", intf,
+                                          "nud", "permanent"]).stdout)
+        link = json.loads(lab[peer].run(["ip", "-j", "addr", "show", "dev", peer_intf]).stdout)[0]
+        ll = [a["local"] for a in link["addr_info"] if a["local"].startswith("fe80:")]
+        assert [(n["dst"], n["lladdr"]) for n in neigh] == [(ll[0], link["address"])]
     res = subprocess.run([NSLAB, "vtysh", "server1", "--run", lab.run_id, "-c", "show bgp summary"],
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 0 and "spine1(server1-eth0)" in res.stdout

@@ -292,3 +292,38 @@ def test_every_topology_the_docs_use_builds_from_the_cli(tmp_path, args):
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "torn down" in res.stdout and "ip netns exec" in res.stdout
+
+
+def test_commands_run_inside_each_namespace_and_the_caller_stays_home(make_lab):
+    from nslab.errors import CommandError
+    from nslab.proc import NetnsJob, run_in_namespaces
+    lab = make_lab(single(k=3))
+    home = os.stat("/proc/thread-self/ns/net").st_ino
+    res = run_in_namespaces([NetnsJob(lab[h].netns, ["ip", "-o", "link", "show"]) for h in
+                             ("h1", "h2", "h3")] + [NetnsJob(None, ["ip", "-o", "link", "show"])])
+    for h, r in zip(("h1", "h2", "h3"), res):
+        assert f"{h}-eth0" in r.stdout and "h2-eth0" not in r.stdout.replace(f"{h}-eth0", "")
+    assert "h1-eth0" not in res[3].stdout  # None: the root namespace
+    assert os.stat("/proc/thread-self/ns/net").st_ino == home
+    # a failing job is raised naming it; one that cannot enter its namespace too
+    with pytest.raises(CommandError, match="bad job"):
+        run_in_namespaces([NetnsJob(lab["h1"].netns, ["ip", "link", "show", "nosuch0"], where="bad job"),
+                           NetnsJob(lab["h2"].netns, ["true"])])
+    with pytest.raises(FileNotFoundError):
+        run_in_namespaces([NetnsJob(f"{lab.run_id}-nosuch", ["true"])])
+    assert os.stat("/proc/thread-self/ns/net").st_ino == home
+
+
+def test_ovs_switches_linked_to_each_other_leave_no_interface(make_lab):
+    from nslab import caps
+    if not caps.probe()["ovs"].ok:
+        pytest.skip("no Open vSwitch here")
+    from nslab.topologies.mininet import linear
+    lab = make_lab(linear(k=3, n=1, switch="ovs"))
+    lab["h1"].run(["ping", "-c", "1", "-W", "5", lab["h3"].ip])
+    rid = lab.run_id
+    lab.stop()
+    # root-namespace ports whose peers were in namespaces went with the
+    # namespaces; the switch-to-switch links were deleted by name
+    left = [d for d in os.listdir("/sys/class/net") if d.startswith(f"{rid}-")]
+    assert left == []

@@ -106,6 +106,45 @@ def test_bgp_config_renders_unnumbered_peers_ecmp_and_fast_timers(tmp_path):
     assert z.argv(dry_run=True)[-1] == "-C"
 
 
+def test_passive_spines_render_passive_sessions_and_servers_stay_active(tmp_path):
+    from nslab.frr.daemon import Bgpd
+
+    class FakeNode:
+        name = "n"
+    t = clos(spines=2, servers=2, passive_spines=True)
+    for node, passive in (("spine1", True), ("server1", False)):
+        ctx = {"node": node, "run_id": "nl0000", "interfaces": [], "bgp": t.nodes[node].bgp}
+        assert (" neighbor fabric passive" in Bgpd(FakeNode(), str(tmp_path), ctx).render()) is passive
+    ctx = {"node": "spine1", "run_id": "nl0000", "interfaces": [], "bgp": clos().nodes["spine1"].bgp}
+    assert "passive" not in Bgpd(FakeNode(), str(tmp_path), ctx).render()  # off by default
+
+
+def test_unnumbered_pairs_give_each_session_end_its_peer():
+    from nslab.frr.router import unnumbered_pairs
+    t = clos(spines=2, servers=3)
+    pairs = unnumbered_pairs(t)
+    assert len(pairs) == 2 * 2 * 3  # both ends of every fabric link
+    assert ("server3", "server3-eth1", "spine2", "spine2-eth2") in pairs
+    assert ("spine2", "spine2-eth2", "server3", "server3-eth1") in pairs
+    # a leaf's link to its rack switch carries no session
+    assert not any("tor" in p[2] or p[1].endswith("-h")
+                   for p in unnumbered_pairs(clos(spines=2, leaves=2, hosts_per_leaf=1)))
+
+
+def test_link_locals_on_captured_ip_json():
+    from nslab.frr.router import link_locals
+    with open(data("ip", "addr-linklocal.json")) as f:
+        got = link_locals(f.read())
+    # lo has no link-local address; the veth's comes with its MAC
+    assert got == {"r1-eth0": ("1e:af:e9:24:43:ac", "fe80::1caf:e9ff:fe24:43ac")}
+    # what the kernel prints is checked before it reaches an ip -batch line
+    bad = '[{"ifname": "x", "address": "1e:af:e9:24:43:ac\\nneigh flush all", "addr_info": ' \
+          '[{"family": "inet6", "local": "fe80::1"}]}, {"ifname": "y", "address": ' \
+          '"1e:af:e9:24:43:ad", "addr_info": [{"family": "inet6", "local": "2001:db8::1"}]}]'
+    assert link_locals(bad) == {}
+    assert link_locals("") == {}
+
+
 def test_report_redraws_from_a_captured_run(tmp_path):
     run = tmp_path / "ecmp" / "nle9b7"
     shutil.copytree(data("ecmp_run"), run)

@@ -1,0 +1,42 @@
+"""`nslab bench build`: nslab, the kernel floor (and Mininet where it can run),
+side by side, with nothing left behind."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.root, pytest.mark.slow]
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+
+
+def _netns():
+    return set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+
+
+def test_bench_build_prints_the_kernel_floor_beside_nslab(tmp_path):
+    before, links = _netns(), set(os.listdir("/sys/class/net"))
+    res = subprocess.run([NSLAB, "--results", str(tmp_path), "bench", "build", "--sizes", "4,16",
+                          "--repeat", "1", "--no-mininet"], capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "k=16: kernel floor" in res.stdout
+    (saved,) = glob.glob(str(tmp_path / "bench" / "build-bridge-*.json"))
+    rows = json.load(open(saved))["rows"]
+    assert [r["k"] for r in rows] == [4, 16]
+    for r in rows:
+        assert 0 < r["floor_s"] and 0 < r["nslab_s"]
+        assert r["vs_floor"] == pytest.approx(r["nslab_s"] / r["floor_s"])
+        assert r["nslab_ms_per_node"] > 0 and r["memory_kib"]["nslab"]
+    assert _netns() == before and set(os.listdir("/sys/class/net")) == links
+
+
+def test_kernel_floor_builds_the_objects_and_removes_them():
+    from nslab.topologies.bench import kernel_floor
+    before, links = _netns(), set(os.listdir("/sys/class/net"))
+    secs, kib = kernel_floor(8, "bridge")
+    assert secs > 0 and kib >= 0
+    assert _netns() == before and set(os.listdir("/sys/class/net")) == links
