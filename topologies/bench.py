@@ -175,7 +175,26 @@ def _build_report(rows: List[Dict[str, object]], switch: str, repeat: int,
     return out
 
 
-def bench_clos(shapes: List[tuple], repeat: int, results_root: str) -> Dict[str, object]:
+def daemon_memory(run_id: str) -> Dict[str, float]:
+    """Mean resident memory (MiB) per daemon kind among the run's processes
+    (``zebra``, ``bgpd``, ``bfdd``), by process name."""
+    import psutil
+
+    from nslab.proc import pids_with_tag
+    by: Dict[str, List[float]] = {}
+    for pid in pids_with_tag(run_id):
+        try:
+            p = psutil.Process(pid)
+            name, rss = p.name(), p.memory_info().rss
+        except psutil.Error:
+            continue
+        if name in ("zebra", "bgpd", "bfdd"):
+            by.setdefault(name, []).append(rss / 2**20)
+    return {k: statistics.mean(v) for k, v in by.items()}
+
+
+def bench_clos(shapes: List[tuple], repeat: int, results_root: str,
+               passive_spines: bool = False) -> Dict[str, object]:
     """From FRR daemon start to ECMP routes on every server/leaf, per fabric shape."""
     from rich.console import Console
     from rich.table import Table
@@ -190,24 +209,34 @@ def bench_clos(shapes: List[tuple], repeat: int, results_root: str) -> Dict[str,
     console = Console()
     rows = []
     for spines, leaves in shapes:
-        conv, build = [], []
+        conv, build, mem, lab_kib = [], [], [], []
         for _ in range(repeat):
-            t = clos(spines=spines, servers=leaves)
-            with Lab(t) as lab:
-                conv.append(wait_for_ecmp(lab, expected_routes(t), timeout=120))
-                build.append(lab.build_seconds)
+            t = clos(spines=spines, servers=leaves, passive_spines=passive_spines)
+            with PeakMemory() as peak:
+                with Lab(t) as lab:
+                    conv.append(wait_for_ecmp(lab, expected_routes(t), timeout=120))
+                    build.append(lab.build_seconds)
+                    mem.append(daemon_memory(lab.run_id))
+            lab_kib.append(peak.peak_kb)
+        per = {name: statistics.median(m[name] for m in mem) for name in mem[0]}
         rows.append({"spines": spines, "servers": leaves, "convergence_s": statistics.median(conv),
-                     "convergence_all": conv, "build_s": statistics.median(build)})
+                     "convergence_all": conv, "build_s": statistics.median(build),
+                     "daemon_rss_mib": per, "lab_peak_mib": statistics.median(lab_kib) / 1024})
         console.print(f"{spines}x{leaves}: converged {rows[-1]['convergence_s']:.2f} s after FRR start")
-    t = Table(title=f"BGP-unnumbered clos: FRR start to ECMP routes everywhere (median of {repeat})")
-    for col in ("spines x servers", "nodes", "lab build (s)", "convergence (s)", "min-max (s)"):
+    t = Table(title=f"BGP-unnumbered clos: FRR start to ECMP routes everywhere (median of {repeat})"
+              + (", passive spines" if passive_spines else ""))
+    for col in ("spines x servers", "nodes", "lab build (s)", "convergence (s)", "min-max (s)",
+                "MiB per zebra / bgpd", "lab peak MiB"):
         t.add_column(col, justify="right")
     for r in rows:
+        rss = r["daemon_rss_mib"]
         t.add_row(f"{r['spines']} x {r['servers']}", str(r["spines"] + r["servers"]),
                   f"{r['build_s']:.2f}", f"{r['convergence_s']:.2f}",
-                  f"{min(r['convergence_all']):.2f}-{max(r['convergence_all']):.2f}")
+                  f"{min(r['convergence_all']):.2f}-{max(r['convergence_all']):.2f}",
+                  " / ".join(f"{rss[d]:.1f}" if d in rss else "-" for d in ("zebra", "bgpd")),
+                  f"{r['lab_peak_mib']:.0f}")
     console.print(t)
-    out = {"benchmark": "clos", "repeat": repeat, "rows": rows,
+    out = {"benchmark": "clos", "repeat": repeat, "rows": rows, "passive_spines": passive_spines,
            "timers": "keepalive 1, hold 3, advertisement-interval 0, coalesce-time 100"}
     console.print(f"saved {save(results_root, 'clos', out)}")
     return out
@@ -277,8 +306,9 @@ def build_cmd(ctx: click.Context, sizes: str, switch: str, repeat: int, no_minin
 @click.command("clos")
 @click.option("--shapes", default="2x2,4x8", show_default=True, help="SPINESxSERVERS list.")
 @click.option("--repeat", type=int, default=3, show_default=True)
+@click.option("--passive-spines", is_flag=True, help="Only servers open BGP sessions.")
 @click.pass_context
-def clos_cmd(ctx: click.Context, shapes: str, repeat: int) -> None:
+def clos_cmd(ctx: click.Context, shapes: str, repeat: int, passive_spines: bool) -> None:
     """Time from FRR start to ECMP routes installed everywhere, per clos size."""
     from nslab.cliutil import setup_logging
     parsed: List[Tuple[int, int]] = []
@@ -289,7 +319,7 @@ def clos_cmd(ctx: click.Context, shapes: str, repeat: int) -> None:
             raise InputError(f"--shapes: {item!r} is not SPINESxSERVERS (e.g. 2x2)") from None
         parsed.append((s, n))
     setup_logging(ctx.obj, f"bench-clos-{int(time.time())}")
-    bench_clos(parsed, repeat, ctx.obj.results)
+    bench_clos(parsed, repeat, ctx.obj.results, passive_spines)
 
 
 @click.command("dataplane")
