@@ -27,7 +27,8 @@ from .extension import Extension, for_topology, root_switch_types
 from .naming import check_run_id, new_run_id
 from .node import LabNode
 from .plan import BuildPlan, plan
-from .proc import NetnsJob, Process, process_start_time, run, run_in_namespaces, stop_all
+from .proc import (NetnsJob, Process, links_not_flowing, process_start_time, run,
+                   run_in_namespaces, stop_all)
 from .render import text
 from .topo import Topology
 
@@ -251,9 +252,30 @@ class Lab:
         run_in_namespaces([NetnsJob(ns, ["tc", "-batch", "-"], text(lines), f"shaping in {ns}")
                            for ns, lines in p.tc_lines.items() if lines and ns is not None],
                           run_id=self.run_id)
+        self._wait_links(p)
         for ext in self.extensions.values():
             ext.build(self, p)
         self._wait_stp()
+
+    def _wait_links(self, p: BuildPlan, timeout: float = 5.0) -> None:
+        """Wait until every link end is operationally up. A veth's carrier, and
+        the queue that carries its frames, come from the kernel's link watcher
+        shortly after both ends are up; a frame sent before is dropped (a CI
+        run's first ping lost its ARP request that way right after a fast build).
+        Read with one netlink dump per namespace, no process."""
+        only = {np.netns: np.intfs for np in p.nodes.values() if np.netns}
+        namespaces = list(only)
+        deadline = time.monotonic() + timeout
+        while True:
+            late = links_not_flowing(namespaces, only)
+            if not late:
+                return
+            if time.monotonic() > deadline:
+                log.warning("%d link ends still not up after %.0f s (e.g. %s in %s)", len(late),
+                            timeout, late[0][1], late[0][0])
+                return
+            namespaces = sorted({ns for ns, _ in late if ns})
+            time.sleep(0.01)
 
     def _wait_stp(self) -> None:
         """With STP on Linux bridges (a topology with loops), wait until every

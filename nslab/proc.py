@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import IO, Dict, List, Mapping, Optional, Sequence, Union
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import CommandError
 
@@ -376,3 +376,91 @@ def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
     if errors:
         raise errors[min(errors)]
     return [r for r in results if r is not None]
+
+
+# -- link state without a process per namespace --------------------------------------
+_IFLA_IFNAME, _IFLA_OPERSTATE = 3, 16
+#: ``IF_OPER_*`` values that mean frames flow: up, or unknown (lo, some virtual devices).
+OPER_FLOWING = {6, 0}
+
+
+def _link_dump() -> Dict[str, Tuple[int, int]]:
+    """``{ifname: (flags, operstate)}`` of the calling thread's namespace, from
+    one ``RTM_GETLINK`` dump on a netlink socket (no process)."""
+    import socket
+    import struct
+    RTM_GETLINK, NLM_F_REQUEST, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR = 18, 1, 0x300, 3, 2
+    out: Dict[str, Tuple[int, int]] = {}
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as s:
+        req = struct.pack("=IHHII", 32, RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + \
+            struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)
+        s.send(req)
+        while True:
+            data = s.recv(1 << 16)
+            off = 0
+            while off + 16 <= len(data):
+                length, kind = struct.unpack_from("=IH", data, off)
+                if length < 16:
+                    return out
+                if kind == NLMSG_DONE:
+                    return out
+                if kind == NLMSG_ERROR:
+                    raise OSError("netlink link dump failed")
+                flags = struct.unpack_from("=I", data, off + 16 + 8)[0]
+                name, oper = None, 0
+                a = off + 16 + 16
+                while a + 4 <= off + length:
+                    alen, atype = struct.unpack_from("=HH", data, a)
+                    if alen < 4:
+                        break
+                    if atype == _IFLA_IFNAME:
+                        name = data[a + 4:a + alen].split(b"\0", 1)[0].decode()
+                    elif atype == _IFLA_OPERSTATE:
+                        oper = data[a + 4]
+                    a += (alen + 3) & ~3
+                if name is not None:
+                    out[name] = (flags, oper)
+                off += (length + 3) & ~3
+
+
+def links_not_flowing(namespaces: Sequence[Optional[str]],
+                      only: Optional[Dict[Optional[str], Sequence[str]]] = None
+                      ) -> List[Tuple[Optional[str], str]]:
+    """``(netns, ifname)`` of interfaces that are administratively up but whose
+    operational state is not up yet (no carrier, or the kernel's link watcher
+    has not activated their queue: frames sent meanwhile are dropped).
+
+    Read from a thread inside each namespace, with no process per namespace.
+    ``only``: per namespace, the interfaces to look at (default: all)."""
+    import threading
+    IFF_UP = 1
+    out: List[Tuple[Optional[str], str]] = []
+    errors: List[BaseException] = []
+
+    def work() -> None:
+        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            for ns in namespaces:
+                if ns is None:
+                    _setns(home)
+                else:
+                    _enter(ns)
+                want = None if only is None else set(only.get(ns, ()))
+                for name, (flags, oper) in _link_dump().items():
+                    if (want is None or name in want) and flags & IFF_UP and \
+                            oper not in OPER_FLOWING:
+                        out.append((ns, name))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+        finally:
+            try:
+                _setns(home)
+            finally:
+                os.close(home)
+
+    t = threading.Thread(target=work, name="netns-links", daemon=True)
+    t.start()
+    t.join()
+    if errors:
+        raise errors[0]
+    return out

@@ -297,6 +297,13 @@ def test_every_topology_the_docs_use_builds_from_the_cli(tmp_path, args):
     assert "torn down" in res.stdout and "ip netns exec" in res.stdout
 
 
+def test_every_link_end_is_up_when_the_lab_says_up(make_lab):
+    from nslab.proc import links_not_flowing
+    lab = make_lab(single(k=40))
+    assert links_not_flowing(lab.inventory.namespaces) == []
+    lab["h1"].run(["ping", "-c", "1", "-W", "2", "10.0.0.40"])
+
+
 def test_commands_run_inside_each_namespace_and_the_caller_stays_home(make_lab):
     from nslab.errors import CommandError
     from nslab.proc import NetnsJob, run_in_namespaces
