@@ -37,6 +37,9 @@ from .model import NOMINAL_FPS, loads, next_filters, trial_invalid
 log = logging.getLogger(__name__)
 
 PORT = 9
+#: u32 classifier instances one ingress qdisc can hold (cls_u32 hands out 11-bit ids).
+U32_PRIOS = 2047
+
 #: Calibration: the first filter count tried, how close the capacity must come
 #: to the target, and the most steps.
 CAL_FILTERS = 500
@@ -316,9 +319,13 @@ class Rfc2544Runner:
     def _cost(self, n: int) -> None:
         self.dutn.run(["tc", "qdisc", "add", "dev", self.dut_in, "handle", "ffff:", "ingress"])
         from nslab.render import line, text
+        # One u32 instance per priority, at most U32_PRIOS of them (the kernel
+        # numbers them in 11 bits: a CI run's 2048th filter was refused); beyond
+        # that, further filters join the existing priorities' lists, which every
+        # frame walks just the same.
         lines = [line("filter", "add", "dev", self.dut_in, "parent", "ffff:", "protocol", "ip",
-                      "prio", i, "u32", "match", "u32", "0xdeadbeef", "0xffffffff", "at", 0,
-                      "flowid", "1:1") for i in range(1, n + 1)]
+                      "prio", (i - 1) % U32_PRIOS + 1, "u32", "match", "u32", "0xdeadbeef",
+                      "0xffffffff", "at", 0, "flowid", "1:1") for i in range(1, n + 1)]
         self.dutn.run(["tc", "-batch", "-"], input=text(lines), timeout=300)
 
     def measure_ceiling(self, size: int) -> float:

@@ -84,3 +84,13 @@ def test_live_frames_measure_a_bare_dut_past_100_mbit_line_rate(tmp_path):
     assert forwarded > 148_810, probes
     prov = json.load(open(run / "provenance.json"))
     assert prov["setups"]["bridge"]["dut_ingress_napi_cpu"] == 1
+
+
+def test_a_dut_cost_beyond_the_kernels_2047_u32_priorities_applies(tmp_path):
+    """cls_u32 numbers its instances in 11 bits: the 2048th priority on one
+    ingress qdisc is refused. The knob spreads its filters over 2047 priorities."""
+    run, records = run_quick(tmp_path, "--dut", "bridge", "--tests", "back-to-back",
+                             "--frame-sizes", "64", "--dut-cost", "2100")
+    assert [r["params"]["frame"] for r in records] == [64]
+    assert records[0]["measurements"]["searches"]
+    assert '"dut_cost_filters": 2100' in (run / "provenance.json").read_text()
