@@ -235,12 +235,6 @@ def frr_of(lab: "Lab") -> FrrExtension:
     return lab.extension("frr")  # type: ignore[return-value]
 
 
-def routes(node: "LabNode", prefix: Optional[str] = None) -> List[Dict]:
-    """The node's IPv4 routes as ``ip -j route`` gives them."""
-    argv = ["ip", "-j", "route", "show"] + ([prefix] if prefix else [])
-    return json.loads(node.run(argv).stdout or "[]")
-
-
 def _prefix(dst: str) -> str:
     """``ip -j route`` prints host routes without their /32."""
     return dst if "/" in dst or dst == "default" else f"{dst}/32"

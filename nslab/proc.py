@@ -5,13 +5,14 @@ that ``nslab clean`` can find it after a crash and kill only what the lab starte
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import IO, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import CommandError
 
@@ -320,6 +321,28 @@ def _enter(netns: str) -> None:
         raise OSError(f"setns into {netns} did not take")
 
 
+@contextlib.contextmanager
+def _thread_namespace_restored() -> Iterator[int]:
+    """For a worker thread that will ``setns``: yields a descriptor of the
+    thread's namespace at entry, and moves the thread back there on exit."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        yield home
+    finally:
+        try:
+            _setns(home)
+        finally:
+            os.close(home)
+
+
+def _go(netns: Optional[str], home: int) -> None:
+    """Move the calling thread into ``netns``, or back ``home`` for None."""
+    if netns is None:
+        _setns(home)
+    else:
+        _enter(netns)
+
+
 def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
                       workers: Optional[int] = None, timeout: float = 60) -> List[Result]:
     """Run every job to completion, each inside its namespace, a few at once.
@@ -345,28 +368,19 @@ def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
     errors: Dict[int, BaseException] = {}
 
     def worker() -> None:
-        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        try:
+        with _thread_namespace_restored() as home:
             while True:
                 with lock:
                     if not todo or errors:
                         return
                     i, job = todo.pop(0)
                 try:
-                    if job.netns is None:
-                        _setns(home)
-                    else:
-                        _enter(job.netns)
+                    _go(job.netns, home)
                     results[i] = run(job.argv, run_id=run_id, input=job.input, timeout=timeout,
                                      where=job.where or job.netns or "root")
                 except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
                     with lock:
                         errors[i] = exc
-        finally:
-            try:
-                _setns(home)
-            finally:
-                os.close(home)
 
     threads = [threading.Thread(target=worker, name=f"netns-{k}", daemon=True) for k in range(n)]
     for t in threads:
@@ -386,7 +400,9 @@ OPER_FLOWING = {6, 0}
 
 def _link_dump() -> Dict[str, Tuple[int, int]]:
     """``{ifname: (flags, operstate)}`` of the calling thread's namespace, from
-    one ``RTM_GETLINK`` dump on a netlink socket (no process)."""
+    one ``RTM_GETLINK`` dump on a netlink socket (no process). Hand-rolled
+    rather than pyroute2: its ``IPRoute()`` took ~2 ms to open per namespace,
+    2 s for a 1000-host lab, where this takes ~70 ms."""
     import socket
     import struct
     RTM_GETLINK, NLM_F_REQUEST, NLM_F_DUMP, NLMSG_DONE, NLMSG_ERROR = 18, 1, 0x300, 3, 2
@@ -438,25 +454,17 @@ def links_not_flowing(namespaces: Sequence[Optional[str]],
     errors: List[BaseException] = []
 
     def work() -> None:
-        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            for ns in namespaces:
-                if ns is None:
-                    _setns(home)
-                else:
-                    _enter(ns)
-                want = None if only is None else set(only.get(ns, ()))
-                for name, (flags, oper) in _link_dump().items():
-                    if (want is None or name in want) and flags & IFF_UP and \
-                            oper not in OPER_FLOWING:
-                        out.append((ns, name))
+            with _thread_namespace_restored() as home:
+                for ns in namespaces:
+                    _go(ns, home)
+                    want = None if only is None else set(only.get(ns, ()))
+                    for name, (flags, oper) in _link_dump().items():
+                        if (want is None or name in want) and flags & IFF_UP and \
+                                oper not in OPER_FLOWING:
+                            out.append((ns, name))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
-        finally:
-            try:
-                _setns(home)
-            finally:
-                os.close(home)
 
     t = threading.Thread(target=work, name="netns-links", daemon=True)
     t.start()
