@@ -19,6 +19,7 @@ help:
 
 system:
 	@scripts/setup-system.sh
+	@scripts/setup-sshd.sh
 
 $(STAMP): setup.py
 	$(PY) -m venv --system-site-packages $(VENV)

@@ -107,7 +107,7 @@ class FrrExtension(Extension):
     def build(self, lab: "Lab", plan: "BuildPlan") -> None:
         topo = lab.topology
         self.routers = {n: FrrRouter(lab, lab[n], topo.nodes[n].bgp)  # type: ignore[arg-type]
-                        for n, node in topo.nodes.items() if node.bgp}
+                        for n, node in topo.nodes.items() if node.bgp and lab.is_local(n)}
         pin_peer_neighbours(lab)
         routers = list(self.routers.values())
         for r in routers:
@@ -182,7 +182,8 @@ def pin_peer_neighbours(lab: "Lab") -> int:
     soon as the table fills."""
     from nslab.proc import NetnsJob, run_in_namespaces
     from nslab.render import line, text
-    pairs = unnumbered_pairs(lab.topology)
+    # a peer on another host (a lab that spans hosts) is learnt as usual
+    pairs = [p for p in unnumbered_pairs(lab.topology) if lab.is_local(p[0]) and lab.is_local(p[2])]
     nodes = sorted({n for n, _, _, _ in pairs})
     if not nodes:
         return 0
@@ -250,14 +251,11 @@ def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float 
     frr = frr_of(lab)
     t0 = frr.started_at if frr.started_at is not None else time.monotonic()
     deadline = time.monotonic() + timeout
-    from nslab.proc import NetnsJob, run_in_namespaces
     names = list(expect)
 
     def check(nodes: List[str]) -> List[tuple]:
         # one `ip -j route` per node, forked from inside its namespace, two at a time
-        tables = run_in_namespaces([NetnsJob(lab[n].netns, ["ip", "-j", "route", "show"],
-                                             where=f"{n}: routes") for n in nodes],
-                                   run_id=lab.run_id)
+        tables = lab.run_each(nodes, ["ip", "-j", "route", "show"], where="routes")
         out = []
         for node, res in zip(nodes, tables):
             table = {_prefix(r["dst"]): nexthop_count(r) for r in json.loads(res.stdout or "[]")}

@@ -193,13 +193,28 @@ def topo_draw(ctx: click.Context, topology: str, output: str) -> None:
     click.echo(draw(t, output))
 
 
+HOSTS_HELP = ("Build the lab across these hosts (ssh destinations; NAME=ADDRESS gives the "
+              "address the others reach it at). See docs/multi-host.md.")
+
+
+def hosts_options(f):
+    """``--hosts``, ``--ssh-config``, ``--remote-nslab``: a lab across machines."""
+    f = click.option("--remote-nslab", default=None, metavar="PATH",
+                     help="The nslab command on the hosts (default: the same path as here).")(f)
+    f = click.option("--ssh-config", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="An ssh -F file (default: your own SSH configuration).")(f)
+    return click.option("--hosts", default=None, metavar="A,B[,C]", help=HOSTS_HELP)(f)
+
+
 @topo.command("up", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("topology")
 @click.option("--cli", "with_cli", is_flag=True, help="Run the Mininet CLI on the lab.")
 @click.option("--for", "hold", type=float, default=None,
               help="Keep it up this many seconds, then tear down (default: until Ctrl-C).")
+@hosts_options
 @click.pass_context
-def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[float]) -> None:
+def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[float],
+            hosts: Optional[str], ssh_config: Optional[str], remote_nslab: Optional[str]) -> None:
     """Build TOPOLOGY, print its nodes and how to enter them, tear down on exit.
 
     \b
@@ -208,6 +223,7 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
       nslab topo up single --k 4 --switch ovs --bw 1000
       nslab topo up pair --bw 100Mbit --framing
       nslab topo up examples/two-hosts.yaml --cli
+      nslab topo up clos --spines 2 --servers 2 --hosts box1,box2
     """
     from .lab import Lab
     from .naming import new_run_id
@@ -217,7 +233,16 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
     run_id = new_run_id()
     setup_logging(ctx.obj, run_id)
     install_signals()
-    with Lab(t, run_id=run_id) as lab:
+    if hosts:
+        from .multihost import parse_hosts
+        from .remote import MultiLab
+        lab_cm = MultiLab(t, parse_hosts(hosts), placement=t.placement or None, run_id=run_id,
+                          ssh_config=ssh_config, remote_nslab=remote_nslab)
+        click.echo(f"building {t.name} across {', '.join(lab_cm.hosts)} "
+                   f"({len(lab_cm.tunnels)} links become VXLAN tunnels)", err=True)
+    else:
+        lab_cm = Lab(t, run_id=run_id)
+    with lab_cm as lab:
         print_lab(lab)
         if with_cli:
             from .mncli import run_cli
@@ -239,13 +264,31 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
 @click.option("--run", "run_id", default=None, help="Only this run id (e.g. nl3f2a).")
 @click.option("--dry-run", is_flag=True, help="Show what would be removed.")
 @click.option("--force", is_flag=True, help="Also remove runs whose process is still alive.")
-def clean(run_id: Optional[str], dry_run: bool, force: bool) -> None:
-    """Remove what crashed runs left behind: only objects tagged with a run id."""
+@hosts_options
+def clean(run_id: Optional[str], dry_run: bool, force: bool, hosts: Optional[str],
+          ssh_config: Optional[str], remote_nslab: Optional[str]) -> None:
+    """Remove what crashed runs left behind: only objects tagged with a run id.
+
+    With --hosts, run the same clean on every host of a lab across machines."""
     from . import caps
     from .clean import clean as do_clean
     from .naming import check_run_id
     if run_id:
         check_run_id(run_id)
+    if hosts:
+        from .remote import clean_hosts
+        args = (["--run", run_id] if run_id else []) + (["--dry-run"] if dry_run else []) + \
+               (["--force"] if force else [])
+        failed = []
+        for host, res in clean_hosts(hosts, args, ssh_config, remote_nslab).items():
+            click.echo(f"{host}:")
+            for ln in (res.stdout + res.stderr).strip().splitlines():
+                click.echo(f"  {ln}")
+            if not res.ok:
+                failed.append(host)
+        if failed:
+            raise LabError(f"nslab clean failed on {', '.join(failed)}")
+        return
     caps.require_root("nslab clean")
     report = do_clean(run_id, dry_run=dry_run, force=force)
     if not report:
@@ -255,6 +298,37 @@ def clean(run_id: Optional[str], dry_run: bool, force: bool) -> None:
         click.echo(f"{'would remove' if dry_run else 'removed'} run {rid}:")
         for item in items:
             click.echo(f"  {item}")
+
+
+# -- agent (a lab across hosts) ---------------------------------------------------------
+@cli.group(hidden=True)
+def agent() -> None:
+    """What a lab across hosts runs on each host, over SSH (see docs/multi-host.md)."""
+
+
+@agent.command("up")
+def agent_up_cmd() -> None:
+    """Build this host's part of a lab (JSON on stdin); keep it until `down` or end of input."""
+    from . import caps
+    from .remote import agent_up
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    caps.require_root("nslab agent")
+    sys.exit(agent_up(sys.stdin, sys.stdout))
+
+
+@agent.command("exec", context_settings={"ignore_unknown_options": True})
+@click.option("--run", "run_id", required=True)
+@click.option("--netns", default=None)
+@click.option("--env", "env", multiple=True)
+@click.option("--watch", is_flag=True, help="Stop the command when stdin closes.")
+@click.option("--grace", type=click.FloatRange(0, 60), default=2.0)
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+def agent_exec_cmd(run_id: str, netns: Optional[str], env: tuple, watch: bool, grace: float,
+                   argv: tuple) -> None:
+    """Run ARGV in a node of run RUN on this host, tagged with the run."""
+    from .remote import agent_exec
+    sys.exit(agent_exec(run_id, netns, list(env), list(argv), watch, grace))
 
 
 # -- vm ---------------------------------------------------------------------------------

@@ -24,10 +24,11 @@ from . import caps
 from .clean import Inventory, block_sigint, remove, topology_path, workdir, write_journal
 from .errors import InputError, LabError, TopologyError
 from .extension import Extension, for_topology, root_switch_types
+from .multihost import Part
 from .naming import check_run_id, new_run_id
 from .node import LabNode
 from .plan import BuildPlan, plan
-from .proc import (NetnsJob, Process, links_not_flowing, process_start_time, run,
+from .proc import (NetnsJob, Process, Result, links_not_flowing, process_start_time, run,
                    run_in_namespaces, stop_all)
 from .render import text
 from .topo import Topology
@@ -71,11 +72,14 @@ class Lab:
         run_id: reuse a pre-allocated id (``nl`` + 4 hex), else a fresh one.
         switch_type: build with this default switch type instead of the
             topology's own.
+        part: for a lab that spans hosts, the part this host builds (see
+            :mod:`nslab.multihost`; built by ``nslab agent`` on each host).
     """
 
     def __init__(self, topology: Topology, run_id: Optional[str] = None,
-                 switch_type: Optional[str] = None) -> None:
+                 switch_type: Optional[str] = None, part: Optional[Part] = None) -> None:
         self.topology = topology.with_switch_type(switch_type) if switch_type else topology
+        self.part = part
         self.run_id = check_run_id(run_id) if run_id else new_run_id()
         self.nodes: Dict[str, LabNode] = {}
         self.processes: List[Process] = []
@@ -104,6 +108,10 @@ class Lab:
     def __iter__(self) -> Iterator[LabNode]:
         return iter(self.nodes.values())
 
+    def is_local(self, node: str) -> bool:
+        """Does this lab build ``node`` (always, unless it is one host's part)?"""
+        return self.part is None or self.part.is_local(node)
+
     @property
     def workdir(self) -> str:
         """A scratch directory owned by this run, removed on teardown."""
@@ -122,6 +130,12 @@ class Lab:
         """The OVS datapath type of this lab's OVS bridges, if it has any."""
         ext = self.extensions.get("ovs")
         return getattr(ext, "datapath", None) if ext else None
+
+    def run_each(self, nodes: List[str], argv: List[str], where: str = "") -> List[Result]:
+        """Run ``argv`` in each of ``nodes`` (a few at a time, each forked from a
+        thread inside the node's namespace); results in the order of ``nodes``."""
+        return run_in_namespaces([NetnsJob(self[n].netns, list(argv), where=f"{n}: {where}")
+                                  for n in nodes], run_id=self.run_id)
 
     def on_teardown(self, fn: Callable[[], None]) -> None:
         """Register ``fn`` to run first at teardown (last registered runs first)."""
@@ -154,10 +168,11 @@ class Lab:
         for name, ext in self.extensions.items():
             ext.name = name
             ext.check(self)
-        self.plan = plan(topo, self.run_id, root_switch_types())
+        self.plan = plan(topo, self.run_id, root_switch_types(), self.part)
         self.journal = {"run": self.run_id, "pid": os.getpid(),
                         "pid_start": process_start_time(os.getpid()),
                         "created": time.time(), "topology": topo.name, "restore": [],
+                        "host": self.part.host if self.part else None,
                         "extensions": {n: e.journal(self) for n, e in self.extensions.items()}}
         write_journal(self.run_id, self.journal)
         os.makedirs(self.workdir, exist_ok=True)
@@ -281,7 +296,8 @@ class Lab:
         """With STP on Linux bridges (a topology with loops), wait until every
         port has settled (forwarding or blocking): before that, frames are dropped."""
         stp = [n for n, node in self.topology.nodes.items()
-               if node.is_switch and node.stp and self.topology.switch_type_of(n) == "bridge"]
+               if node.is_switch and node.stp and self.topology.switch_type_of(n) == "bridge"
+               and self.is_local(n)]
 
         def unsettled() -> List[str]:
             out, roots = [], {}

@@ -19,8 +19,9 @@ or OVS ``type=vxlan``) is described in ``docs/multi-host.md``.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .errors import InputError
 
@@ -155,3 +156,78 @@ def tunnels(topo: Any, placement: Mapping[str, str], underlay_mtu: int = 1500,
 def cut_size(topo: Any, placement: Mapping[str, str]) -> int:
     """How many links cross hosts."""
     return sum(1 for l in topo.links if placement[l.a] != placement[l.b])
+
+
+@dataclass(frozen=True)
+class Part:
+    """What one host builds of a lab that spans hosts.
+
+    Attributes:
+        host: this host's name (as in ``placement``).
+        placement: every node -> its host.
+        underlay: every host -> its underlay address (the VXLAN tunnels' ``local``
+            and ``remote``).
+        tunnels: every cross-host link (see :func:`tunnels`).
+    """
+
+    host: str
+    placement: Mapping[str, str]
+    underlay: Mapping[str, str]
+    tunnels: Sequence[Tunnel]
+
+    def is_local(self, node: str) -> bool:
+        return self.placement[node] == self.host
+
+    def tunnel_end(self, node: str, intf: str) -> Optional[Tuple[Tunnel, str, str]]:
+        """``(tunnel, local address, remote address)`` when ``node:intf`` (a local
+        end) is carried by a tunnel, else None."""
+        for t in self.tunnels:
+            for n, i, peer_host in ((t.a, t.intf_a, t.host_b), (t.b, t.intf_b, t.host_a)):
+                if n == node and i == intf and self.is_local(n):
+                    return t, self.underlay[self.host], self.underlay[peer_host]
+        return None
+
+
+def parse_hosts(spec: str) -> Dict[str, str]:
+    """``a,b`` or ``a=10.0.0.1,b=10.0.0.2`` -> ``{ssh destination: underlay address}``.
+
+    A destination is what ``ssh`` is given (``[user@]name``, resolved by the
+    user's own SSH configuration); its underlay address is the IPv4 address the
+    other hosts reach it at (given after ``=``, else the name resolved here)."""
+    out: Dict[str, str] = {}
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            raise InputError(f"--hosts {spec!r}: an empty host name")
+        dest, _, addr = item.partition("=")
+        if not HOST_RE.fullmatch(dest):
+            raise InputError(f"--hosts: {dest!r} is not an SSH destination ([user@]host, "
+                             "letters, digits, '.', '-', '_')")
+        if dest in out:
+            raise InputError(f"--hosts: {dest} is named twice")
+        out[dest] = _underlay_address(dest, addr)
+    if len(set(out.values())) != len(out):
+        raise InputError(f"--hosts: two hosts have the same address ({spec})")
+    return out
+
+
+HOST_RE = re.compile(r"(?:[a-z_][a-z0-9_-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+def _underlay_address(dest: str, addr: str) -> str:
+    import ipaddress
+    import socket
+    if addr:
+        try:
+            return str(ipaddress.IPv4Address(addr))
+        except ValueError:
+            raise InputError(f"--hosts: {dest}={addr}: not an IPv4 address") from None
+    name = dest.split("@", 1)[-1]
+    try:
+        return str(ipaddress.IPv4Address(name))
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+    except OSError as exc:
+        raise InputError(f"--hosts: cannot resolve {name} ({exc}); give its address as "
+                         f"{dest}=ADDRESS") from None

@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Collection, Dict, List, Optional, Tuple
 
+from .multihost import VXLAN_PORT, Part
 from .naming import ALIAS_PREFIX, ns_name, root_intf
 from .render import line
 from .topo import Topology
@@ -80,17 +81,23 @@ class BuildPlan:
 #: so a lab with loops settles in seconds, not the standard's 30 s.
 STP_FORWARD_DELAY_CS = 200
 
-def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = ()) -> BuildPlan:
+def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
+         part: Optional[Part] = None) -> BuildPlan:
     """The build plan of ``topo`` for run ``run_id``.
 
     ``root_switch_types``: switch types an extension builds in the root
     namespace (``ovs``); their ports are created there.
+
+    ``part``: for a lab that spans hosts, this host's part: only its nodes are
+    built, and a link with one end here is a VXLAN device (created in the root
+    namespace, whose address it uses, and moved into the node's namespace
+    under the link's interface name).
     """
     in_root = {s for s in topo.switches() if topo.switch_type_of(s) in root_switch_types}
     nodes = {name: NodePlan(name, node.kind, None if name in in_root else ns_name(run_id, name))
-             for name, node in topo.nodes.items()}
+             for name, node in topo.nodes.items() if part is None or part.is_local(name)}
     netns_lines = [line("netns", "add", n.netns) for n in nodes.values() if n.netns]
-    sysctls = {nodes[n].netns: v for n, v in topo.sysctls().items() if nodes[n].netns}
+    sysctls = {nodes[n].netns: v for n, v in topo.sysctls().items() if n in nodes and nodes[n].netns}
 
     addrs = topo.addresses()
     macs = topo.macs()
@@ -106,6 +113,8 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = ()) -
     for link, na, ia, nb, ib in topo.interfaces():
         ends = []
         for node, intf in ((na, ia), (nb, ib)):
+            if node not in nodes:
+                continue  # built by another host
             np = nodes[node]
             if np.netns is None:
                 counter += 1
@@ -119,16 +128,23 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = ()) -
             np.intfs.append(dev)
             np.topo_intfs.append(intf)
             ends.append((np.netns, dev, node, intf))
-        create = ["link", "add", "name"]
-        for i, (ns, dev, node, intf) in enumerate(ends):
-            if i:
-                create += ["type", "veth", "peer", "name"]
-            create.append(dev)
-            if (node, intf) in macs:
-                create += ["address", macs[(node, intf)]]
-            if ns:
-                create += ["netns", ns]
-        link_lines.append(line(*create))
+        if not ends:
+            continue
+        if len(ends) == 1:
+            ns, dev, node, intf = ends[0]
+            assert part is not None
+            link_lines.append(line(*_vxlan_create(part, ns, dev, node, intf, macs)))
+        else:
+            create = ["link", "add", "name"]
+            for i, (ns, dev, node, intf) in enumerate(ends):
+                if i:
+                    create += ["type", "veth", "peer", "name"]
+                create.append(dev)
+                if (node, intf) in macs:
+                    create += ["address", macs[(node, intf)]]
+                if ns:
+                    create += ["netns", ns]
+            link_lines.append(line(*create))
         shaping = link.shaping
         for ns, dev, node, intf in ends:
             if ns is not None:
@@ -174,3 +190,22 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = ()) -
                      link_lines=link_lines + alias_lines, ns_lines=ns_lines,
                      tc_lines=dict(tc_lines), sysctls=sysctls, gso_off=gso_off,
                      root_ports=dict(root_ports), root_switch_links=root_switch_links)
+
+
+def _vxlan_create(part: Part, ns: Optional[str], dev: str, node: str, intf: str,
+                  macs: Dict[Tuple[str, str], Any]) -> List[Any]:
+    """The ``link add`` tokens of a tunnel's local end: created by the root
+    namespace's ``ip`` (so its UDP socket lives there, on the underlay) and, for
+    a node with a namespace, created straight into it under ``dev``."""
+    end = part.tunnel_end(node, intf)
+    if end is None:  # pragma: no cover - tunnels() covers every cross-host link
+        raise ValueError(f"{node}:{intf} crosses hosts but has no tunnel")
+    tunnel, local, remote = end
+    create: List[Any] = ["link", "add", "name", dev]
+    if (node, intf) in macs:
+        create += ["address", macs[(node, intf)]]
+    create += ["mtu", str(tunnel.mtu)]
+    if ns:
+        create += ["netns", ns]
+    return create + ["type", "vxlan", "id", str(tunnel.vni), "local", local, "remote", remote,
+                     "dstport", str(VXLAN_PORT)]

@@ -9,12 +9,13 @@ resumed sweep skips points already present.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
 import subprocess
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 from .errors import InputError
 
@@ -167,11 +168,15 @@ def collect_provenance(lab: Any = None, sysctls: Iterable[str] = (),
             if node.netns is None:
                 continue
             info: Dict[str, Any] = {"netns": node.netns, "intfs": node.intfs, "addrs": node.addrs}
+            host = getattr(node, "host", None)  # a node on another host (nslab.remote)
+            if host is not None:
+                info["host"] = host
+            out = functools.partial(_in_node, node)
             if sysctls:
-                info["sysctls"] = {k: _out(["sysctl", "-n", k], node.netns) for k in sysctls}
-            info["qdiscs"] = _out(["tc", "-s", "qdisc", "show"], node.netns)
-            info["offloads"] = {i: _offloads(node.netns, i) for i in node.intfs[:4]}
-            info["drivers"] = {i: _driver(node.netns, i) for i in node.intfs[:4]}
+                info["sysctls"] = {k: out(["sysctl", "-n", k]) for k in sysctls}
+            info["qdiscs"] = out(["tc", "-s", "qdisc", "show"])
+            info["offloads"] = {i: _offloads(node.netns, i, out) for i in node.intfs[:4]}
+            info["drivers"] = {i: _driver(node.netns, i, out) for i in node.intfs[:4]}
             nodes[node.name] = info
         prov["lab"] = {"run_id": lab.run_id, "topology": lab.topology.name,
                        "datapath": lab.datapath, "nodes": nodes}
@@ -185,8 +190,19 @@ def collect_provenance(lab: Any = None, sysctls: Iterable[str] = (),
     return prov
 
 
-def _offloads(netns: str, intf: str) -> Dict[str, str]:
-    out = _out(["ethtool", "-k", intf], netns)
+def _in_node(node: Any, argv: List[str]) -> str:
+    """``argv``'s output in ``node`` (through SSH for a node on another host)."""
+    if getattr(node, "host", None) is None:
+        return _out(argv, node.netns)
+    try:
+        return node.run(argv, check=False, timeout=20).stdout.strip()
+    except Exception:  # noqa: BLE001 - provenance is best effort
+        return ""
+
+
+def _offloads(netns: Optional[str], intf: str, run_out: Optional[Callable[[List[str]], str]] = None
+              ) -> Dict[str, str]:
+    out = (run_out or (lambda a: _out(a, netns)))(["ethtool", "-k", intf])
     keep = ("tx-checksumming", "tcp-segmentation-offload", "generic-segmentation-offload",
             "generic-receive-offload")
     res = {}
@@ -197,9 +213,10 @@ def _offloads(netns: str, intf: str) -> Dict[str, str]:
     return res
 
 
-def _driver(netns: Optional[str], intf: str) -> Dict[str, str]:
+def _driver(netns: Optional[str], intf: str,
+            run_out: Optional[Callable[[List[str]], str]] = None) -> Dict[str, str]:
     """``ethtool -i``: the driver behind an interface (veth, e1000, 8139cp, ...)."""
-    out = _out(["ethtool", "-i", intf], netns)
+    out = (run_out or (lambda a: _out(a, netns)))(["ethtool", "-i", intf])
     keep = ("driver", "version", "firmware-version", "bus-info")
     return {k.strip(): v.strip() for k, _, v in (l.partition(":") for l in out.splitlines())
             if k.strip() in keep}

@@ -98,6 +98,13 @@ def study_command(study_cls: Type[Any], invoked_as: Optional[str] = None) -> cli
         click.Option(["--out"], default=None, help="Results root (default: --results)."),
         click.Option(["--resume"], default=None,
                      help="Continue an interrupted run directory (its own configuration)."),
+        click.Option(["--hosts"], default=None, metavar="A,B[,C]",
+                     help="Run the study on labs built across these hosts (ssh destinations; "
+                          "NAME=ADDRESS gives the address the others reach it at)."),
+        click.Option(["--ssh-config"], type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="With --hosts: an ssh -F file (default: your own SSH configuration)."),
+        click.Option(["--remote-nslab"], default=None, metavar="PATH",
+                     help="With --hosts: the nslab command on the hosts."),
     ]
 
     def callback(**kwargs: Any) -> None:
@@ -105,6 +112,7 @@ def study_command(study_cls: Type[Any], invoked_as: Optional[str] = None) -> cli
         quick = kwargs.pop("quick")
         preset = kwargs.pop("preset") or ("quick" if quick else "default")
         sets, out, resume = kwargs.pop("sets"), kwargs.pop("out"), kwargs.pop("resume")
+        across = {k: kwargs.pop(k) for k in ("hosts", "ssh_config", "remote_nslab")}
         overrides: Dict[str, Any] = {}
         for fname, value in kwargs.items():
             if value is None:
@@ -118,7 +126,7 @@ def study_command(study_cls: Type[Any], invoked_as: Optional[str] = None) -> cli
                 raise InputError(f"--set {item!r}: use KEY=VALUE with KEY one of "
                                  f"{', '.join(sorted(kinds))}")
             overrides[key] = _set_value(value, kinds[key], key)
-        run_study_command(ctx, study_cls, preset, overrides, out, resume)
+        run_study_command(ctx, study_cls, preset, overrides, out, resume, **across)
 
     presets_text = "; ".join(f"{name}: " + (", ".join(f"{k}={v}" for k, v in values.items())
                                               or "the defaults")
@@ -138,7 +146,9 @@ def _set_value(text: str, kind: Tuple[str, Any], key: str) -> Any:
 
 
 def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
-                      overrides: Dict[str, Any], out: Optional[str], resume: Optional[str]) -> None:
+                      overrides: Dict[str, Any], out: Optional[str], resume: Optional[str],
+                      hosts: Optional[str] = None, ssh_config: Optional[str] = None,
+                      remote_nslab: Optional[str] = None) -> None:
     """Validate, run with logging and signals set up, keep what was measured on
     Ctrl-C (and say how to resume), then print where the results are."""
     from .cliutil import install_signals, setup_logging
@@ -158,7 +168,15 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
     root = out or ctx.obj.results
     store_dir = resume or os.path.join(root, study.name, run_id)
     try:
-        path = run_study(study, cfg, root, run_id=run_id, resume=resume)
+        lab_factory = None
+        if hosts:
+            import functools
+
+            from .multihost import parse_hosts
+            from .remote import MultiLab
+            lab_factory = functools.partial(MultiLab, hosts=parse_hosts(hosts),
+                                            ssh_config=ssh_config, remote_nslab=remote_nslab)
+        path = run_study(study, cfg, root, run_id=run_id, resume=resume, lab_factory=lab_factory)
     except KeyboardInterrupt:
         if os.path.isdir(store_dir):
             click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "

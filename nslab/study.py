@@ -27,7 +27,7 @@ import os
 import random
 import sys
 import time
-from typing import (Any, ClassVar, ContextManager, Dict, List, Optional, Protocol, Sequence,
+from typing import (Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Protocol, Sequence,
                     Tuple, Type)
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -219,10 +219,12 @@ def open_store(study: Study, cfg: Any, results_root: str, run_id: str,
 
 def run_study(study: Study, cfg: Any, results_root: str = "results",
               run_id: Optional[str] = None, resume: Optional[str] = None,
-              progress: bool = True) -> str:
+              progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None) -> str:
     """Run ``study`` with ``cfg`` (or resume a run directory); write the report.
 
-    Returns the run directory. Points are appended to the records as soon as
+    ``lab_factory(topology, run_id=...)`` builds each lab (default
+    :class:`~nslab.lab.Lab`; :class:`~nslab.remote.MultiLab` for a lab across
+    hosts). Returns the run directory. Points are appended to the records as soon as
     they are measured, so an interrupted run keeps them and a resumed one
     measures only what is missing.
     """
@@ -253,7 +255,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                     continue
                 lab_id = run_id if i == 0 else new_run_id()
                 _draw(topo, store.path, key)
-                with Lab(topo, run_id=lab_id) as lab:
+                with (lab_factory or Lab)(topo, run_id=lab_id) as lab:
                     runner = study.runner(key, lab, cfg, store)
                     info = runner.setup()
                     _provenance(store, collect_provenance(

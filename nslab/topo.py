@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StrictInt,
+from pydantic import (BaseModel, StringConstraints, ConfigDict, Field, PrivateAttr, StrictBool, StrictInt,
                       ValidationError, ValidationInfo, field_validator, model_validator)
 from typing_extensions import Annotated, Literal
 
@@ -170,6 +170,9 @@ class Topology(BaseModel):
         auto_ip: give hosts without an address ``ip_base`` + N in insertion
             order, like Mininet.
         ip_base: the network auto addresses come from.
+        placement: for a lab across machines, nodes pinned to a host (the YAML
+            key is ``hosts``: ``{node: ssh destination}``); the others are
+            placed automatically (see :mod:`nslab.multihost`).
     """
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
@@ -181,6 +184,9 @@ class Topology(BaseModel):
         ipaddress.IPv4Network("10.0.0.0/8")
     nodes: Dict[NodeName, Node] = Field(default_factory=dict)
     links: List[Link] = Field(default_factory=list)
+    placement: Dict[NodeName, Annotated[str, StringConstraints(
+        pattern=r"^(?:[a-z_][a-z0-9_-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")]] = Field(
+        default_factory=dict, alias="hosts")
     #: The file this topology came from and its parsed document, so that a
     #: problem found later (e.g. against the running kernel) names the line.
     _source: Optional[Tuple[str, Any]] = PrivateAttr(default=None)
@@ -392,6 +398,9 @@ class Topology(BaseModel):
             for key, end in (("a", link.a), ("b", link.b)):
                 if end not in self.nodes:
                     raise _fail(("links", i, key), f"link {link.a}-{link.b}: unknown node {end!r}")
+        for node in self.placement:
+            if node not in self.nodes:
+                raise _fail(("hosts", node), f"hosts: unknown node {node!r}")
         intfs = self.node_interfaces()
         for node, names in intfs.items():
             if len(set(names)) != len(names):

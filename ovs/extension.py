@@ -42,7 +42,8 @@ class OvsExtension(Extension):
 
     def _switches(self, lab: "Lab") -> List[str]:
         topo = lab.topology
-        return sorted(s for s in topo.switches() if topo.switch_type_of(s) == "ovs")
+        return sorted(s for s in topo.switches()
+                      if topo.switch_type_of(s) == "ovs" and lab.is_local(s))
 
     def check(self, lab: "Lab") -> None:
         """Refuse an unsafe uplink before anything is built."""

@@ -2,7 +2,7 @@
 # Install the Debian packages nslab needs, only those missing. Idempotent and
 # quick when everything is present. Runs as root (apt).
 set -euo pipefail
-pkgs=(mininet iputils-ping bridge-utils openvswitch-switch frr iperf iproute2 ethtool tcpdump gcc python3-venv sysstat procps graphviz chromium chromium-driver tmux)
+pkgs=(mininet iputils-ping bridge-utils openvswitch-switch frr iperf iproute2 ethtool tcpdump gcc python3-venv sysstat procps graphviz chromium chromium-driver tmux openssh-client)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -74,6 +74,11 @@ class EcmpRunner:
         caps = {intf: self.sender.popen(["tcpdump", "-i", intf, "-nn", "-q", "-l", "-s", "96",
                                          "-c", "3000", "tcp", "dst", "port", str(PORT)],
                                         name=f"tcpdump-{intf}") for intf in self.uplinks}
+        # the window opens when every capture listens (a node on another host
+        # takes a few hundred ms more to start one), not at a fixed time
+        late = [intf for intf, proc in caps.items() if not _listening(proc, timeout=10)]
+        if late:
+            log.warning("capture on %s did not report listening", ", ".join(late))
         time.sleep(0.6)
         captures: Dict[str, Counter] = {}
         raw_caps = []
@@ -119,3 +124,17 @@ class EcmpRunner:
                 dest = os.path.join(self.store.raw_dir, "frr", node)
                 os.makedirs(dest, exist_ok=True)
                 shutil.copy(path, dest)
+
+
+def _listening(proc, timeout: float) -> bool:  # noqa: ANN001 - a lab Process
+    """Read tcpdump's stderr until it says it listens (``listening on ...``)."""
+    import threading
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.popen.stderr:
+            if line.startswith("listening on"):
+                seen.set()
+                return
+    threading.Thread(target=read, daemon=True).start()
+    return seen.wait(timeout)

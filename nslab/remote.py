@@ -1,0 +1,601 @@
+"""Labs that span machines: the controller and the agent (issue 17).
+
+The controller (``nslab topo up ... --hosts a,b``, ``nslab run STUDY --hosts
+a,b``) places the topology's nodes on the hosts (:func:`nslab.multihost.place`),
+opens one multiplexed OpenSSH connection per host (``ControlMaster``), and
+starts ``nslab agent up`` on each through it, with the lab as JSON on stdin.
+Each agent builds its part with an ordinary :class:`~nslab.lab.Lab` (links
+with an end on another host become VXLAN devices, see :mod:`nslab.plan`),
+answers one line, and keeps the part up while its stdin is open: when the
+controller says ``down``, exits, or dies (SSH closes the session), the agent
+tears its part down. ``nslab clean --hosts a,b`` runs ``nslab clean`` on each
+host through the same kind of connection.
+
+Commands in a node run as ``nslab agent exec`` on its host: in the node's
+namespace, tagged with the run, and (for background processes) stopped by the
+agent when the controller's side of the session closes. Nothing here invents
+a protocol: SSH carries the commands, the kernel's VXLAN carries the links.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .errors import CommandError, InputError, LabError
+from .multihost import Part, parse_hosts, place, tunnels
+from .node import LabNode
+from .proc import Process, Result, stop_all
+from .topo import Topology
+
+log = logging.getLogger(__name__)
+
+#: How long an idle SSH master connection outlives its last use (a crashed
+#: controller's connections go away on their own).
+CONTROL_PERSIST_S = 300
+#: Seconds an agent has to build its part and to tear it down.
+AGENT_UP_TIMEOUT = 600.0
+AGENT_DOWN_TIMEOUT = 180.0
+
+
+def default_remote_nslab() -> str:
+    """The ``nslab`` command to run on the other hosts: the one next to this
+    Python (the same checkout or venv path on every host), else ``nslab``."""
+    cand = os.path.join(os.path.dirname(sys.executable), "nslab")
+    return cand if os.path.exists(cand) else "nslab"
+
+
+class Ssh:
+    """One host reached with OpenSSH through a multiplexed master connection.
+
+    Args:
+        dest: the SSH destination (``[user@]host``; the user's SSH
+            configuration applies).
+        control_dir: where the master's socket lives.
+        config: an ``ssh -F`` file, else the user's own configuration.
+    """
+
+    def __init__(self, dest: str, control_dir: str, config: Optional[str] = None) -> None:
+        if not shutil.which("ssh"):
+            raise LabError("a lab across hosts needs OpenSSH's client (apt install openssh-client)")
+        self.dest = dest
+        self.config = config
+        self.control = os.path.join(control_dir, "%C")
+
+    def _opts(self) -> List[str]:
+        opts = ["-F", self.config] if self.config else []
+        return opts + ["-o", "BatchMode=yes", "-o", f"ControlPath={self.control}",
+                       "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=6"]
+
+    def connect(self, timeout: float = 60.0) -> None:
+        """Open the master connection (in the background, its output to /dev/null:
+        a master that kept the caller's pipes would hold every later call open)."""
+        argv = ["ssh", *self._opts(), "-o", "ControlMaster=yes",
+                "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-f", "-N", self.dest]
+        try:
+            res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True, timeout=timeout,
+                                 start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise LabError(f"ssh {self.dest}: no connection after {timeout:.0f} s") from None
+        if res.returncode != 0:
+            last = (res.stderr.strip().splitlines() or ["no output"])[-1]
+            raise LabError(f"ssh {self.dest}: {last}")
+
+    def close(self) -> None:
+        subprocess.run(["ssh", *self._opts(), "-O", "exit", self.dest], stdin=subprocess.DEVNULL,
+                       capture_output=True, timeout=30, check=False)
+
+    def argv(self, remote: Sequence[str]) -> List[str]:
+        """``ssh ... DEST -- 'quoted remote argv'`` (the remote shell sees each
+        argument exactly as given)."""
+        return ["ssh", *self._opts(), "-o", "ControlMaster=no", "-T", self.dest, "--",
+                " ".join(shlex.quote(str(a)) for a in remote)]
+
+
+class RemoteProcess(Process):
+    """A background process in a node on another host (``nslab agent exec
+    --watch``): its stdin is the lifeline, so closing it (or this side's SSH
+    dying) makes the agent stop the process there."""
+
+    def __init__(self, argv: Sequence[str], *, where: str = "", name: str = "",
+                 stdout: Union[int, IO, None] = subprocess.PIPE,
+                 stderr: Union[int, IO, None] = subprocess.PIPE) -> None:
+        self.argv = list(argv)
+        self.where = where
+        self.name = name or "remote"
+        self.popen = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=stdout,
+                                      stderr=stderr, text=True, start_new_session=True)
+
+    def wait(self, timeout: Optional[float] = None) -> Result:
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            out, err = self.popen.communicate()
+            raise CommandError(self.argv, None, out or "", f"timed out after {timeout} s",
+                               self.where) from None
+        out, err = self.popen.communicate()
+        return Result(self.argv, self.popen.returncode, out or "", err or "")
+
+    def close_lifeline(self) -> None:
+        """Close stdin (``communicate`` must not touch it afterwards)."""
+        stdin, self.popen.stdin = self.popen.stdin, None
+        if stdin is not None:
+            try:
+                stdin.close()
+            except OSError:
+                pass
+
+    def stop(self, grace: float = 2.0) -> Optional[int]:
+        """Close the lifeline: the agent sends the process SIGINT, SIGTERM, then
+        SIGKILL (``grace`` apart) and the session ends with its exit status."""
+        if self.popen.poll() is not None:
+            return self.popen.returncode
+        self.close_lifeline()
+        try:
+            return self.popen.wait(timeout=grace + 10)
+        except subprocess.TimeoutExpired:
+            return super().stop(grace)
+
+
+class RemoteNode(LabNode):
+    """A node built by the agent on another host; commands go through SSH."""
+
+    def __init__(self, lab: "MultiLab", name: str, kind: str, netns: Optional[str],
+                 host: str) -> None:
+        super().__init__(lab, name, kind, netns)  # type: ignore[arg-type]
+        self.host = host
+
+    def _exec(self, argv: Sequence[str], env: Optional[Dict[str, str]], watch: bool,
+              grace: float = 2.0) -> List[str]:
+        lab: MultiLab = self.lab  # type: ignore[assignment]
+        remote = [lab.remote_nslab, "agent", "exec", "--run", lab.run_id]
+        if self.netns:
+            remote += ["--netns", self.netns]
+        for k, v in sorted((env or {}).items()):
+            remote += ["--env", f"{k}={v}"]
+        if watch:
+            remote += ["--watch", "--grace", str(grace)]
+        return lab.ssh[self.host].argv(remote + ["--"] + [str(a) for a in argv])
+
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: Optional[float] = 60,
+            input: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> Result:
+        full = self._exec(argv, env, watch=False)
+        try:
+            res = subprocess.run(full, input=input or "", capture_output=True, text=True,
+                                 timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            raise CommandError(list(argv), None, str(exc.stdout or ""),
+                               f"timed out after {timeout} s", f"{self.name} on {self.host}") from None
+        out = Result(list(argv), res.returncode, res.stdout, res.stderr)
+        if check and not out.ok:
+            raise CommandError(list(argv), res.returncode, res.stdout, res.stderr,
+                               f"{self.name} on {self.host}")
+        return out
+
+    def popen(self, argv: Sequence[str], *, stdout: Union[int, IO, None] = subprocess.PIPE,
+              stderr: Union[int, IO, None] = subprocess.PIPE, env: Optional[Dict[str, str]] = None,
+              name: str = "", stdin: Union[int, IO, None] = subprocess.DEVNULL) -> Process:
+        if stdin not in (None, subprocess.DEVNULL):
+            raise LabError(f"{self.name}: a background process on another host reads no stdin")
+        p = RemoteProcess(self._exec(argv, env, watch=True), where=f"{self.name} on {self.host}",
+                          name=name or os.path.basename(str(argv[0])), stdout=stdout,
+                          stderr=stderr)
+        self.lab.processes.append(p)
+        return p
+
+    def enter_hint(self) -> str:
+        ssh = self.lab.ssh[self.host]  # type: ignore[attr-defined]
+        where = f"ip netns exec {self.netns} bash" if self.netns else "(root namespace)"
+        return f"ssh {ssh.dest} {where}"
+
+
+class _RemoteRouter:
+    """Enough of an FRR router to ask it questions (``vtysh``) on its host."""
+
+    def __init__(self, node: RemoteNode, vty_dir: str) -> None:
+        self.node = node
+        self.dir = vty_dir
+
+    def vtysh(self, command: str) -> str:
+        return self.node.run(["vtysh", "--vty_socket", self.dir, "-c", command], check=False,
+                             timeout=20).stdout
+
+
+class _RemoteFrr:
+    """What studies read of the FRR extension: when the daemons started (on this
+    controller's clock) and each router."""
+
+    def __init__(self, started_at: Optional[float], routers: Dict[str, _RemoteRouter]) -> None:
+        self.started_at = started_at
+        self.routers = routers
+
+
+class Agent:
+    """One host's ``nslab agent up`` session."""
+
+    def __init__(self, host: str, popen: subprocess.Popen, log_path: str) -> None:
+        self.host = host
+        self.popen = popen
+        self.log_path = log_path
+        self.ready: Dict[str, Any] = {}
+
+    def read_event(self, timeout: float) -> Dict[str, Any]:
+        """The agent's next line (JSON), or an error naming the host and the
+        last line of its log."""
+        box: List[str] = []
+        t = threading.Thread(target=lambda: box.append(self.popen.stdout.readline()),  # type: ignore[union-attr]
+                             daemon=True)
+        t.start()
+        t.join(timeout)
+        line = box[0] if box else None
+        if not line:
+            why = "no answer" if line is None else "the session ended"
+            raise LabError(f"agent on {self.host}: {why}{self._last_log()}")
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            raise LabError(f"agent on {self.host}: unexpected output {line.strip()[:200]!r}") from None
+        if ev.get("event") == "error":
+            raise LabError(f"agent on {self.host}: {ev.get('message')}")
+        return ev
+
+    def _last_log(self) -> str:
+        try:
+            with open(self.log_path) as f:
+                lines = [l.strip() for l in f if l.strip()]
+        except OSError:
+            return ""
+        return f" ({lines[-1]})" if lines else ""
+
+    def send(self, text: str) -> None:
+        try:
+            self.popen.stdin.write(text)  # type: ignore[union-attr]
+            self.popen.stdin.flush()  # type: ignore[union-attr]
+        except (OSError, ValueError):
+            pass
+
+
+class MultiLab:
+    """A lab built across several hosts. Used like :class:`~nslab.lab.Lab`.
+
+    Args:
+        topology: the whole lab.
+        hosts: ``{ssh destination: underlay IPv4 address}`` (see
+            :func:`nslab.multihost.parse_hosts`) or the ``--hosts`` text.
+        placement: nodes pinned to a host; the others are placed automatically.
+        run_id: the run id every host uses.
+        ssh_config: an ``ssh -F`` file.
+        remote_nslab: the ``nslab`` command on the other hosts.
+        underlay_mtu: the hosts' network MTU (tunnelled links get 50 bytes less).
+    """
+
+    remote = True
+
+    def __init__(self, topology: Topology, hosts: Union[str, Mapping[str, str]],
+                 placement: Optional[Mapping[str, str]] = None, run_id: Optional[str] = None,
+                 ssh_config: Optional[str] = None, remote_nslab: Optional[str] = None,
+                 underlay_mtu: int = 1500) -> None:
+        from .naming import check_run_id, new_run_id
+        self.topology = topology.validate()
+        self.hosts = parse_hosts(hosts) if isinstance(hosts, str) else dict(hosts)
+        if len(self.hosts) < 1:
+            raise InputError("--hosts: no host given")
+        self.run_id = check_run_id(run_id) if run_id else new_run_id()
+        self.placement = place(self.topology, list(self.hosts), placement)
+        self.underlay_mtu = underlay_mtu
+        self.tunnels = tunnels(self.topology, self.placement, underlay_mtu)
+        self.ssh_config = ssh_config
+        self.remote_nslab = remote_nslab or default_remote_nslab()
+        self.nodes: Dict[str, RemoteNode] = {}
+        self.processes: List[Process] = []
+        self.agents: Dict[str, Agent] = {}
+        self.ssh: Dict[str, Ssh] = {}
+        self.build_seconds = 0.0
+        self.datapath: Optional[str] = None
+        self._frr: Optional[_RemoteFrr] = None
+        self._dir: Optional[str] = None
+        self._started = False
+
+    # -- like Lab -----------------------------------------------------------------
+    def __enter__(self) -> "MultiLab":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def __getitem__(self, name: str) -> RemoteNode:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise InputError(f"no node {name!r} in this lab (nodes: {', '.join(self.nodes)})") from None
+
+    def __iter__(self) -> Iterator[RemoteNode]:
+        return iter(self.nodes.values())
+
+    @property
+    def workdir(self) -> str:
+        """This controller's scratch directory (the hosts keep their own)."""
+        assert self._dir is not None, "lab not started"
+        return self._dir
+
+    def is_local(self, node: str) -> bool:
+        return True
+
+    def extension(self, name: str) -> Any:
+        if name == "frr" and self._frr is not None:
+            return self._frr
+        raise LabError(f"a lab across hosts offers no {name} extension here")
+
+    def part(self, host: str) -> Part:
+        return Part(host, self.placement, self.hosts, tuple(self.tunnels))
+
+    def run_each(self, nodes: List[str], argv: List[str], where: str = "") -> List[Result]:
+        """``argv`` in each node, all hosts at once."""
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(nodes)))) as pool:
+            return list(pool.map(lambda n: self[n].run(argv, check=True), nodes))
+
+    def describe(self) -> List[Tuple[str, str, str, str]]:
+        rows = []
+        for node in self.nodes.values():
+            addrs = ", ".join(f"{i} {node.addrs[i]}" if i in node.addrs else i for i in node.intfs)
+            rows.append((node.name, f"{node.kind} @ {node.host}", addrs, node.enter_hint()))
+        return rows
+
+    # -- lifecycle ----------------------------------------------------------------
+    def start(self) -> None:
+        """Connect to every host, start every agent, wait until every part is up.
+        On any failure, every part built is torn down."""
+        if self._started:
+            raise LabError("lab already started")
+        self._dir = tempfile.mkdtemp(prefix=f"nslab-{self.run_id}-")
+        os.chmod(self._dir, 0o700)
+        self._started = True
+        t0 = time.monotonic()
+        try:
+            self.ssh = {h: Ssh(h, self._dir, self.ssh_config) for h in self.hosts}
+            with ThreadPoolExecutor(max_workers=len(self.ssh)) as pool:
+                list(pool.map(lambda s: s.connect(), self.ssh.values()))
+            log.info("connected to %s", ", ".join(self.hosts))
+            topo = self.topology.to_dict()
+            for host in self.hosts:
+                msg = {"run_id": self.run_id, "host": host, "topology": topo,
+                       "placement": self.placement, "underlay": self.hosts,
+                       "underlay_mtu": self.underlay_mtu}
+                log_path = os.path.join(self._dir, f"agent-{host.replace('@', '_')}.log")
+                popen = subprocess.Popen(
+                    self.ssh[host].argv([self.remote_nslab, "agent", "up"]),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "w"),
+                    text=True, start_new_session=True)
+                agent = Agent(host, popen, log_path)
+                self.agents[host] = agent
+                agent.send(json.dumps(msg) + "\n")
+            frr_ages = []
+            for host, agent in self.agents.items():
+                ev = agent.read_event(AGENT_UP_TIMEOUT)
+                got = time.monotonic()
+                agent.ready = ev
+                for name, info in ev["nodes"].items():
+                    node = RemoteNode(self, name, info["kind"], info["netns"], host)
+                    node.intfs, node.addrs = list(info["intfs"]), dict(info["addrs"])
+                    self.nodes[name] = node
+                if ev.get("frr_started_ago") is not None:
+                    frr_ages.append(got - float(ev["frr_started_ago"]))
+                if ev.get("datapath"):
+                    self.datapath = ev["datapath"]
+            self.nodes = {n: self.nodes[n] for n in self.topology.nodes if n in self.nodes}
+            if frr_ages:
+                self._frr = _RemoteFrr(min(frr_ages), {
+                    n: _RemoteRouter(self.nodes[n], ev_dir)
+                    for host, agent in self.agents.items()
+                    for n, ev_dir in agent.ready.get("frr_dirs", {}).items()})
+        except BaseException:
+            log.info("lab %s across %s failed to come up; tearing down", self.run_id,
+                     ", ".join(self.hosts))
+            self.stop()
+            raise
+        self.build_seconds = time.monotonic() - t0
+        log.info("lab %s up across %s in %.2f s: %d tunnels", self.run_id, ", ".join(self.hosts),
+                 self.build_seconds, len(self.tunnels))
+
+    def stop(self) -> List[str]:
+        """Stop the lab's processes, tell every agent to tear down and wait for
+        it, close the connections. Returns the problems met."""
+        if not self._started:
+            return []
+        problems: List[str] = []
+        try:
+            stop_all_remote(self.processes)
+        except Exception as exc:  # noqa: BLE001 - teardown goes on
+            problems.append(f"processes: {exc}")
+        for agent in self.agents.values():
+            agent.send("down\n")
+            try:
+                agent.popen.stdin.close()  # type: ignore[union-attr]
+            except OSError:
+                pass
+        for host, agent in self.agents.items():
+            try:
+                ev = agent.read_event(AGENT_DOWN_TIMEOUT) if agent.ready else {}
+                problems += [f"{host}: {p}" for p in ev.get("problems", [])]
+            except LabError as exc:
+                problems.append(str(exc))
+            try:
+                agent.popen.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                agent.popen.kill()
+                problems.append(f"{host}: the agent's session did not end")
+        for s in self.ssh.values():
+            try:
+                s.close()
+            except Exception as exc:  # noqa: BLE001 - teardown goes on
+                problems.append(f"{s.dest}: {exc}")
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+        self._started = False
+        for prob in problems:
+            log.warning("teardown of %s: %s", self.run_id, prob)
+        return problems
+
+
+def stop_all_remote(procs: Sequence[Process]) -> None:
+    """Close every remote process's lifeline at once, then wait (one grace for all)."""
+    remote = [p for p in procs if isinstance(p, RemoteProcess)]
+    for p in remote:
+        p.close_lifeline()
+    deadline = time.monotonic() + 15
+    for p in remote:
+        try:
+            p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    stop_all(list(procs))
+
+
+def clean_hosts(hosts: Union[str, Mapping[str, str]], args: Sequence[str] = (),
+                ssh_config: Optional[str] = None,
+                remote_nslab: Optional[str] = None) -> Dict[str, Result]:
+    """``nslab clean ARGS`` on every host, through SSH; ``{host: result}``."""
+    parsed = parse_hosts(hosts) if isinstance(hosts, str) else dict(hosts)
+    nslab = remote_nslab or default_remote_nslab()
+    out: Dict[str, Result] = {}
+    with tempfile.TemporaryDirectory(prefix="nslab-clean-") as d:
+        for host in parsed:
+            ssh = Ssh(host, d, ssh_config)
+            ssh.connect()
+            try:
+                argv = ssh.argv([nslab, "clean", *args])
+                res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                     text=True, timeout=300)
+                out[host] = Result(argv, res.returncode, res.stdout, res.stderr)
+            finally:
+                ssh.close()
+    return out
+
+
+# -- the agent (runs on each host) ------------------------------------------------------
+def agent_up(stdin: IO[str], stdout: IO[str]) -> int:
+    """``nslab agent up``: build this host's part of a lab read from ``stdin``
+    (one JSON line), answer one line, keep it up until ``down`` or end of input,
+    tear it down, answer one line."""
+    from pydantic import BaseModel, ConfigDict, ValidationError
+
+    from .lab import Lab
+    from .multihost import HOST_RE
+    from .naming import check_run_id
+
+    class Request(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        run_id: str
+        host: str
+        topology: Dict[str, Any]
+        placement: Dict[str, str]
+        underlay: Dict[str, str]
+        underlay_mtu: int = 1500
+
+    def say(ev: Dict[str, Any]) -> None:
+        stdout.write(json.dumps(ev) + "\n")
+        stdout.flush()
+
+    try:
+        raw = stdin.readline()
+        req = Request.model_validate_json(raw)
+        check_run_id(req.run_id)
+        if not HOST_RE.fullmatch(req.host) or req.host not in req.underlay:
+            raise InputError(f"host {req.host!r} is not one of the lab's hosts")
+        topo = Topology.from_dict(req.topology)
+        underlay = parse_hosts(",".join(f"{h}={a}" for h, a in req.underlay.items()))
+        placement = place(topo, list(underlay), req.placement)
+        part = Part(req.host, placement, underlay,
+                    tuple(tunnels(topo, placement, req.underlay_mtu)))
+    except (ValidationError, ValueError, LabError) as exc:
+        say({"event": "error", "message": f"bad request: {str(exc).splitlines()[0]}"})
+        return 2
+    lab = Lab(topo, run_id=req.run_id, part=part)
+    try:
+        lab.start()
+    except BaseException as exc:  # noqa: BLE001 - reported in one line
+        say({"event": "error", "message": f"{type(exc).__name__}: {exc}".splitlines()[0]})
+        return 1
+    try:
+        nodes = {n.name: {"kind": n.kind, "netns": n.netns, "intfs": n.intfs, "addrs": n.addrs}
+                 for n in lab}
+        ev: Dict[str, Any] = {"event": "ready", "host": req.host, "pid": os.getpid(),
+                              "nodes": nodes, "build_s": lab.build_seconds,
+                              "datapath": lab.datapath}
+        frr = lab.extensions.get("frr")
+        if frr is not None and getattr(frr, "started_at", None) is not None:
+            ev["frr_started_ago"] = time.monotonic() - frr.started_at  # type: ignore[attr-defined]
+            ev["frr_dirs"] = {n: r.dir for n, r in frr.routers.items()}  # type: ignore[attr-defined]
+        say(ev)
+        try:
+            for line in stdin:
+                if line.strip() == "down":
+                    break
+        except KeyboardInterrupt:
+            pass
+    finally:
+        problems = lab.stop()
+    say({"event": "down", "problems": problems})
+    return 0
+
+
+def agent_exec(run_id: str, netns: Optional[str], env: Sequence[str], argv: Sequence[str],
+               watch: bool, grace: float) -> int:
+    """``nslab agent exec``: run ``argv`` in a namespace of run ``run_id``,
+    tagged with it. With ``watch``, stop it (SIGINT, SIGTERM, SIGKILL,
+    ``grace`` apart) when this process's stdin closes."""
+    from .naming import NS_RE, check_run_id
+    from .proc import netns_argv, tagged_env
+    check_run_id(run_id)
+    if netns is not None:
+        m = NS_RE.fullmatch(netns)
+        if not m or m.group(1) != run_id:
+            raise InputError(f"namespace {netns!r} does not belong to run {run_id}")
+        if not os.path.exists(os.path.join("/run/netns", netns)):
+            raise LabError(f"no namespace {netns} on this host")
+    extra: Dict[str, str] = {}
+    for item in env:
+        k, sep, v = item.partition("=")
+        if not sep or not k.replace("_", "").isalnum():
+            raise InputError(f"--env {item!r}: use NAME=VALUE")
+        extra[k] = v
+    full = netns_argv(netns, argv)
+    child_env = tagged_env(run_id, extra)
+    if not watch:
+        os.execvpe(full[0], full, child_env)
+    child = subprocess.Popen(full, stdin=subprocess.DEVNULL, env=child_env,
+                             start_new_session=True)
+
+    def lifeline() -> None:
+        try:
+            while sys.stdin.buffer.read(4096):
+                pass
+        except OSError:
+            pass
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(child.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                child.wait(timeout=grace / 2 if sig != signal.SIGKILL else 5)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    threading.Thread(target=lifeline, daemon=True).start()
+    rc = child.wait()
+    return rc if rc >= 0 else 128 - rc

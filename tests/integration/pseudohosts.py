@@ -1,0 +1,157 @@
+"""Two machines on one: pseudo-hosts for the multi-host tests.
+
+Each pseudo-host is a set of fresh Linux namespaces made by ``unshare``: its own
+network (one veth to the other pseudo-host, the underlay), mounts (a private
+``/run``, so its lab journals and ``/run/netns`` are its own) and PIDs (its
+``nslab clean`` sees only its processes), running the OpenSSH server that
+``scripts/setup-sshd.sh`` unpacked, bound to its underlay address. A lab across
+``10.99.0.1,10.99.0.2`` then goes through real SSH, agents, VXLAN and FRR, as it
+would across two machines; only the kernel is shared.
+
+Everything is made from the test's temporary directory and the namespaces die
+with the ``unshare`` processes: nothing is left on the machine.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import time
+from typing import List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SSHD = os.path.join(os.environ.get("NSLAB_SSHD_CACHE", os.path.join(ROOT, ".cache", "sshd")),
+                    "usr", "sbin", "sshd")
+NET = "10.99.0"
+
+
+def available() -> Optional[str]:
+    """None when pseudo-hosts can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root"
+    if not os.access(SSHD, os.X_OK):
+        return f"no OpenSSH server unpacked at {SSHD} (scripts/setup-sshd.sh)"
+    for tool in ("unshare", "nsenter", "ssh", "ssh-keygen"):
+        if not shutil.which(tool):
+            return f"{tool} is missing"
+    return None
+
+
+class PseudoHosts:
+    """``n`` pseudo-hosts ``10.99.0.1`` ... on one underlay (a chain of veths for
+    two, the only case the tests need)."""
+
+    def __init__(self, workdir: str, n: int = 2, tag: str = "ph") -> None:
+        assert n == 2, "two pseudo-hosts"
+        self.dir = workdir
+        self.n = n
+        self.tag = tag
+        self.procs: List[subprocess.Popen] = []
+        self.inner: List[int] = []
+        self.addrs = [f"{NET}.{i + 1}" for i in range(n)]
+        self.ssh_config = os.path.join(workdir, "ssh_config")
+
+    # -- set-up -------------------------------------------------------------------
+    def _keys(self) -> None:
+        key = os.path.join(self.dir, "id")
+        hostkey = os.path.join(self.dir, "hostkey")
+        for path in (key, hostkey):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path], check=True)
+        shutil.copy(key + ".pub", os.path.join(self.dir, "authorized_keys"))
+        with open(self.ssh_config, "w") as f:
+            f.write(f"Host {NET}.*\n  User root\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+                    "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
+                    "  LogLevel ERROR\n  ConnectTimeout 10\n")
+        # sshd's privilege separation needs a user `sshd`: a copy of passwd with
+        # it, bind-mounted only inside the pseudo-hosts' private mounts
+        nobody = pwd.getpwnam("nobody")
+        with open("/etc/passwd") as src, open(os.path.join(self.dir, "passwd"), "w") as dst:
+            dst.write(src.read().rstrip("\n") + "\n")
+            if not any(l.startswith("sshd:") for l in open("/etc/passwd")):
+                dst.write(f"sshd:x:{nobody.pw_uid}:{nobody.pw_gid}::/run/sshd:/usr/sbin/nologin\n")
+
+    def _sshd_config(self, i: int) -> str:
+        path = os.path.join(self.dir, f"sshd_config{i}")
+        with open(path, "w") as f:
+            f.write(f"ListenAddress {self.addrs[i]}\nHostKey {self.dir}/hostkey\n"
+                    f"AuthorizedKeysFile {self.dir}/authorized_keys\nStrictModes no\n"
+                    "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                    "PermitRootLogin prohibit-password\nPidFile none\nMaxSessions 100\n"
+                    "MaxStartups 100:30:200\nLogLevel ERROR\n")
+        return path
+
+    def start(self) -> None:
+        self._keys()
+        for i in range(self.n):
+            dev = f"{self.tag}{i}"
+            script = "; ".join([
+                "set -e", "mount -t tmpfs nslab-run /run", "mkdir -p /run/sshd /run/netns",
+                f"mount --bind {self.dir}/passwd /etc/passwd", "ip link set lo up",
+                f"while ! ip link show {dev} >/dev/null 2>&1; do sleep 0.05; done",
+                f"ip addr add {self.addrs[i]}/24 dev {dev}", f"ip link set {dev} up",
+                f"exec {SSHD} -D -e -f {self._sshd_config(i)}"])
+            log = open(os.path.join(self.dir, f"host{i}.log"), "w")
+            self.procs.append(subprocess.Popen(
+                ["unshare", "--mount", "--net", "--pid", "--fork", "--mount-proc",
+                 "--propagation", "private", "--", "/bin/sh", "-c", script],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        for p in self.procs:  # unshare's child is pid 1 of the pseudo-host
+            self.inner.append(self._child(p.pid))
+        a, b = f"{self.tag}0", f"{self.tag}1"
+        subprocess.run(["ip", "link", "add", a, "netns", str(self.inner[0]), "type", "veth",
+                        "peer", "name", b, "netns", str(self.inner[1])], check=True)
+        deadline = time.monotonic() + 20
+        for i in range(self.n):
+            while self.run(i, ["ss", "-Htln", f"sport = :22"]).stdout.strip() == "":
+                if time.monotonic() > deadline or self.procs[i].poll() is not None:
+                    raise RuntimeError(f"pseudo-host {i}: sshd did not start: "
+                                       + open(os.path.join(self.dir, f"host{i}.log")).read())
+                time.sleep(0.1)
+
+    @staticmethod
+    def _child(pid: int, timeout: float = 10) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    kids = f.read().split()
+                if kids:
+                    return int(kids[0])
+            except OSError:
+                pass
+            time.sleep(0.02)
+        raise RuntimeError(f"unshare {pid} has no child")
+
+    # -- use ----------------------------------------------------------------------
+    def argv(self, i: int, argv: List[str]) -> List[str]:
+        """``argv`` inside pseudo-host ``i`` (its network, mounts and PIDs)."""
+        return ["nsenter", "-t", str(self.inner[i]), "-m", "-n", "-p", "--"] + list(argv)
+
+    def run(self, i: int, argv: List[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(i, argv), capture_output=True, text=True, timeout=timeout,
+                              **kw)
+
+    def popen(self, i: int, argv: List[str], **kw) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(i, argv), text=True, start_new_session=True, **kw)
+
+    def leftovers(self, i: int) -> List[str]:
+        """What a lab left on pseudo-host ``i``: namespaces, VXLAN devices, journals,
+        tagged processes."""
+        out = [f"netns {n}" for n in self.run(i, ["ip", "netns", "list"]).stdout.split()
+               if n.startswith("nl")]
+        out += [f"vxlan {l}" for l in self.run(i, ["ip", "-o", "link", "show", "type", "vxlan"])
+                .stdout.splitlines()]
+        out += [f"state {f}" for f in self.run(i, ["ls", "-A", "/run/nslab"]).stdout.split()]
+        tagged = self.run(i, ["sh", "-c", "grep -l -a NSLAB_RUN= /proc/[0-9]*/environ 2>/dev/null"
+                                           " || true"]).stdout.split()
+        out += [f"process {p}" for p in tagged if "/self/" not in p]
+        return out
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        for p in self.procs:
+            p.wait(timeout=10)
