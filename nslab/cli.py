@@ -236,6 +236,9 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
     if hosts:
         from .multihost import parse_hosts
         from .remote import MultiLab
+        if with_cli:
+            raise InputError("--cli needs every node on this machine; with --hosts, enter a node "
+                             "with the `ssh ... ip netns exec ...` line printed for it")
         lab_cm = MultiLab(t, parse_hosts(hosts), placement=t.placement or None, run_id=run_id,
                           ssh_config=ssh_config, remote_nslab=remote_nslab)
         click.echo(f"building {t.name} across {', '.join(lab_cm.hosts)} "

@@ -195,9 +195,10 @@ def parse_hosts(spec: str) -> Dict[str, str]:
     user's own SSH configuration); its underlay address is the IPv4 address the
     other hosts reach it at (given after ``=``, else the name resolved here)."""
     out: Dict[str, str] = {}
-    for item in (s.strip() for s in spec.split(",")):
-        if not item:
-            raise InputError(f"--hosts {spec!r}: an empty host name")
+    items = [s.strip() for s in spec.split(",")]
+    if not all(items):
+        raise InputError(f"--hosts {spec!r}: an empty host name")
+    for item in items:
         dest, _, addr = item.partition("=")
         if not HOST_RE.fullmatch(dest):
             raise InputError(f"--hosts: {dest!r} is not an SSH destination ([user@]host, "

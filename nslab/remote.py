@@ -520,7 +520,12 @@ def agent_up(stdin: IO[str], stdout: IO[str]) -> int:
         placement = place(topo, list(underlay), req.placement)
         part = Part(req.host, placement, underlay,
                     tuple(tunnels(topo, placement, req.underlay_mtu)))
-    except (ValidationError, ValueError, LabError) as exc:
+    except ValidationError as exc:
+        e = exc.errors(include_url=False)[0]
+        where = ".".join(str(x) for x in e.get("loc", ()))
+        say({"event": "error", "message": f"bad request: {where}: {e.get('msg')}"})
+        return 2
+    except (ValueError, LabError) as exc:
         say({"event": "error", "message": f"bad request: {str(exc).splitlines()[0]}"})
         return 2
     lab = Lab(topo, run_id=req.run_id, part=part)

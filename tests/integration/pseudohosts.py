@@ -104,7 +104,7 @@ class PseudoHosts:
                         "peer", "name", b, "netns", str(self.inner[1])], check=True)
         deadline = time.monotonic() + 20
         for i in range(self.n):
-            while self.run(i, ["ss", "-Htln", f"sport = :22"]).stdout.strip() == "":
+            while self.run(i, ["ss", "-Htln", "sport = :22"]).stdout.strip() == "":
                 if time.monotonic() > deadline or self.procs[i].poll() is not None:
                     raise RuntimeError(f"pseudo-host {i}: sshd did not start: "
                                        + open(os.path.join(self.dir, f"host{i}.log")).read())

@@ -68,3 +68,135 @@ def test_every_node_is_placed_once_and_the_parts_differ_by_at_most_one(k, hosts)
     assert max(sizes) - min(sizes) <= 1
     # a path cut into runs: never worse than cutting every link
     assert cut_size(t, p) <= len(t.links)
+
+
+# -- one host's part: the build plan ------------------------------------------------
+def _part(host="a"):
+    from nslab.multihost import Part
+    t = clos(spines=2, servers=2)
+    p = place(t, ["a", "b"], {"spine1": "a", "server1": "a", "spine2": "b", "server2": "b"})
+    return t, Part(host, p, {"a": "192.0.2.1", "b": "192.0.2.2"}, tuple(tunnels(t, p)))
+
+
+def test_a_host_builds_only_its_nodes_and_one_vxlan_end_per_crossing_link():
+    from nslab.plan import plan
+    t, part = _part("a")
+    bp = plan(t, "nl0a0a", (), part)
+    assert set(bp.nodes) == {"spine1", "server1"}
+    assert sorted(bp.namespaces) == ["nl0a0a-server1", "nl0a0a-spine1"]
+    vx = [l for l in bp.link_lines if "vxlan" in l]
+    veth = [l for l in bp.link_lines if "veth" in l]
+    assert len(veth) == 1 and "spine1" in veth[0] and "server1" in veth[0]
+    assert len(vx) == len(part.tunnels) == 2
+    for tun, ln in zip(part.tunnels, vx):
+        node, intf = (tun.a, tun.intf_a) if tun.host_a == "a" else (tun.b, tun.intf_b)
+        assert ln == (f"link add name {intf} mtu 1450 netns nl0a0a-{node} type vxlan id {tun.vni} "
+                      "local 192.0.2.1 remote 192.0.2.2 dstport 4789")
+    # the other host builds the other ends of the same tunnels, mirrored
+    bp_b = plan(t, "nl0a0a", (), _part("b")[1])
+    vx_b = [l for l in bp_b.link_lines if "vxlan" in l]
+    assert [l.split(" id ")[1].split()[0] for l in vx_b] == [str(x.vni) for x in part.tunnels]
+    assert all("local 192.0.2.2 remote 192.0.2.1" in l for l in vx_b)
+    # every interface of a local node is still configured (up; no address: unnumbered)
+    assert "link set dev spine1-eth1 up" in bp.ns_lines["nl0a0a-spine1"]
+
+
+def test_a_tunnel_end_is_found_only_on_its_own_host():
+    t, part = _part("a")
+    tun = part.tunnels[0]
+    local = (tun.a, tun.intf_a) if tun.host_a == "a" else (tun.b, tun.intf_b)
+    remote = (tun.b, tun.intf_b) if tun.host_a == "a" else (tun.a, tun.intf_a)
+    assert part.tunnel_end(*local) == (tun, "192.0.2.1", "192.0.2.2")
+    assert part.tunnel_end(*remote) is None
+
+
+@pytest.mark.parametrize("spec,want", [
+    ("a=10.0.0.1,b=10.0.0.2", {"a": "10.0.0.1", "b": "10.0.0.2"}),
+    ("10.0.0.1,root@10.0.0.2", {"10.0.0.1": "10.0.0.1", "root@10.0.0.2": "10.0.0.2"}),
+])
+def test_hosts_are_ssh_destinations_with_their_underlay_address(spec, want):
+    from nslab.multihost import parse_hosts
+    assert parse_hosts(spec) == want
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("-oProxyCommand=touch /tmp/x", "not an SSH destination"),  # an ssh option, not a host
+    ("a;reboot=10.0.0.1", "not an SSH destination"),
+    ("a b", "not an SSH destination"),
+    ("a=10.0.0.1,a=10.0.0.2", "named twice"),
+    ("a=10.0.0.1,b=10.0.0.1", "same address"),
+    ("a=10.0.0.300", "not an IPv4 address"),
+    ("a,,b", "empty host"),
+    ("no-such-host.invalid", "cannot resolve"),
+])
+def test_bad_hosts_are_refused_in_one_line(spec, msg):
+    from nslab.multihost import parse_hosts
+    with pytest.raises(InputError, match=msg):
+        parse_hosts(spec)
+
+
+def test_the_remote_command_reaches_the_far_shell_argument_by_argument():
+    import shlex
+    from nslab.remote import Ssh
+    argv = ["nslab", "agent", "exec", "--", "sh", "-c", "echo a; echo $HOME 'b' \"c\""]
+    ssh = Ssh("h1", "/tmp", config="/tmp/cfg").argv(argv)
+    i = ssh.index("--")
+    assert ssh[i - 1] == "h1" and ssh[:3] == ["ssh", "-F", "/tmp/cfg"]
+    assert "ControlMaster=no" in ssh and "BatchMode=yes" in ssh
+    assert shlex.split(ssh[i + 1]) == argv  # one string, split by the remote shell
+
+
+def test_a_yaml_hosts_section_pins_nodes_and_is_checked(tmp_path):
+    import textwrap
+
+    from nslab.topo import Topology
+    path = tmp_path / "t.yaml"
+    path.write_text(textwrap.dedent("""
+        nodes: {h1: {}, h2: {}, s1: {kind: switch}}
+        links: [[h1, s1], [h2, s1]]
+        hosts: {h1: box1, h2: root@box2}
+        """))
+    t = Topology.from_yaml(str(path))
+    assert t.placement == {"h1": "box1", "h2": "root@box2"}
+    p = place(t, ["box1", "root@box2"], t.placement)
+    assert p["h1"] == "box1" and p["h2"] == "root@box2" and p["s1"] in ("box1", "root@box2")
+    path.write_text("nodes: {h1: {}}\nhosts: {h9: box1}\n")
+    with pytest.raises(InputError, match=r"t\.yaml:2: hosts\.h9: hosts: unknown node 'h9'"):
+        Topology.from_yaml(str(path))
+    path.write_text("nodes: {h1: {}}\nhosts: {h1: '-oProxyCommand=x'}\n")
+    with pytest.raises(InputError, match=r"t\.yaml:2: hosts\.h1"):
+        Topology.from_yaml(str(path))
+
+
+def test_an_agent_refuses_a_bad_request_in_one_line_before_building_anything():
+    import io
+    import json
+
+    from nslab.remote import agent_up
+    t = clos(spines=2, servers=2)
+    good = {"run_id": "nl0a0a", "host": "a", "topology": t.to_dict(),
+            "placement": {n: "a" for n in t.nodes}, "underlay": {"a": "192.0.2.1"}}
+    for bad, msg in [({"run_id": "x;rm"}, "bad run id"),
+                     ({"host": "z"}, "not one of the lab's hosts"),
+                     ({"placement": {"spine1": "q"}}, "not one of"),
+                     ({"underlay": {"a": "not-an-ip"}}, "not an IPv4 address"),
+                     ({"extra": 1}, "extra"),
+                     ({"topology": {"nodes": {"h 1": {}}}}, "not a valid node name")]:
+        out = io.StringIO()
+        rc = agent_up(io.StringIO(json.dumps({**good, **bad}) + "\n"), out)
+        ev = json.loads(out.getvalue().strip().splitlines()[-1])
+        assert rc == 2 and ev["event"] == "error" and msg in ev["message"], (bad, ev)
+        assert len(out.getvalue().strip().splitlines()) == 1
+
+
+def test_agent_exec_runs_only_in_its_own_runs_namespaces():
+    from nslab.errors import LabError
+    from nslab.remote import agent_exec
+    with pytest.raises(InputError, match="does not belong to run nl0a0a"):
+        agent_exec("nl0a0a", "nl0b0b-h1", [], ["true"], False, 1)
+    with pytest.raises(InputError, match="bad run id"):
+        agent_exec("../etc", None, [], ["true"], False, 1)
+    with pytest.raises(InputError, match="NAME=VALUE"):
+        agent_exec("nl0a0a", None, ["A B"], ["true"], False, 1)
+    with pytest.raises(LabError, match="no namespace"):
+        agent_exec("nl0a0a", "nl0a0a-nosuchnode", [], ["true"], False, 1)

@@ -1,0 +1,204 @@
+"""A lab across two hosts, for real: OpenSSH (one multiplexed connection per
+host), `nslab agent` on each, VXLAN for the links between them, FRR on both.
+
+The two hosts are pseudo-hosts (see pseudohosts.py): their own network, mounts
+and PIDs, an sshd each, one veth between them as the underlay. The controller
+runs inside the first, as a user on one machine of a pair would.
+"""
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from nslab.testing import needs
+
+from .pseudohosts import PseudoHosts, available
+
+pytestmark = [pytest.mark.root, needs("frr")]
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+PY = sys.executable
+HOSTS = "10.99.0.1,10.99.0.2"
+
+
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    why = available()
+    if why:
+        pytest.skip(f"no pseudo-hosts here: {why}")
+    ph = PseudoHosts(str(tmp_path_factory.mktemp("hosts")))
+    try:
+        ph.start()
+        yield ph
+    finally:
+        ph.stop()
+
+
+def _nslab(ph, *args, timeout=300, results=None):
+    argv = [NSLAB, "--results", results or os.path.join(ph.dir, "results"), *args]
+    return ph.run(0, argv, timeout=timeout)
+
+
+def _converge_script(ph) -> str:
+    """Build the clos across both hosts, wait for ECMP, print what was seen."""
+    path = os.path.join(ph.dir, "converge.py")
+    with open(path, "w") as f:
+        f.write(f"""
+import json, sys, time
+from nslab.remote import MultiLab
+from nslab.frr import wait_for_ecmp
+from nslab.topologies.clos import clos, expected_routes
+t = clos(spines=2, servers=2)
+out = {{}}
+with MultiLab(t, {{h: h for h in {HOSTS!r}.split(",")}},
+              ssh_config={ph.ssh_config!r}) as lab:
+    out["placement"] = lab.placement
+    out["tunnels"] = [[tu.a, tu.intf_a, tu.b, tu.intf_b, tu.vni, tu.mtu] for tu in lab.tunnels]
+    out["converged_s"] = wait_for_ecmp(lab, expected_routes(lab.topology), timeout=90)
+    out["routes"] = {{n: lab[n].run(["ip", "-j", "route", "show", "10.0.200.1"]).stdout
+                     for n in ("server1", "server2")}}
+    out["vxlan"] = {{n: lab[n].run(["ip", "-d", "-j", "link", "show", "type", "vxlan"]).stdout
+                    for n in lab.nodes}}
+    out["ping"] = lab["server2"].run(["ping", "-c", "3", "-i", "0.2", "10.0.200.1"],
+                                     check=False).returncode
+    out["hosts"] = {{n: node.host for n, node in lab.nodes.items()}}
+    out["bgp"] = lab.extension("frr").routers["server1"].vtysh("show bgp summary json")
+print(json.dumps(out))
+""")
+    return path
+
+
+def test_a_clos_split_over_two_hosts_converges_over_vxlan(hosts):
+    ph = hosts
+    res = ph.run(0, [PY, _converge_script(ph)], timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    # both hosts hold nodes, and every link between them is one VXLAN tunnel
+    assert set(out["placement"].values()) == {"10.99.0.1", "10.99.0.2"}
+    crossing = [(a, b) for a, _, b, _, _, _ in out["tunnels"]
+                if out["placement"][a] != out["placement"][b]]
+    assert len(crossing) == len(out["tunnels"]) >= 1
+    assert len({t[4] for t in out["tunnels"]}) == len(out["tunnels"])  # one VNI each
+    for a, ia, b, ib, vni, mtu in out["tunnels"]:
+        assert mtu == 1450  # a 1500-byte underlay less VXLAN's 50
+        for node, intf in ((a, ia), (b, ib)):
+            links = {l["ifname"]: l for l in json.loads(out["vxlan"][node])}
+            info = links[intf]["linkinfo"]["info_data"]
+            assert info["id"] == vni and links[intf]["mtu"] == 1450, links[intf]
+            assert info["local"] == out["placement"][node]  # the underlay's own address
+    # every server reaches the other's network over both spines
+    assert out["converged_s"] < 90
+    for node in ("server2",):
+        route = json.loads(out["routes"][node])[0]
+        assert len(route["nexthops"]) == 2, route
+    assert out["ping"] == 0
+    peers = json.loads(out["bgp"])["ipv4Unicast"]["peers"]
+    assert len(peers) == 2 and all(p["state"] == "Established" for p in peers.values()), peers
+    assert ph.leftovers(0) == [] and ph.leftovers(1) == []
+
+
+def test_the_ecmp_study_runs_unchanged_across_the_hosts(hosts):
+    ph = hosts
+    results = os.path.join(ph.dir, "ecmp-results")
+    res = _nslab(ph, "run", "ecmp", "--quick", "--duration", "2", "--hosts", HOSTS,
+                 "--ssh-config", ph.ssh_config, results=results, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    run_dir = os.path.join(results, "ecmp", os.listdir(os.path.join(results, "ecmp"))[0])
+    recs = [json.loads(l) for l in open(os.path.join(run_dir, "records.jsonl")) if l.strip()]
+    assert len(recs) == 8
+    for r in recs:
+        m = r["measurements"]
+        # every stream's link was found from the captures, on either host's side
+        assert m["unassigned_streams"] == 0, m
+        assert sum(m["streams_per_link"].values()) == 3
+    prov = json.load(open(os.path.join(run_dir, "provenance.json")))
+    assert {n["host"] for n in prov["lab"]["nodes"].values()} == set(HOSTS.split(","))
+    assert "[agrees]" in res.stdout or "[undecided]" in res.stdout or "[disagrees]" in res.stdout
+    assert ph.leftovers(0) == [] and ph.leftovers(1) == []
+
+
+def _pids(ph, i, pattern):
+    """PIDs on pseudo-host ``i`` (its own PID namespace: nothing outside it is
+    seen) whose command line matches ``pattern`` (grep -E)."""
+    out = ph.run(i, ["sh", "-c", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline "
+                                 f"2>/dev/null | grep -Eq '{pattern}' && echo ${{p#/proc/}}; "
+                                 "done; true"]).stdout
+    return [int(p) for p in out.split()]
+
+
+def _agents(ph, i):
+    return _pids(ph, i, "^[^ ]*python[^ ]* [^ ]*nslab agent up")
+
+
+def _kill_controller(ph, proc):
+    """SIGKILL the controller (`nslab ... topo up`) itself, inside pseudo-host 0."""
+    pids = _pids(ph, 0, "^[^ ]*python[^ ]* [^ ]*nslab --results [^ ]* topo up")
+    assert len(pids) == 1, pids
+    ph.run(0, ["kill", "-9", str(pids[0])])
+    proc.wait(timeout=30)
+
+
+def _start_lab(ph):
+    proc = ph.popen(0, [NSLAB, "--results", os.path.join(ph.dir, "results"), "topo", "up",
+                        "clos", "--spines", "2", "--servers", "2", "--hosts", HOSTS,
+                        "--ssh-config", ph.ssh_config, "--for", "600"],
+                    stdout=open(os.path.join(ph.dir, "crash.out"), "w"),
+                    stderr=open(os.path.join(ph.dir, "crash.err"), "w"))
+    deadline = time.monotonic() + 120
+    while "nl" not in "".join(ph.leftovers(1)) or not _agents(ph, 1):
+        assert proc.poll() is None, open(os.path.join(ph.dir, "crash.err")).read()[-2000:]
+        assert time.monotonic() < deadline, "the lab did not come up"
+        time.sleep(0.5)
+    while "lab " not in open(os.path.join(ph.dir, "crash.out")).read():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    return proc
+
+
+def _gone(ph, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not ph.leftovers(0) and not ph.leftovers(1):
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_a_killed_controller_leaves_nothing_on_either_host(hosts):
+    """SIGKILL of the controller closes its SSH sessions; each agent sees the end
+    of its input and tears its part down."""
+    ph = hosts
+    proc = _start_lab(ph)
+    assert ph.leftovers(0) and ph.leftovers(1)
+    _kill_controller(ph, proc)
+    assert _gone(ph, 60), (ph.leftovers(0), ph.leftovers(1))
+
+
+def test_crashed_agents_are_cleaned_with_clean_hosts(hosts):
+    """Agents killed on both hosts (a host-side crash) leave their parts; `nslab
+    clean --hosts` removes them on every host, by tag, and nothing else."""
+    ph = hosts
+    proc = _start_lab(ph)
+    for i in (0, 1):
+        for pid in _agents(ph, i):
+            ph.run(i, ["kill", "-9", str(pid)])
+    _kill_controller(ph, proc)
+    time.sleep(1)
+    left = (ph.leftovers(0), ph.leftovers(1))
+    assert any("netns" in x for x in left[0]) and any("netns" in x for x in left[1]), left
+    res = _nslab(ph, "clean", "--hosts", HOSTS, "--ssh-config", ph.ssh_config)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "10.99.0.1:" in res.stdout and "10.99.0.2:" in res.stdout and "removed run" in res.stdout
+    assert ph.leftovers(0) == [] and ph.leftovers(1) == [], (ph.leftovers(0), ph.leftovers(1))
+
+
+def test_an_unreachable_host_fails_in_one_line_and_builds_nothing(hosts):
+    ph = hosts
+    res = _nslab(ph, "topo", "up", "clos", "--spines", "2", "--servers", "2", "--hosts",
+                 "10.99.0.1,10.99.0.9", "--ssh-config", ph.ssh_config, "--for", "1", timeout=120)
+    assert res.returncode != 0
+    err = [l for l in res.stderr.splitlines() if l.startswith("nslab:")]
+    assert len(err) == 1 and "10.99.0.9" in err[0], res.stderr
+    assert ph.leftovers(0) == [] and ph.leftovers(1) == []
