@@ -320,20 +320,6 @@ def agent_up_cmd() -> None:
     sys.exit(agent_up(sys.stdin, sys.stdout))
 
 
-@agent.command("exec", context_settings={"ignore_unknown_options": True})
-@click.option("--run", "run_id", required=True)
-@click.option("--netns", default=None)
-@click.option("--env", "env", multiple=True)
-@click.option("--watch", is_flag=True, help="Stop the command when stdin closes.")
-@click.option("--grace", type=click.FloatRange(0, 60), default=2.0)
-@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
-def agent_exec_cmd(run_id: str, netns: Optional[str], env: tuple, watch: bool, grace: float,
-                   argv: tuple) -> None:
-    """Run ARGV in a node of run RUN on this host, tagged with the run."""
-    from .remote import agent_exec
-    sys.exit(agent_exec(run_id, netns, list(env), list(argv), watch, grace))
-
-
 # -- vm ---------------------------------------------------------------------------------
 @cli.group()
 def vm() -> None:

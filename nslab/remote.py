@@ -11,9 +11,10 @@ controller says ``down``, exits, or dies (SSH closes the session), the agent
 tears its part down. ``nslab clean --hosts a,b`` runs ``nslab clean`` on each
 host through the same kind of connection.
 
-Commands in a node run as ``nslab agent exec`` on its host: in the node's
-namespace, tagged with the run, and (for background processes) stopped by the
-agent when the controller's side of the session closes. Nothing here invents
+Commands in a node run on its host in the node's namespace, tagged with the
+run (``env NSLAB_RUN=... ip netns exec ...``); background processes run under
+a small shell lifeline that stops them when the controller's side of the
+session closes. Nothing here invents
 a protocol: SSH carries the commands, the kernel's VXLAN carries the links.
 """
 from __future__ import annotations
@@ -21,9 +22,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,7 @@ from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, T
 from .errors import CommandError, InputError, LabError
 from .multihost import Part, parse_hosts, place, tunnels
 from .node import LabNode
-from .proc import Process, Result, stop_all
+from .proc import TAG_ENV, Process, Result, stop_all
 from .topo import Topology
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,24 @@ log = logging.getLogger(__name__)
 #: How long an idle SSH master connection outlives its last use (a crashed
 #: controller's connections go away on their own).
 CONTROL_PERSIST_S = 300
+ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: How a background process runs on its host (``sh -c LIFELINE name GRACE CMD...``):
+#: in a session of its own, its group signalled SIGINT, SIGTERM, then SIGKILL
+#: (GRACE seconds apart) once this shell's stdin reaches its end, which is
+#: when the controller closes it or its SSH session ends; the shell exits
+#: with the command's status.
+LIFELINE = """g=$1; shift
+exec 3<&0
+setsid "$@" </dev/null &
+c=$!
+{ cat <&3 >/dev/null 2>&1
+  for s in INT TERM; do kill -s $s -- -$c 2>/dev/null || exit 0; sleep $g; done
+  kill -s KILL -- -$c 2>/dev/null; } >/dev/null 2>&1 &
+w=$!
+exec 3<&-
+wait $c; rc=$?
+kill $w 2>/dev/null
+exit $rc"""
 #: Seconds an agent has to build its part and to tear it down.
 AGENT_UP_TIMEOUT = 600.0
 AGENT_DOWN_TIMEOUT = 180.0
@@ -104,9 +123,9 @@ class Ssh:
 
 
 class RemoteProcess(Process):
-    """A background process in a node on another host (``nslab agent exec
-    --watch``): its stdin is the lifeline, so closing it (or this side's SSH
-    dying) makes the agent stop the process there."""
+    """A background process in a node on another host, under :data:`LIFELINE`:
+    its stdin is the lifeline, so closing it (or this side's SSH dying) stops
+    the process there."""
 
     def __init__(self, argv: Sequence[str], *, where: str = "", name: str = "",
                  stdout: Union[int, IO, None] = subprocess.PIPE,
@@ -138,8 +157,8 @@ class RemoteProcess(Process):
                 pass
 
     def stop(self, grace: float = 2.0) -> Optional[int]:
-        """Close the lifeline: the agent sends the process SIGINT, SIGTERM, then
-        SIGKILL (``grace`` apart) and the session ends with its exit status."""
+        """Close the lifeline: the process gets SIGINT, SIGTERM, then SIGKILL
+        (``grace`` / 2 apart) and the session ends with its exit status."""
         if self.popen.poll() is not None:
             return self.popen.returncode
         self.close_lifeline()
@@ -159,15 +178,25 @@ class RemoteNode(LabNode):
 
     def _exec(self, argv: Sequence[str], env: Optional[Dict[str, str]], watch: bool,
               grace: float = 2.0) -> List[str]:
+        """The ssh command line that runs ``argv`` in this node on its host:
+        ``env NSLAB_RUN=<run> ip netns exec NS ARGV`` there (no Python starts: under
+        TCG, starting one took seconds). A background process runs under
+        :data:`LIFELINE`, which stops it when this side closes its stdin or the
+        session ends."""
         lab: MultiLab = self.lab  # type: ignore[assignment]
-        remote = [lab.remote_nslab, "agent", "exec", "--run", lab.run_id]
+        extra = sorted((env or {}).items())
+        for k, _ in extra:
+            if not ENV_RE.fullmatch(k):
+                raise InputError(f"{self.name}: environment variable {k!r}: not a name")
+        # SIGINT back to its default: a background job of a shell starts with it ignored
+        cmd = ["env", "--default-signal=INT", f"{TAG_ENV}={lab.run_id}"]
+        cmd += [f"{k}={v}" for k, v in extra]
         if self.netns:
-            remote += ["--netns", self.netns]
-        for k, v in sorted((env or {}).items()):
-            remote += ["--env", f"{k}={v}"]
+            cmd += ["ip", "netns", "exec", self.netns]
+        cmd += [str(a) for a in argv]
         if watch:
-            remote += ["--watch", "--grace", str(grace)]
-        return lab.ssh[self.host].argv(remote + ["--"] + [str(a) for a in argv])
+            cmd = ["sh", "-c", LIFELINE, "nslab-lifeline", str(grace / 2)] + cmd
+        return lab.ssh[self.host].argv(cmd)
 
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: Optional[float] = 60,
             input: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> Result:
@@ -427,11 +456,19 @@ class MultiLab:
             except OSError:
                 pass
         for host, agent in self.agents.items():
+            # an agent still building answers `ready` (or an error) first: it
+            # reads `down` only once its part is up, then tears it down
             try:
-                ev = agent.read_event(AGENT_DOWN_TIMEOUT) if agent.ready else {}
-                problems += [f"{host}: {p}" for p in ev.get("problems", [])]
+                while True:
+                    ev = agent.read_event(AGENT_DOWN_TIMEOUT if agent.ready else AGENT_UP_TIMEOUT)
+                    if ev.get("event") == "ready":
+                        agent.ready = ev
+                        continue
+                    problems += [f"{host}: {p}" for p in ev.get("problems", [])]
+                    break
             except LabError as exc:
-                problems.append(str(exc))
+                if agent.ready:
+                    problems.append(str(exc))
             try:
                 agent.popen.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -472,14 +509,20 @@ def clean_hosts(hosts: Union[str, Mapping[str, str]], args: Sequence[str] = (),
     nslab = remote_nslab or default_remote_nslab()
     out: Dict[str, Result] = {}
     with tempfile.TemporaryDirectory(prefix="nslab-clean-") as d:
-        for host in parsed:
+        for host in parsed:  # one host that cannot be reached does not stop the others
             ssh = Ssh(host, d, ssh_config)
-            ssh.connect()
+            argv = ssh.argv([nslab, "clean", *args])
             try:
-                argv = ssh.argv([nslab, "clean", *args])
+                ssh.connect()
+            except LabError as exc:
+                out[host] = Result(argv, 255, "", str(exc))
+                continue
+            try:
                 res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
                                      text=True, timeout=300)
                 out[host] = Result(argv, res.returncode, res.stdout, res.stderr)
+            except subprocess.TimeoutExpired:
+                out[host] = Result(argv, 124, "", "nslab clean timed out after 300 s")
             finally:
                 ssh.close()
     return out
@@ -555,52 +598,3 @@ def agent_up(stdin: IO[str], stdout: IO[str]) -> int:
         problems = lab.stop()
     say({"event": "down", "problems": problems})
     return 0
-
-
-def agent_exec(run_id: str, netns: Optional[str], env: Sequence[str], argv: Sequence[str],
-               watch: bool, grace: float) -> int:
-    """``nslab agent exec``: run ``argv`` in a namespace of run ``run_id``,
-    tagged with it. With ``watch``, stop it (SIGINT, SIGTERM, SIGKILL,
-    ``grace`` apart) when this process's stdin closes."""
-    from .naming import NS_RE, check_run_id
-    from .proc import netns_argv, tagged_env
-    check_run_id(run_id)
-    if netns is not None:
-        m = NS_RE.fullmatch(netns)
-        if not m or m.group(1) != run_id:
-            raise InputError(f"namespace {netns!r} does not belong to run {run_id}")
-        if not os.path.exists(os.path.join("/run/netns", netns)):
-            raise LabError(f"no namespace {netns} on this host")
-    extra: Dict[str, str] = {}
-    for item in env:
-        k, sep, v = item.partition("=")
-        if not sep or not k.replace("_", "").isalnum():
-            raise InputError(f"--env {item!r}: use NAME=VALUE")
-        extra[k] = v
-    full = netns_argv(netns, argv)
-    child_env = tagged_env(run_id, extra)
-    if not watch:
-        os.execvpe(full[0], full, child_env)
-    child = subprocess.Popen(full, stdin=subprocess.DEVNULL, env=child_env,
-                             start_new_session=True)
-
-    def lifeline() -> None:
-        try:
-            while sys.stdin.buffer.read(4096):
-                pass
-        except OSError:
-            pass
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(child.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                child.wait(timeout=grace / 2 if sig != signal.SIGKILL else 5)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-    threading.Thread(target=lifeline, daemon=True).start()
-    rc = child.wait()
-    return rc if rc >= 0 else 128 - rc

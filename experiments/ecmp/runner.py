@@ -76,7 +76,7 @@ class EcmpRunner:
                                         name=f"tcpdump-{intf}") for intf in self.uplinks}
         # the window opens when every capture listens (a node on another host
         # takes a few hundred ms more to start one), not at a fixed time
-        late = [intf for intf, proc in caps.items() if not _listening(proc, timeout=10)]
+        late = [intf for intf, proc in caps.items() if not _listening(proc, timeout=30)]
         if late:
             log.warning("capture on %s did not report listening", ", ".join(late))
         time.sleep(0.6)

@@ -39,6 +39,44 @@ def available() -> Optional[str]:
     return None
 
 
+def write_keys(d: str, net: str) -> str:
+    """A client key and a host key in ``d``, the client key authorised, and an
+    ``ssh -F`` file for the hosts ``net.*``; returns that file. Also a copy of
+    passwd with the user `sshd` (privilege separation), for a private mount."""
+    key = os.path.join(d, "id")
+    hostkey = os.path.join(d, "hostkey")
+    for path in (key, hostkey):
+        for old in (path, path + ".pub"):
+            if os.path.exists(old):
+                os.unlink(old)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path], check=True)
+    shutil.copy(key + ".pub", os.path.join(d, "authorized_keys"))
+    config = os.path.join(d, "ssh_config")
+    with open(config, "w") as f:
+        f.write(f"Host {net}.*\n  User root\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+                "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
+                "  LogLevel ERROR\n  ConnectTimeout 10\n")
+    nobody = pwd.getpwnam("nobody")
+    with open("/etc/passwd") as src, open(os.path.join(d, "passwd"), "w") as dst:
+        text = src.read().rstrip("\n") + "\n"
+        dst.write(text)
+        if not any(l.startswith("sshd:") for l in text.splitlines()):
+            dst.write(f"sshd:x:{nobody.pw_uid}:{nobody.pw_gid}::/run/sshd:/usr/sbin/nologin\n")
+    return config
+
+
+def write_sshd_config(d: str, addr: str, name: str = "sshd_config") -> str:
+    """An sshd configuration: root by key only, bound to ``addr``, keys from ``d``."""
+    path = os.path.join(d, name)
+    with open(path, "w") as f:
+        f.write(f"ListenAddress {addr}\nHostKey {d}/hostkey\n"
+                f"AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\n"
+                "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
+                "PermitRootLogin prohibit-password\nPidFile none\nMaxSessions 100\n"
+                "MaxStartups 100:30:200\nLogLevel ERROR\n")
+    return path
+
+
 class PseudoHosts:
     """``n`` pseudo-hosts ``10.99.0.1`` ... on one underlay (a chain of veths for
     two, the only case the tests need)."""
@@ -55,32 +93,10 @@ class PseudoHosts:
 
     # -- set-up -------------------------------------------------------------------
     def _keys(self) -> None:
-        key = os.path.join(self.dir, "id")
-        hostkey = os.path.join(self.dir, "hostkey")
-        for path in (key, hostkey):
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path], check=True)
-        shutil.copy(key + ".pub", os.path.join(self.dir, "authorized_keys"))
-        with open(self.ssh_config, "w") as f:
-            f.write(f"Host {NET}.*\n  User root\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
-                    "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
-                    "  LogLevel ERROR\n  ConnectTimeout 10\n")
-        # sshd's privilege separation needs a user `sshd`: a copy of passwd with
-        # it, bind-mounted only inside the pseudo-hosts' private mounts
-        nobody = pwd.getpwnam("nobody")
-        with open("/etc/passwd") as src, open(os.path.join(self.dir, "passwd"), "w") as dst:
-            dst.write(src.read().rstrip("\n") + "\n")
-            if not any(l.startswith("sshd:") for l in open("/etc/passwd")):
-                dst.write(f"sshd:x:{nobody.pw_uid}:{nobody.pw_gid}::/run/sshd:/usr/sbin/nologin\n")
+        write_keys(self.dir, NET)
 
     def _sshd_config(self, i: int) -> str:
-        path = os.path.join(self.dir, f"sshd_config{i}")
-        with open(path, "w") as f:
-            f.write(f"ListenAddress {self.addrs[i]}\nHostKey {self.dir}/hostkey\n"
-                    f"AuthorizedKeysFile {self.dir}/authorized_keys\nStrictModes no\n"
-                    "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-                    "PermitRootLogin prohibit-password\nPidFile none\nMaxSessions 100\n"
-                    "MaxStartups 100:30:200\nLogLevel ERROR\n")
-        return path
+        return write_sshd_config(self.dir, self.addrs[i], f"sshd_config{i}")
 
     def start(self) -> None:
         self._keys()

@@ -189,14 +189,35 @@ def test_an_agent_refuses_a_bad_request_in_one_line_before_building_anything():
         assert len(out.getvalue().strip().splitlines()) == 1
 
 
-def test_agent_exec_runs_only_in_its_own_runs_namespaces():
-    from nslab.errors import LabError
-    from nslab.remote import agent_exec
-    with pytest.raises(InputError, match="does not belong to run nl0a0a"):
-        agent_exec("nl0a0a", "nl0b0b-h1", [], ["true"], False, 1)
-    with pytest.raises(InputError, match="bad run id"):
-        agent_exec("../etc", None, [], ["true"], False, 1)
-    with pytest.raises(InputError, match="NAME=VALUE"):
-        agent_exec("nl0a0a", None, ["A B"], ["true"], False, 1)
-    with pytest.raises(LabError, match="no namespace"):
-        agent_exec("nl0a0a", "nl0a0a-nosuchnode", [], ["true"], False, 1)
+def test_a_remote_background_process_is_stopped_when_its_lifeline_closes(tmp_path):
+    """The shell a background process runs under on its host: the command's own
+    exit status when it ends by itself; SIGINT (at its default again, though a
+    shell's background job starts with it ignored) when stdin closes; SIGKILL
+    for one that ignores SIGINT and SIGTERM. No process is left."""
+    import subprocess
+    import time
+
+    from nslab.remote import LIFELINE
+
+    def start(grace, *cmd):
+        return subprocess.Popen(["sh", "-c", LIFELINE, "t", str(grace), "env",
+                                 "--default-signal=INT", "NSLAB_TEST=1", *cmd],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = start(1, "sh", "-c", "echo done; exit 3")
+    assert p.wait(timeout=10) == 3 and p.stdout.read().strip() == "done"
+    p.stdin.close()
+    marker = tmp_path / "alive"
+    p = start(1, "sh", "-c", f"trap 'echo int; exit 7' INT; touch {marker}; "
+                             "while :; do sleep 0.05; done")
+    while not marker.exists():
+        time.sleep(0.02)
+    t0 = time.monotonic()
+    p.stdin.close()
+    assert p.wait(timeout=10) == 7 and p.stdout.read().strip() == "int"
+    assert time.monotonic() - t0 < 1.0  # SIGINT was enough: no grace period spent
+    p = start(0.2, "sh", "-c", f"trap '' INT TERM; rm -f {marker}; while :; do sleep 0.05; done")
+    time.sleep(0.3)
+    p.stdin.close()
+    assert p.wait(timeout=10) == 137  # SIGKILL after INT and TERM were ignored
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"rm -f {marker}" not in out
