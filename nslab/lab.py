@@ -89,6 +89,8 @@ class Lab:
         self.plan: Optional[BuildPlan] = None
         self.journal: dict = {}
         self.build_seconds = 0.0
+        #: seconds spent in each stage of the last start (checks, core, links up, extensions)
+        self.timings: Dict[str, float] = {}
         self._started = False
 
     # -- context manager ----------------------------------------------------------
@@ -152,6 +154,7 @@ class Lab:
         """Validate, check capabilities, then build. On any failure, undo what was built."""
         if self._started:
             raise LabError("lab already started")
+        t_checks = time.monotonic()
         topo = self.topology.validate()
         caps.require_root("building a lab")
         exts = for_topology(topo)
@@ -182,6 +185,7 @@ class Lab:
         self._started = True
         self._install_signal_handlers()
         t0 = time.monotonic()
+        self.timings = {"checks": t0 - t_checks}
         try:
             self._build(self.plan)
         except BaseException:
@@ -189,8 +193,9 @@ class Lab:
             self.stop()
             raise
         self.build_seconds = time.monotonic() - t0
-        log.info("lab %s up in %.2f s: %d nodes, %d links", self.run_id, self.build_seconds,
-                 len(topo.nodes), len(topo.links))
+        log.info("lab %s up in %.2f s: %d nodes, %d links (%s)", self.run_id, self.build_seconds,
+                 len(self.nodes), len(topo.links),
+                 ", ".join(f"{k} {v:.2f} s" for k, v in self.timings.items()))
 
     def stop(self) -> List[str]:
         """Tear down in stages (hooks, extensions, processes, interfaces,
@@ -244,6 +249,7 @@ class Lab:
 
     # -- build --------------------------------------------------------------------
     def _build(self, p: BuildPlan) -> None:
+        self._t_build = time.monotonic()
         for name, np in p.nodes.items():
             node = LabNode(self, name, np.kind, np.netns)
             node.intfs, node.addrs = list(np.intfs), {k: str(v) for k, v in np.addrs.items()}
@@ -267,9 +273,14 @@ class Lab:
         run_in_namespaces([NetnsJob(ns, ["tc", "-batch", "-"], text(lines), f"shaping in {ns}")
                            for ns, lines in p.tc_lines.items() if lines and ns is not None],
                           run_id=self.run_id)
+        t = time.monotonic()
         self._wait_links(p)
+        self.timings["core"] = t - self._t_build
+        self.timings["links up"] = time.monotonic() - t
         for ext in self.extensions.values():
+            t = time.monotonic()
             ext.build(self, p)
+            self.timings[ext.name] = time.monotonic() - t
         self._wait_stp()
 
     def _wait_links(self, p: BuildPlan, timeout: float = 5.0) -> None:

@@ -252,13 +252,23 @@ class _RemoteFrr:
 
 
 class Agent:
-    """One host's ``nslab agent up`` session."""
+    """One host's ``nslab agent up`` session. Its log lines (stderr) go to this
+    process's log, prefixed with the host; the last ones explain a failure."""
 
-    def __init__(self, host: str, popen: subprocess.Popen, log_path: str) -> None:
+    def __init__(self, host: str, popen: subprocess.Popen) -> None:
         self.host = host
         self.popen = popen
-        self.log_path = log_path
         self.ready: Dict[str, Any] = {}
+        self.tail: List[str] = []
+        self._logger = threading.Thread(target=self._forward, daemon=True)
+        self._logger.start()
+
+    def _forward(self) -> None:
+        for line in self.popen.stderr:  # type: ignore[union-attr]
+            line = line.rstrip()
+            if line:
+                log.info("[%s] %s", self.host, line)
+                self.tail = (self.tail + [line])[-20:]
 
     def read_event(self, timeout: float) -> Dict[str, Any]:
         """The agent's next line (JSON), or an error naming the host and the
@@ -270,7 +280,8 @@ class Agent:
         t.join(timeout)
         line = box[0] if box else None
         if not line:
-            why = "no answer" if line is None else "the session ended"
+            why = f"no answer after {timeout:.0f} s" if line is None else "the session ended"
+            self._logger.join(2)
             raise LabError(f"agent on {self.host}: {why}{self._last_log()}")
         try:
             ev = json.loads(line)
@@ -281,12 +292,7 @@ class Agent:
         return ev
 
     def _last_log(self) -> str:
-        try:
-            with open(self.log_path) as f:
-                lines = [l.strip() for l in f if l.strip()]
-        except OSError:
-            return ""
-        return f" ({lines[-1]})" if lines else ""
+        return f" ({self.tail[-1]})" if self.tail else ""
 
     def send(self, text: str) -> None:
         try:
@@ -403,12 +409,11 @@ class MultiLab:
                 msg = {"run_id": self.run_id, "host": host, "topology": topo,
                        "placement": self.placement, "underlay": self.hosts,
                        "underlay_mtu": self.underlay_mtu}
-                log_path = os.path.join(self._dir, f"agent-{host.replace('@', '_')}.log")
                 popen = subprocess.Popen(
                     self.ssh[host].argv([self.remote_nslab, "agent", "up"]),
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(log_path, "w"),
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                     text=True, start_new_session=True)
-                agent = Agent(host, popen, log_path)
+                agent = Agent(host, popen)
                 self.agents[host] = agent
                 agent.send(json.dumps(msg) + "\n")
             frr_ages = []
@@ -571,6 +576,9 @@ def agent_up(stdin: IO[str], stdout: IO[str]) -> int:
     except (ValueError, LabError) as exc:
         say({"event": "error", "message": f"bad request: {str(exc).splitlines()[0]}"})
         return 2
+    log.info("agent %s: building %d of %d nodes, %d tunnels", req.host,
+             sum(1 for n in topo.nodes if part.is_local(n)), len(topo.nodes),
+             sum(1 for t in part.tunnels if req.host in (t.host_a, t.host_b)))
     lab = Lab(topo, run_id=req.run_id, part=part)
     try:
         lab.start()

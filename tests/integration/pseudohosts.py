@@ -59,10 +59,33 @@ def write_keys(d: str, net: str) -> str:
     nobody = pwd.getpwnam("nobody")
     with open("/etc/passwd") as src, open(os.path.join(d, "passwd"), "w") as dst:
         text = src.read().rstrip("\n") + "\n"
+        # root's shell /bin/sh there: a remote command then does not run root's
+        # ~/.bashrc (Debian's bash reads it under sshd; this machine's starts
+        # pyenv, seconds per command in a TCG guest)
+        text = "".join(root_shell_sh(l) for l in text.splitlines(keepends=True))
         dst.write(text)
         if not any(l.startswith("sshd:") for l in text.splitlines()):
             dst.write(f"sshd:x:{nobody.pw_uid}:{nobody.pw_gid}::/run/sshd:/usr/sbin/nologin\n")
+    # sshd refuses a locked root ("!" in shadow) even with a key; Debian locks
+    # root when the installer set up sudo, and virtme-ng's guests lock every
+    # account: a copy with root unlocked ("*": no password, keys only), for
+    # the same private mounts
+    with open("/etc/shadow") as src:
+        lines = src.read().splitlines(keepends=True)
+    with open(os.path.join(d, "shadow"), "w") as dst:
+        dst.write("".join("root:*:" + l.split(":", 2)[2] if l.startswith("root:!") else l
+                          for l in lines))
+    os.chmod(os.path.join(d, "shadow"), 0o600)
     return config
+
+
+def root_shell_sh(line: str) -> str:
+    """A passwd line, with root's login shell set to /bin/sh."""
+    if not line.startswith("root:"):
+        return line
+    fields = line.rstrip("\n").split(":")
+    fields[6] = "/bin/sh"
+    return ":".join(fields) + "\n"
 
 
 def write_sshd_config(d: str, addr: str, name: str = "sshd_config") -> str:
@@ -104,7 +127,8 @@ class PseudoHosts:
             dev = f"{self.tag}{i}"
             script = "; ".join([
                 "set -e", "mount -t tmpfs nslab-run /run", "mkdir -p /run/sshd /run/netns",
-                f"mount --bind {self.dir}/passwd /etc/passwd", "ip link set lo up",
+                f"mount --bind {self.dir}/passwd /etc/passwd",
+                f"mount --bind {self.dir}/shadow /etc/shadow", "ip link set lo up",
                 f"while ! ip link show {dev} >/dev/null 2>&1; do sleep 0.05; done",
                 f"ip addr add {self.addrs[i]}/24 dev {dev}", f"ip link set {dev} up",
                 f"exec {SSHD} -D -e -f {self._sshd_config(i)}"])

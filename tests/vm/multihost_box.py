@@ -42,11 +42,10 @@ def nic_by_mac(mac: str) -> str:
 def start_sshd(out: str, addr: str) -> subprocess.Popen:
     """The guest's /etc is its own (an overlay): the privilege-separation user
     is added there, never on the machine that runs the guests."""
-    with open("/etc/passwd") as f:
-        has = any(l.startswith("sshd:") for l in f)
-    if not has:
-        with open("/etc/passwd", "a") as f:
-            f.write("sshd:x:65534:65534::/run/sshd:/usr/sbin/nologin\n")
+    # the passwd the test prepared: with the user `sshd`, and root's shell /bin/sh
+    # (a remote command then skips root's ~/.bashrc, which starts pyenv here)
+    with open(os.path.join(out, "passwd")) as src, open("/etc/passwd", "w") as dst:
+        dst.write(src.read())
     os.makedirs("/run/sshd", exist_ok=True)
     # virtme-ng gives the guest an /etc/shadow of its own (a tmpfs file) in
     # which every account is locked ("!"), and sshd refuses a locked root even

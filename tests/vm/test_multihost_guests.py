@@ -13,7 +13,7 @@ import pytest
 from nslab import vm
 from tests.integration.pseudohosts import SSHD, write_keys, write_sshd_config
 
-pytestmark = [pytest.mark.vm, pytest.mark.root]
+pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.timeout(2400)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BOX = os.path.join(ROOT, "tests", "vm", "multihost_box.py")
