@@ -2,9 +2,9 @@
 
     multihost_box.py host         box B: its NIC up, an sshd, until told to stop
     multihost_box.py controller   box A: its NIC up, an sshd, then, across A and B:
-                                  a 2x2 clos that must converge, the ECMP study's
-                                  quick preset, and a crash followed by
-                                  `nslab clean --hosts`
+                                  a 2x2 clos (`nslab topo up --hosts`) that must
+                                  converge over VXLAN, then a crash of every agent
+                                  and of the controller, then `nslab clean --hosts`
 
 The guests boot Debian's stock kernel (VXLAN, FRR's needs: all modules) and
 are joined by emulated Intel NICs (e1000) over a QEMU socket: the underlay.
@@ -78,7 +78,9 @@ def ssh(out: str, host: str, command: str, timeout: float = 60) -> subprocess.Co
                           stdin=subprocess.DEVNULL)
 
 
-LEFT = ("ip netns list | grep -c '^nl' ; ip -o link show type vxlan | wc -l ; "
+LEFT = ("ip netns list | grep -c '^nl' ; "
+        "{ ip -o link show type vxlan; for n in $(ip netns list | cut -d' ' -f1); do "
+        "ip -n $n -o link show type vxlan; done; } | wc -l ; "
         "ls -A /run/nslab 2>/dev/null | wc -l ; "
         "grep -l -a NSLAB_RUN= /proc/[0-9]*/environ 2>/dev/null | grep -vc self")
 
@@ -112,57 +114,49 @@ def controller(out: str) -> dict:
         h: ssh(out, h, "ethtool -i $(ip -o -4 addr show to 10.77.1.0/24 | awk '{print $2}') "
                        "| sed -n 's/^driver: //p'").stdout.strip() for h in HOSTS.split(",")}
     say(f"ssh to {other} after {result['ssh_wait_s']:.0f} s")
-    # 1. a clos split over the two boxes converges
-    script = os.path.join(out, "converge.py")
-    with open(script, "w") as f:
-        f.write(f"""
-import json
-from nslab.remote import MultiLab
-from nslab.frr import wait_for_ecmp
-from nslab.topologies.clos import clos, expected_routes
-out = {{}}
-with MultiLab(clos(spines=2, servers=2), {{h: h for h in {HOSTS!r}.split(",")}},
-              ssh_config={os.path.join(out, "ssh_config")!r}) as lab:
-    out["placement"] = lab.placement
-    out["tunnels"] = len(lab.tunnels)
-    out["build_s"] = lab.build_seconds
-    out["converged_s"] = wait_for_ecmp(lab, expected_routes(lab.topology), timeout=240)
-    out["ping"] = lab["server2"].run(["ping", "-c", "3", "10.0.200.1"], check=False).returncode
-print(json.dumps(out))
-""")
-    say("clos across both boxes")
-    r = subprocess.run([PY, script], capture_output=True, text=True, timeout=900, cwd=ROOT)
-    result["clos"] = {"rc": r.returncode, "stderr": r.stderr[-3000:],
-                      "out": json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0
-                      else None}
-    say(f"clos: {result['clos']['out'] or r.stderr[-500:]}")
-    result["after_clos"] = leftovers(out)
-    # 2. the ECMP study's quick preset, unchanged, across the boxes
+    # 1. a clos split over the two boxes, built by the CLI as a user would
     results = os.path.join(out, "results")
-    say("ecmp --quick across both boxes")
-    r = subprocess.run([NSLAB, "--results", results, "run", "ecmp", "--quick", "--hosts", HOSTS,
-                        "--ssh-config", os.path.join(out, "ssh_config")], capture_output=True,
-                       text=True, timeout=1500, cwd=ROOT)
-    recs = []
-    for d in sorted(os.listdir(os.path.join(results, "ecmp"))) if os.path.isdir(
-            os.path.join(results, "ecmp")) else []:
-        path = os.path.join(results, "ecmp", d, "records.jsonl")
-        if os.path.exists(path):
-            recs += [json.loads(l) for l in open(path) if l.strip()]
-    result["ecmp"] = {"rc": r.returncode, "stdout": r.stdout[-3000:], "stderr": r.stderr[-3000:],
-                      "records": recs}
-    say(f"ecmp: exit {r.returncode}\n{r.stdout[-1500:]}")
-    result["after_ecmp"] = leftovers(out)
-    # 3. a crash on both boxes (agents killed, then the controller), then clean
-    say("crash and clean")
+    say("clos across both boxes")
+    t0 = time.monotonic()
     lab = subprocess.Popen([NSLAB, "--results", results, "topo", "up", "clos", "--spines", "2",
                             "--servers", "2", "--hosts", HOSTS, "--ssh-config",
-                            os.path.join(out, "ssh_config"), "--for", "900"],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    for line in lab.stdout:  # the table of nodes is printed once every part is up
-        if line.startswith("lab ") or " lab nl" in line:
+                            os.path.join(out, "ssh_config"), "--for", "1500"],
+                           stdout=subprocess.PIPE, stderr=open(os.path.join(out, "up.err"), "w"),
+                           text=True, cwd=ROOT)
+    run_id = None
+    for line in lab.stdout:  # the table's title: "lab nlXXXX: clos (built in ...)"
+        if "lab nl" in line:
+            run_id = line.split("lab ", 1)[1].split(":")[0]
             break
-    time.sleep(1)
+    result["up_s"] = time.monotonic() - t0
+    result["run_id"] = run_id
+    say(f"lab {run_id} up after {result['up_s']:.0f} s")
+    # 2. ECMP everywhere: each server's route to the other over both spines
+    where = {}
+    for host in HOSTS.split(","):
+        for ns in ssh(out, host, "ip netns list").stdout.split():
+            if ns.startswith(f"{run_id}-"):
+                where[ns.split("-", 1)[1]] = host
+    result["placement"] = where
+    t1 = time.monotonic()
+    routes = {}
+    while time.monotonic() - t1 < 300:
+        routes = {}
+        for node, dst in (("server1", "10.0.200.2"), ("server2", "10.0.200.1")):
+            r = ssh(out, where[node], f"ip netns exec {run_id}-{node} ip -j route show {dst}")
+            got = json.loads(r.stdout or "[]")
+            routes[node] = len(got[0].get("nexthops", [])) if got else 0
+        if all(n == 2 for n in routes.values()):
+            break
+        time.sleep(2)
+    result["ecmp_s"] = time.monotonic() - t1
+    result["nexthops"] = routes
+    result["ping"] = ssh(out, where["server2"], f"ip netns exec {run_id}-server2 ping -c 3 "
+                                                "10.0.200.1").returncode
+    result["vxlan"] = {h: ssh(out, h, "for n in $(ip netns list | cut -d' ' -f1); do ip -n $n -d -j "
+                                      "link show type vxlan; done").stdout for h in HOSTS.split(",")}
+    say(f"ECMP {routes} after {result['ecmp_s']:.0f} s more; ping {result['ping']}")
+    # 3. a crash on both boxes (agents killed, then the controller), then clean
     result["crash_before"] = leftovers(out)
     for host in HOSTS.split(","):
         for pid in pids(out, host, "^[^ ]*python[^ ]* [^ ]*nslab agent up"):
@@ -173,7 +167,7 @@ print(json.dumps(out))
     result["crash_left"] = leftovers(out)
     r = subprocess.run([NSLAB, "clean", "--hosts", HOSTS, "--ssh-config",
                         os.path.join(out, "ssh_config")], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=600)
     result["clean"] = {"rc": r.returncode, "out": r.stdout + r.stderr}
     result["after_clean"] = leftovers(out)
     say(f"after clean: {result['after_clean']}")

@@ -1,9 +1,10 @@
 """A lab across two machines with real kernels and NIC drivers: two QEMU guests
 on Debian's stock kernel, each with an Intel NIC (e1000) joined by a QEMU
 socket (the underlay) and an sshd. Guest A drives the lab across A and B over
-SSH: a 2x2 clos split over both converges over VXLAN, the ECMP study's quick
-preset runs across it, and a crash of every agent and of the controller is
-cleaned by `nslab clean --hosts`. Run by `make test-kernel`."""
+SSH: a 2x2 clos split over both converges over VXLAN, and a crash of every
+agent and of the controller is cleaned by `nslab clean --hosts`. (The ECMP
+study across two hosts runs in the host tier, between pseudo-hosts: under
+TCG its trials take minutes.) Run by `make test-kernel`."""
 import json
 import os
 import time
@@ -62,25 +63,19 @@ def test_the_underlay_is_a_real_nic_driver_on_each_box(across):
     assert across["underlay_driver"] == {"10.77.1.1": "e1000", "10.77.1.2": "e1000"}
 
 
-def test_a_clos_split_over_two_guests_converges(across):
-    clos = across["clos"]
-    assert clos["rc"] == 0, clos["stderr"]
-    out = clos["out"]
-    assert set(out["placement"].values()) == {"10.77.1.1", "10.77.1.2"}
-    assert out["tunnels"] >= 1 and out["ping"] == 0
-    print(f"clos 2x2 across two TCG guests: built in {out['build_s']:.1f} s, "
-          f"ECMP everywhere {out['converged_s']:.1f} s after FRR started")
-    assert _clean(across["after_clos"]), across["after_clos"]
-
-
-def test_the_ecmp_quick_preset_runs_across_the_guests(across):
-    ecmp = across["ecmp"]
-    assert ecmp["rc"] == 0, ecmp["stderr"]
-    assert len(ecmp["records"]) == 8
-    assert all(sum(r["measurements"]["streams_per_link"].values()) == 3
-               for r in ecmp["records"])
-    assert "[" in ecmp["stdout"] and "L3 hashing" in ecmp["stdout"]
-    assert _clean(across["after_ecmp"]), across["after_ecmp"]
+def test_a_clos_split_over_two_guests_converges_over_vxlan(across):
+    assert across["run_id"], across
+    assert set(across["placement"].values()) == {"10.77.1.1", "10.77.1.2"}
+    assert across["nexthops"] == {"server1": 2, "server2": 2}, across["nexthops"]
+    assert across["ping"] == 0
+    vx = {h: [l for line in out.splitlines() if line.strip() for l in json.loads(line)]
+          for h, out in across["vxlan"].items()}
+    vnis = {h: sorted(l["linkinfo"]["info_data"]["id"] for l in links) for h, links in vx.items()}
+    assert vnis["10.77.1.1"] == vnis["10.77.1.2"] and len(vnis["10.77.1.1"]) == 2, vnis
+    for h, links in vx.items():
+        assert all(l["linkinfo"]["info_data"]["local"] == h and l["mtu"] == 1450 for l in links)
+    print(f"clos 2x2 across two TCG guests: up after {across['up_s']:.0f} s (boot of both "
+          f"guests' agents included), ECMP {across['ecmp_s']:.0f} s later")
 
 
 def test_a_crash_on_both_guests_is_cleaned_by_clean_hosts(across):
