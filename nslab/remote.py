@@ -366,16 +366,10 @@ class MultiLab:
         assert self._dir is not None, "lab not started"
         return self._dir
 
-    def is_local(self, node: str) -> bool:
-        return True
-
     def extension(self, name: str) -> Any:
         if name == "frr" and self._frr is not None:
             return self._frr
         raise LabError(f"a lab across hosts offers no {name} extension here")
-
-    def part(self, host: str) -> Part:
-        return Part(host, self.placement, self.hosts, tuple(self.tunnels))
 
     def run_each(self, nodes: List[str], argv: List[str], where: str = "") -> List[Result]:
         """``argv`` in each node, all hosts at once."""

@@ -27,16 +27,7 @@ SSHD = os.path.join(ROOT, ".cache", "sshd", "usr", "sbin", "sshd")
 ADDR = {"controller": "10.77.1.1", "host": "10.77.1.2"}
 HOSTS = "10.77.1.1,10.77.1.2"
 
-
-def say(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def nic_by_mac(mac: str) -> str:
-    for link in json.loads(subprocess.check_output(["ip", "-j", "link", "show"])):
-        if link.get("address") == mac:
-            return link["ifname"]
-    raise SystemExit(f"no NIC with MAC {mac}")
+from box import nic_by_mac, say  # noqa: E402 - the two-box script, beside this one
 
 
 def start_sshd(out: str, addr: str) -> subprocess.Popen:
