@@ -4,31 +4,51 @@ from __future__ import annotations
 
 import fcntl
 import os
+from typing import Optional
 
 from nslab.errors import CapabilityError
 
 GEN_CPU, DUT_CPU = 0, 1
 
 
-def napi_on(node, intf: str, cpu: int) -> bool:
-    """Receive ``intf``'s frames in a NAPI kernel thread pinned to ``cpu`` (GRO on
-    makes a veth take frames through NAPI; threaded NAPI runs it in its own
-    thread): the sender's CPU then pays only for sending, and XDP live frames
-    (which need NAPI at the far end) get through. The thread belongs to the
-    lab's interface and goes with it. True if the thread was found and pinned."""
+def napi_thread(intf: str) -> Optional[int]:
+    """The pid of ``intf``'s NAPI kernel thread (``napi/<intf>-<id>``), if it has one."""
     import glob
-    node.run(["ethtool", "-K", intf, "gro", "on"], check=False)
-    node.run(["tee", f"/sys/class/net/{intf}/threaded"], input="1\n", check=False)
     for comm in glob.glob("/proc/[0-9]*/comm"):
         try:
             name = open(comm).read().strip()
         except OSError:
             continue
         if name.startswith(f"napi/{intf}-"):
-            pid = comm.split("/")[2]
-            node.run(["taskset", "-p", "-c", str(cpu), pid], check=False)
-            return True
-    return False
+            return int(comm.split("/")[2])
+    return None
+
+
+def thread_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a thread so far, seconds (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def napi_on(node, intf: str, cpu: int, fifo: Optional[int] = None) -> bool:
+    """Receive ``intf``'s frames in a NAPI kernel thread pinned to ``cpu`` (GRO on
+    makes a veth take frames through NAPI; threaded NAPI runs it in its own
+    thread): the sender's CPU then pays only for sending, and XDP live frames
+    (which need NAPI at the far end) get through. ``fifo``: run the thread at
+    that SCHED_FIFO priority, so no ordinary task on its CPU delays it (on
+    this VM other tasks held it off for over 1 ms, longer than the veth's
+    256-frame ring lasts at gigabit rates). The thread belongs to the lab's
+    interface and goes with it. True if the thread was found and pinned."""
+    node.run(["ethtool", "-K", intf, "gro", "on"], check=False)
+    node.run(["tee", f"/sys/class/net/{intf}/threaded"], input="1\n", check=False)
+    pid = napi_thread(intf)
+    if pid is None:
+        return False
+    node.run(["taskset", "-p", "-c", str(cpu), str(pid)], check=False)
+    if fifo:
+        node.run(["chrt", "-f", "-p", str(fifo), str(pid)], check=False)
+    return True
 
 
 class CpuSplitLock:

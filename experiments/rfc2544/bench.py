@@ -14,34 +14,72 @@ from nslab.errors import LabError
 MODES = ("udp", "packet", "xdp", "live")
 #: The sinks: a UDP socket (recvmmsg) and an XDP program that counts and drops.
 SINKS = ("udp", "xdp")
+#: The XDP sink measures the one-way latency of every 16th frame here: reading
+#: the clock for every frame was over a third of its cost per frame, enough to
+#: make it slower than the generator (measured: 192 ns a frame vs 84 ns).
+SINK_LATENCY_EVERY = 16
+#: The XDP sink's NAPI thread runs SCHED_FIFO at this priority (see ``napi_on``).
+SINK_FIFO = 50
+#: Frame-spaced pacing (``--spacing frames``) is measured up to twice 1 GbE line rate.
+SPACED_UP_TO_LINE = 2.0
+#: Below this rate nslab-pktgen paces spaced frames from user space, one a slot
+#: (its LIVE_SPACED_MAX_GAP_NS, 20 us), which the slots rows already show.
+SPACED_FROM_PPS = 50_000.0
 
 
 def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
-          sink_cpu: int, sink_mode: str = "xdp") -> Dict[str, object]:
+          sink_cpu: int, sink_mode: str = "xdp", spaced: bool = False) -> Dict[str, object]:
     """One send from h1 to h2's sink (``sink_mode``: a UDP socket, or an XDP
     program on h2-eth0, which then runs in h2-eth0's NAPI thread on
-    ``sink_cpu``): the generator's and the sink's reports."""
+    ``sink_cpu``): the generator's and the sink's reports. ``spaced``: the live
+    path spaces every frame in the kernel (``--spacing frames``). The sink's
+    report gains ``napi_cpu_s``, the CPU time h2-eth0's NAPI thread used
+    while the generator sent (where the XDP sink does all its work)."""
     import json
 
     from nslab.pktgen import pktgen_path
+
+    from .bed import napi_thread, thread_cpu_seconds
     pg = pktgen_path()
     h1, h2 = lab["h1"], lab["h2"]
     mac = h2.run(["cat", "/sys/class/net/h2-eth0/address"]).stdout.strip()
+    sample = ["--latency-every", str(SINK_LATENCY_EVERY)] if sink_mode == "xdp" else []
     sink = h2.popen(["taskset", "-c", str(sink_cpu), pg, "recv", "--port", "9",
                      "--duration", f"{seconds + 5:.3f}", "--warmup", "0.2", "--mode", sink_mode,
-                     "--iface", "h2-eth0"], name="pktgen-recv")
+                     "--iface", "h2-eth0", *sample], name="pktgen-recv")
     if "ready" not in (sink.popen.stdout.readline() or ""):
         from nslab.errors import LabError
         raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
+    napi = napi_thread("h2-eth0")
+    if napi:
+        # The XDP sink does all its work in the NAPI thread: SCHED_FIFO keeps
+        # other tasks from holding it off. The UDP sink's reader shares that CPU
+        # and a FIFO thread flooded with frames would starve it: SCHED_OTHER.
+        import os
+        fifo = sink_mode == "xdp"
+        os.sched_setscheduler(napi, os.SCHED_FIFO if fifo else os.SCHED_OTHER,
+                              os.sched_param(SINK_FIFO if fifo else 0))
+    c0 = thread_cpu_seconds(napi) if napi else 0.0
     g = h1.run(["taskset", "-c", str(cpu), pg, "send", "--dst", h2.ip, "--port", "9",
                 "--size", str(size), "--rate", f"{rate:.3f}", "--duration", f"{seconds:.3f}",
-                "--mode", mode, "--iface", "h1-eth0", "--dst-mac", mac], timeout=seconds + 30)
+                "--mode", mode, "--iface", "h1-eth0", "--dst-mac", mac,
+                *(["--spacing", "frames"] if spaced else [])], timeout=seconds + 30)
+    c1 = thread_cpu_seconds(napi) if napi else 0.0
     time.sleep(0.3)
     sink.stop()
     gj = json.loads(g.stdout.strip().splitlines()[-1])
     sj = json.loads(sink.wait(timeout=30).stdout.strip().splitlines()[-1])
     sj["pps"] = sj["received"] / max(1e-9, gj["elapsed"])
+    sj["napi_cpu_s"] = c1 - c0 if napi else None
     return {"gen": gj, "sink": sj}
+
+
+def sink_cost_ceiling(received: int, napi_cpu_s: Optional[float]) -> Optional[float]:
+    """The XDP sink's ceiling from its cost: frames per second of its CPU's busy
+    time (its program runs in the NAPI thread), or None without a measurement."""
+    if not napi_cpu_s or napi_cpu_s <= 0 or received <= 0:
+        return None
+    return received / napi_cpu_s
 
 
 def bench_generator(sizes: List[int], modes: List[str], seconds: float, repeat: int,
@@ -101,6 +139,7 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
         row: Dict[str, object] = {"frame": size, "line_100M_fps": frame_rate(100e6, size),
                                   "line_1G_fps": frame_rate(1e9, size)}
         sink_best = {k: 0.0 for k in SINKS}
+        sink_runs: Dict[str, List[Dict[str, object]]] = {}
         for mode in list(modes):
             gens, lost = [], []
             try:
@@ -108,7 +147,11 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
                     r = _send(lab, size, 0, seconds, mode, GEN_CPU, DUT_CPU, gen_sink)
                     gens.append(float(r["gen"]["pps"]))
                     lost.append(int(r["gen"]["sent"]) - int(r["sink"]["received"]))
-                    sink_best[gen_sink] = max(sink_best[gen_sink], float(r["sink"]["pps"]))
+                    sink_runs.setdefault(mode, []).append({
+                        "sent": int(r["gen"]["sent"]), "received": int(r["sink"]["received"]),
+                        "napi_cpu_s": r["sink"]["napi_cpu_s"], "elapsed": r["gen"]["elapsed"]})
+                    if gen_sink == "udp":
+                        sink_best["udp"] = max(sink_best["udp"], float(r["sink"]["pps"]))
             except LabError as exc:  # a path this kernel lacks: said, then left out
                 click.echo(f"{mode}: not available here ({str(exc).splitlines()[-1]})", err=True)
                 modes.remove(mode)
@@ -140,24 +183,41 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
         rep = parse(res.stdout)
         row["iperf2_pps"] = (rep.streams[0].bytes / max(16, size - 46) / rep.streams[0].duration
                              if rep.streams else 0.0)
-        row["sink_ceiling_pps"] = sink_best["xdp"]
+        # The XDP sink at the fastest path's unpaced maximum: the share it took,
+        # and its ceiling from its cost (frames per busy second of its CPU).
+        if gen_sink == "xdp" and sink_runs.get(fastest):
+            runs = sink_runs[fastest]
+            ceilings = [c for c in (sink_cost_ceiling(x["received"], x["napi_cpu_s"])
+                                    for x in runs) if c]
+            row["sink_runs"] = runs
+            row["sink_taken_pct"] = min(100.0 * x["received"] / max(1, x["sent"]) for x in runs)
+            row["sink_busy_pct"] = statistics.median(
+                100.0 * float(x["napi_cpu_s"] or 0) / max(1e-9, float(x["elapsed"])) for x in runs)
+            row["sink_ceiling_pps"] = statistics.median(ceilings) if ceilings else None
+            row["sink_cost_ns"] = 1e9 / row["sink_ceiling_pps"] if ceilings else None
+        else:
+            row["sink_ceiling_pps"] = None
         row["udp_sink_ceiling_pps"] = sink_best["udp"]
         rows.append(row)
     # Pacing below the ceiling: rate error and the spread of the gaps between
     # the generator's send times, as the sink saw them.
-    for mode in modes:
+    line = round(frame_rate(1e9, sizes[0]))  # 1 GbE line rate, the goal
+    for mode, spaced in [(m, False) for m in modes] + ([("live", True)] if "live" in modes else []):
         ceiling = min(float(rows[0][f"{mode}_pps"]),
                       float(rows[0]["sink_ceiling_pps"] or rows[0]["udp_sink_ceiling_pps"]))
-        line = round(frame_rate(1e9, sizes[0]))  # 1 GbE line rate, the goal
         for rate in sorted({1000.0, 100_000.0, float(line), round(0.5 * ceiling, -3)}):
-            if rate >= 0.9 * ceiling:
+            if rate >= 0.9 * ceiling or (spaced and not SPACED_FROM_PPS <= rate
+                                         <= SPACED_UP_TO_LINE * line):
                 continue
-            r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU, gen_sink)
+            r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU, gen_sink, spaced)
             g, sk = r["gen"], r["sink"]
-            pacing.append({"mode": mode, "frame": sizes[0], "target_pps": rate,
+            pacing.append({"mode": mode, "spacing": "frames" if spaced else "slots",
+                           "path": g["path"], "frame": sizes[0], "target_pps": rate,
                            "sent_pps": g["pps"], "rate_error_pct": 100 * (g["pps"] - rate) / rate,
                            "batch": g["batch"], "gap_us": sk["send_gap_us"],
-                           "lost": int(g["sent"]) - int(sk["received"])})
+                           "lost": int(g["sent"]) - int(sk["received"]),
+                           "lost_pct": 100.0 * (int(g["sent"]) - int(sk["received"]))
+                           / max(1, int(g["sent"]))})
     return napi
 
 
@@ -170,31 +230,38 @@ def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]]
                     f"{repeat} x {seconds:g} s)")
     kcols = ("kernel pktgen", "best / kernel pktgen") if anchor else ()
     for col in ("frame", *modes, *kcols[:1], "iperf2 UDP", *kcols[1:], "best / iperf2",
-                "best / UDP mode", "best / 1G line", "XDP sink", "UDP sink", "1 Gbit/s line"):
+                "best / UDP mode", "best / 1G line", "XDP sink ceiling", "XDP sink / best",
+                "XDP sink took", "UDP sink", "1 Gbit/s line"):
         t.add_column(col, justify="right")
     for r in rows:
         b = best[r["frame"]]
         k = float(r.get("kernel_pktgen_pps") or 0)
         kcells = (f"{k:,.0f}", f"{b / k:.2f}x" if k else "-") if anchor else ()
+        sc = float(r.get("sink_ceiling_pps") or 0)
         t.add_row(str(r["frame"]), *(f"{float(r[f'{m}_pps']):,.0f}" for m in modes),
                   *kcells[:1], f"{float(r['iperf2_pps']):,.0f}", *kcells[1:],
                   f"{b / float(r['iperf2_pps']):.2f}x" if r["iperf2_pps"] else "-",
                   f"{b / float(r['udp_pps']):.2f}x" if r.get("udp_pps") else "-",
                   f"{b / float(r['line_1G_fps']):.2f}",
-                  f"{float(r['sink_ceiling_pps']):,.0f}" if r["sink_ceiling_pps"] else "-",
+                  f"{sc:,.0f}" if sc else "-", f"{sc / b:.2f}x" if sc else "-",
+                  (f"{float(r['sink_taken_pct']):.2f} % at {float(r['sink_busy_pct']):.0f} % CPU"
+                   if r.get("sink_taken_pct") is not None else "-"),
                   f"{float(r.get('udp_sink_ceiling_pps') or 0):,.0f}",
                   f"{float(r['line_1G_fps']):,.0f}")
     console = Console(width=max(150, Console().width))
     console.print(t)
-    pt = Table(title=f"pacing below the ceiling ({rows[0]['frame']} B)")
+    pt = Table(title=f"pacing below the ceiling ({rows[0]['frame']} B; slots: a batch per "
+                     "slot; frames spaced: each frame waits in the kernel until due)")
     for col in ("path", "target", "sent", "rate error", "batch", "gap mean us", "gap sd us",
                 "gap max us", "lost"):
         pt.add_column(col, justify="right")
     for p in pacing:
         gp = p["gap_us"]
-        pt.add_row(str(p["mode"]), f"{p['target_pps']:,.0f}", f"{p['sent_pps']:,.0f}",
-                   f"{p['rate_error_pct']:+.3f} %", str(p["batch"]), f"{gp['avg']:.1f}",
-                   f"{gp['stdev']:.1f}", f"{gp['max']:.1f}", str(p["lost"]))
+        name = f"{p['mode']} (frames spaced)" if p.get("path") == "live-spaced" else str(p["mode"])
+        pt.add_row(name, f"{p['target_pps']:,.0f}", f"{p['sent_pps']:,.0f}",
+                   f"{p['rate_error_pct']:+.3f} %", str(p["batch"]), f"{gp['avg']:.2f}",
+                   f"{gp['stdev']:.2f}", f"{gp['max']:.1f}",
+                   f"{p['lost']} ({float(p.get('lost_pct', 0)):.3f} %)")
     console.print(pt)
     if not anchor:
         click.echo("kernel pktgen (the anchor): not on this kernel (no pktgen module); "

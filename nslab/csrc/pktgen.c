@@ -3,8 +3,9 @@
  *
  *   nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]
  *                     [--mode auto|udp|packet|xdp|live] [--iface IF --dst-mac MAC]
- *                     [--qdisc bypass|keep]
+ *                     [--qdisc bypass|keep] [--spacing slots|frames]
  *   nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet|xdp --iface IF]
+ *                     [--latency-every N]
  *   nslab-pktgen frame --size FRAME --src IP --dst IP --port P --src-mac MAC --dst-mac MAC
  *                      [--seq N --ts NS]          (prints the frame in hex, for tests)
  *
@@ -44,7 +45,12 @@
  *
  * Pacing sleeps, never spins (the sink may share the generator's CPU; timer
  * slack is set to 1 us); a generator that falls behind by more than 100 ms
- * does not burst to catch up.
+ * does not burst to catch up. Paced frames leave in batches, one batch per
+ * slot. --spacing frames (live only) spaces every frame instead: the XDP
+ * program waits in the kernel until each frame is due, so the generator's
+ * CPU is busy for the whole trial (not for a CPU shared with the sink), and
+ * after a stall it catches up at twice the rate (a backlog over 50 ms is
+ * dropped from the schedule, and shows as a rate below the target).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -104,8 +110,9 @@ static void die_usage(const char *why) {
     fprintf(stderr,
             "usage: nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]\n"
             "                         [--mode auto|udp|packet|xdp|live] [--iface IF --dst-mac MAC]\n"
-            "                         [--qdisc bypass|keep]\n"
+            "                         [--qdisc bypass|keep] [--spacing slots|frames]\n"
             "       nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet|xdp --iface IF]\n"
+            "                         [--latency-every N]   (xdp: the latency of every Nth frame)\n"
             "       nslab-pktgen frame --size FRAME --src IP --dst IP --port P --src-mac MAC --dst-mac MAC\n"
             "                          [--seq N --ts NS]\n");
     exit(2);
@@ -114,9 +121,9 @@ static void die_usage(const char *why) {
 /* ---- arguments, checked ------------------------------------------------------ */
 struct args {
     const char *dst, *src, *iface, *mode, *dst_mac, *src_mac;
-    int port, size, keep_qdisc;
+    int port, size, keep_qdisc, spaced;
     double rate, duration, warmup;
-    uint64_t count, seq, ts;
+    uint64_t count, seq, ts, lat_every;
 };
 
 static double num(const char *s, const char *what, double lo, double hi) {
@@ -159,12 +166,20 @@ static void parse(int argc, char **argv, struct args *a) {
             if (!strcmp(v, "keep")) a->keep_qdisc = 1;
             else if (strcmp(v, "bypass")) die_usage("bad --qdisc (bypass, keep)");
         }
+        else if (!strcmp(k, "--spacing")) {
+            if (!strcmp(v, "frames")) a->spaced = 1;
+            else if (strcmp(v, "slots")) die_usage("bad --spacing (slots, frames)");
+        }
         else if (!strcmp(k, "--port")) a->port = (int)num(v, "port", 1, 65535);
         else if (!strcmp(k, "--size")) a->size = (int)num(v, "frame size", MINFRAME, MAXFRAME);
         else if (!strcmp(k, "--rate")) a->rate = num(v, "rate", 0, 1e9);
         else if (!strcmp(k, "--duration")) a->duration = num(v, "duration", 0.001, 86400);
         else if (!strcmp(k, "--warmup")) a->warmup = num(v, "warmup", 0, 86400);
         else if (!strcmp(k, "--count")) a->count = (uint64_t)num(v, "count", 0, 1e12);
+        else if (!strcmp(k, "--latency-every")) {
+            a->lat_every = (uint64_t)num(v, "latency-every", 1, 65536);
+            if (a->lat_every & (a->lat_every - 1)) die_usage("bad --latency-every (a power of two, 1..65536)");
+        }
         else if (!strcmp(k, "--seq")) a->seq = u64(v, "seq");
         else if (!strcmp(k, "--ts")) a->ts = u64(v, "ts");
         else die_usage("unknown option");
@@ -571,53 +586,90 @@ static uint64_t if_handed_on(const char *ifname) {
 
 static char live_why[300];
 
+/* The kernel drops live frames silently where the receiving end runs no NAPI:
+ * the first run must show up in the interface's counters. */
+static int live_first_check(const struct args *a, uint64_t before, uint64_t nb) {
+    double until = now_mono() + 0.05;
+    while (if_handed_on(a->iface) == before && now_mono() < until) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000};
+        nanosleep(&ts, NULL);
+    }
+    if (if_handed_on(a->iface) != before) return 0;
+    snprintf(live_why, sizeof live_why, "%s handed on none of the first %llu frames "
+             "(the receiving end runs no NAPI: GRO off and no XDP program)", a->iface,
+             (unsigned long long)nb);
+    errno = ENXIO;
+    return -1;
+}
+
+/* Frame spacing in the kernel: gaps up to this are waited out by the XDP
+ * program (XL_SPIN_READS clock reads cover them with room to spare); wider
+ * ones are paced from user space, one frame a slot. */
+#define LIVE_SPACED_MAX_GAP_NS 20000.0
+/* Frames a kernel batch builds before it flushes them to the interface: about
+ * 2 us of frames, so frames reach the far end within 2 us of their stamps. */
+#define LIVE_SPACED_FLUSH_NS 10000.0
+/* Behind schedule, frames leave at twice the rate until the backlog is gone;
+ * a backlog of more than 50 ms (a long stall) is dropped from the schedule. */
+#define LIVE_CATCHUP_NS 50000000.0
+/* Spaced runs: each BPF_PROG_RUN covers 10 ms of frames (each run sets up a
+ * page pool: tens of microseconds, made up for by the catch-up). */
+#define LIVE_SPACED_RUN_HZ 100.0
+
 static int send_live(const struct args *a, const struct raw *r, const char *why) {
     struct xl_gen g;
     if (xl_gen_open(&g, r->ifindex, r->tmpl, (uint32_t)r->len, live_why, sizeof live_why) < 0) return -1;
     uint64_t before = if_handed_on(a->iface);
     struct pacer p;
-    pacer_init_slots(&p, a->rate, a->duration, LIVE_MAXBATCH, LIVE_SLOT_HZ);
+    int spaced = a->spaced && a->rate > 0 && 1e9 / a->rate <= LIVE_SPACED_MAX_GAP_NS;
+    uint32_t kbatch = 0;
+    if (spaced) {
+        /* One run per slot's worth of frames, back to back: the program waits
+         * for each frame's time, so user space only keeps the kernel fed. */
+        double gap = 1e9 / a->rate;
+        pacer_init_slots(&p, 0, a->duration, (int)fmax(1, a->rate / LIVE_SPACED_RUN_HZ), LIVE_SLOT_HZ);
+        p.rate = a->rate;
+        kbatch = (uint32_t)fmin(64, fmax(1, LIVE_SPACED_FLUSH_NS / gap));
+        g.state->gap_ns = (uint64_t)llround(gap);
+        g.state->catchup_ns = (uint64_t)LIVE_CATCHUP_NS;
+        g.state->late_gap_ns = (uint64_t)llround(gap / 2);
+        g.state->next_ns = (uint64_t)(now_mono() * 1e9);
+    } else {
+        pacer_init_slots(&p, a->rate, a->duration, LIVE_MAXBATCH, LIVE_SLOT_HZ);
+    }
     uint64_t errors = 0;
     int checked = 0;
-    while (pacer_wait(&p)) {
+    for (;;) {
+        if (spaced ? (stop_flag || now_mono() >= p.end) : !pacer_wait(&p)) break;
         uint64_t seq = g.state->seq;
         if (a->count && seq >= a->count) break;
         uint64_t nb = (uint64_t)p.batch;
         if (a->count && a->count - seq < nb) nb = a->count - seq;
-        if (xl_gen_run(&g, (uint32_t)nb) < 0 && errno != EINTR) {
+        if (xl_gen_run(&g, (uint32_t)nb, kbatch) < 0 && errno != EINTR) {
             snprintf(live_why, sizeof live_why, "BPF_PROG_RUN: %s", strerror(errno));
             if (!checked) { int e = errno; xl_gen_close(&g); errno = e; return -1; }
             perror("nslab-pktgen: BPF_PROG_RUN");
             break;
         }
         if (!checked) {
-            /* The kernel drops live frames silently where the receiving end runs
-             * no NAPI: the first batch must show up in the interface's counters. */
-            double until = now_mono() + 0.05;
-            while (if_handed_on(a->iface) == before && now_mono() < until) {
-                struct timespec ts = {.tv_sec = 0, .tv_nsec = 200000};
-                nanosleep(&ts, NULL);
-            }
-            if (if_handed_on(a->iface) == before) {
-                snprintf(live_why, sizeof live_why, "%s handed on none of the first %llu frames "
-                         "(the receiving end runs no NAPI: GRO off and no XDP program)", a->iface,
-                         (unsigned long long)nb);
-                xl_gen_close(&g);
-                errno = ENXIO;
-                return -1;
-            }
+            if (live_first_check(a, before, nb) < 0) { xl_gen_close(&g); errno = ENXIO; return -1; }
             checked = 1;
         }
-        pacer_done(&p);
+        if (!spaced) pacer_done(&p);
     }
     /* The program's own count: every frame it stamped went to the interface. */
-    report_send("live", why, a->size, a->rate, g.state->seq, errors, now_mono() - p.start, p.batch, a->count);
+    report_send(spaced ? "live-spaced" : "live", why, a->size, a->rate, g.state->seq, errors,
+                now_mono() - p.start, spaced ? 1 : p.batch, a->count);
     xl_gen_close(&g);
     return 0;
 }
 
 static int do_send(const struct args *a) {
     char why[200] = "";
+    if (a->spaced && strcmp(a->mode, "live")) {
+        fprintf(stderr, "nslab-pktgen: --spacing frames is for --mode live only\n");
+        return 2;
+    }
     if (!strcmp(a->mode, "udp")) return send_udp(a, "asked for");
     struct raw r;
     int raw_ok = raw_setup(a, &r, why, sizeof why) == 0;
@@ -816,6 +868,7 @@ static int recv_xdp(const struct args *a) {
     printf("{\"mode\": \"ready\", \"path\": \"xdp-%s\"}\n", how);
     fflush(stdout);
     volatile struct xdp_sink_stats *st = xs.stats;
+    st->lat_mask = a->lat_every ? a->lat_every - 1 : 0;
     double start = now_mono(), end = start + a->duration;
     if (a->warmup <= 0) st->armed = 1;
     while (!stop_flag && now_mono() < end) {

@@ -31,13 +31,24 @@ struct xdp_sink_stats {
     uint64_t clock_offset;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns */
     uint64_t in_window, lat_sum, lat_sq16, lat_min, lat_max;
     uint64_t last_ts, gaps, gap_sum, gap_sq16, gap_max;
+    uint64_t lat_mask;       /* latency of frames whose seq & lat_mask is 0 (a sample) */
 };
 
-/* The generator's state: the next sequence number and the clock offset. */
+/* The generator's state: the next sequence number and the clock offset; with
+ * gap_ns set, the program spaces frames itself (see xl_gen_open). */
 struct xdp_gen_state {
     uint64_t seq;
     uint64_t clock_offset;
+    uint64_t gap_ns;         /* 0: frames leave as fast as the kernel builds them */
+    uint64_t next_ns;        /* CLOCK_MONOTONIC time the next frame is due */
+    uint64_t catchup_ns;     /* a frame later than this restarts the schedule from now */
+    uint64_t late_gap_ns;    /* the shortest gap, while behind schedule (catching up) */
+    uint64_t earliest_ns;    /* the last frame's time + late_gap_ns */
 };
+
+/* The longest a spaced frame waits in the program (2,048 clock reads: tens of
+ * microseconds); wider gaps are paced from user space. */
+#define XL_SPIN_READS 2048
 
 /* Realtime minus monotonic, ns: the programs read the monotonic clock and
  * stamp/compare CLOCK_REALTIME, as the socket paths do. */
@@ -47,7 +58,9 @@ uint64_t xl_clock_offset(void);
  * its state; live_run sends n frames built from tmpl (len bytes); close frees. */
 struct xl_gen { int prog_fd, map_fd, link_fd; struct xdp_gen_state *state; const uint8_t *tmpl; uint32_t len; };
 int xl_gen_open(struct xl_gen *g, int ifindex, const uint8_t *tmpl, uint32_t len, char *why, size_t whylen);
-int xl_gen_run(struct xl_gen *g, uint32_t n);
+/* batch: frames the kernel builds per batch before it flushes them to the
+ * interface and lets softirqs run (0: the kernel's default, 256). */
+int xl_gen_run(struct xl_gen *g, uint32_t n, uint32_t batch);
 void xl_gen_close(struct xl_gen *g);
 
 /* The sink on ifindex for UDP port; mode_out says "native" or "generic". */

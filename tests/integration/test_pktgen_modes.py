@@ -20,11 +20,11 @@ def mac(node, intf):
     return node.run(["cat", f"/sys/class/net/{intf}/address"]).stdout.strip()
 
 
-def send_and_count(lab, *send_args, sink_seconds=10.0, sink="udp"):
+def send_and_count(lab, *send_args, sink_seconds=10.0, sink="udp", sink_args=()):
     pg = pktgen_path()
     h1, h2 = lab["h1"], lab["h2"]
     sink = h2.popen([pg, "recv", "--port", "9", "--duration", str(sink_seconds), "--mode", sink,
-                     "--iface", "h2-eth0"], name="sink")
+                     "--iface", "h2-eth0", *sink_args], name="sink")
     assert "ready" in sink.popen.stdout.readline()
     g = h1.run([pg, "send", "--dst", h2.ip, "--port", "9", *send_args,
                 "--iface", "h1-eth0", "--dst-mac", mac(h2, "h2-eth0")], timeout=60)
@@ -48,6 +48,35 @@ def test_every_path_delivers_an_exact_burst_in_order(make_lab, mode, sink):
     # The sink sees the pacing in the frames' send times: 50 us per batch of one.
     assert s["send_gap_us"]["n"] > 0
     assert 45 <= s["send_gap_us"]["avg"] <= 55, s["send_gap_us"]
+
+
+def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency(make_lab):
+    """--spacing frames: the XDP program holds each frame until it is due, so
+    the sink sees 5 us between send times (200 kfps) instead of a batch of 100
+    every 500 us; every frame arrives once, in order. --latency-every 16 times
+    the frames whose sequence number is a multiple of 16, and still counts the
+    gaps of every frame."""
+    from experiments.rfc2544.bed import napi_on
+    lab = make_lab(pair())
+    lab.static_arp()
+    assert napi_on(lab["h2"], "h2-eth0", 1, fifo=50)
+    runs = {}
+    for spacing in ("frames", "slots"):
+        runs[spacing] = send_and_count(
+            lab, "--size", "64", "--rate", "200000", "--count", "20000", "--duration", "10",
+            "--mode", "live", "--spacing", spacing, sink="xdp",
+            sink_args=("--latency-every", "16"))
+    g, s = runs["frames"]
+    assert g["path"] == "live-spaced" and g["sent"] == 20000, g
+    assert s["received"] == 20000 and s["max_seq"] == 19999 and s["reordered"] == 0, s
+    assert s["in_window"] == 20000 // 16, s  # the latency sample: seq 0, 16, 32, ...
+    assert s["send_gap_us"]["n"] == 19999, s  # gaps: every frame
+    assert 4.5 <= s["send_gap_us"]["avg"] <= 5.5, s["send_gap_us"]
+    gs, ss = runs["slots"]
+    assert gs["path"] == "live" and gs["batch"] == 100 and ss["received"] == 20000, (gs, ss)
+    # Batches of 100 leave ~0.1 us apart with ~495 us between batches (sd ~50 us).
+    assert s["send_gap_us"]["stdev"] < 0.4 * ss["send_gap_us"]["stdev"], (s, ss)
+    assert s["send_gap_us"]["max"] < ss["send_gap_us"]["max"], (s, ss)
 
 
 @pytest.mark.parametrize("mode", ["auto", "packet"])

@@ -73,12 +73,23 @@ def test_frames_differ_only_in_sequence_and_time(pg):
     (["--mode", "packet"], "--mode packet: no --iface"),
     (["--mode", "fast"], "bad --mode"),
     (["--qdisc", "maybe"], "bad --qdisc"),
+    (["--spacing", "frames"], "--spacing frames is for --mode live only"),
+    (["--spacing", "even"], "bad --spacing"),
 ])
 def test_send_refuses_what_it_cannot_do(pg, argv, why):
     res = subprocess.run([pg, "send", "--dst", "127.0.0.1", "--size", "64", "--rate", "1",
                           "--duration", "0.1", *argv], capture_output=True, text=True, timeout=10)
     assert res.returncode == 2 and why in res.stderr, res.stderr
     assert res.stdout == ""  # nothing sent, no report
+
+
+@pytest.mark.parametrize("every", ["3", "0", "131072", "x"])
+def test_the_sink_takes_a_latency_sample_of_a_power_of_two_only(pg, every):
+    res = subprocess.run([pg, "recv", "--port", "9", "--duration", "0.1", "--mode", "xdp",
+                          "--iface", "lo", "--latency-every", every],
+                         capture_output=True, text=True, timeout=10)
+    assert res.returncode == 2 and "latency-every" in res.stderr, res.stderr
+    assert res.stdout == ""
 
 
 def test_auto_without_an_interface_falls_back_to_udp_and_says_why(pg):
