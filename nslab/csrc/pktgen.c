@@ -260,31 +260,49 @@ static int iface_info(const char *ifname, int *ifindex, uint8_t mac[6], struct i
 }
 
 /* ---- pacing -------------------------------------------------------------------- */
-struct pacer { double rate, interval, next, start, end; int batch; };
+struct pacer {
+    double rate, interval, next, start, end;
+    int batch, maxbatch;
+    int now;          /* frames to send at this wake-up (pacer_wait) */
+    uint64_t done;    /* frames the schedule has handed out */
+};
 
 /* Batches of frames at slot_hz slots per second (at most maxbatch frames a slot). */
 static void pacer_init_slots(struct pacer *p, double rate, double duration, int maxbatch, double slot_hz) {
     p->rate = rate;
     p->batch = 1;
+    p->maxbatch = maxbatch;
     if (rate <= 0) p->batch = maxbatch;
     else if (rate > 0.1 * slot_hz) p->batch = (int)fmin(maxbatch, fmax(1, rate / slot_hz));
     p->interval = rate > 0 ? p->batch / rate : 0;
     p->start = now_mono();
     p->next = p->start;
     p->end = p->start + duration;
+    p->now = p->batch;
+    p->done = 0;
 }
 
 static void pacer_init(struct pacer *p, double rate, double duration, int maxbatch) {
     pacer_init_slots(p, rate, duration, maxbatch, 20000.0);
 }
 
-/* Wait for the next batch's slot; 0 when the trial is over. */
+/* Wait for the next batch's slot; 0 when the trial is over. p->now is then the
+ * frames owed by this time: one batch on schedule, more (up to maxbatch) when
+ * a late wake-up or a slow send put the sender behind, so the mean rate holds
+ * where a batch costs more than its slot. */
 static int pacer_wait(struct pacer *p) {
     for (;;) {
         if (stop_flag) return 0;
         double t = now_mono();
         if (t >= p->end) return 0;
-        if (p->rate <= 0 || t >= p->next) return 1;
+        if (p->rate <= 0) { p->now = p->batch; return 1; }
+        if (t >= p->next) {
+            uint64_t due = ((uint64_t)((t - p->start) / p->interval) + 1) * (uint64_t)p->batch;
+            uint64_t owed = due > p->done ? due - p->done : (uint64_t)p->batch;
+            p->now = (int)(owed < (uint64_t)p->maxbatch ? owed : (uint64_t)p->maxbatch);
+            if (p->now < 1) p->now = 1;
+            return 1;
+        }
         /* Sleep, never spin: the sink shares this CPU and must get it (and a
          * spinning generator would read as a saturated one to the guard). */
         double wait = p->next - t;
@@ -294,9 +312,14 @@ static int pacer_wait(struct pacer *p) {
 }
 
 static void pacer_done(struct pacer *p) {
-    p->next += p->interval;
+    p->done += (uint64_t)p->now;
+    if (p->rate <= 0) return;
+    p->next = p->start + (double)(p->done / (uint64_t)p->batch) * p->interval;
     double t = now_mono();
-    if (p->rate > 0 && t - p->next > 0.1) p->next = t;  /* fell behind: do not burst */
+    if (t - p->next > 0.1) {  /* fell behind by over 100 ms: do not burst, start again from now */
+        p->done = ((uint64_t)((t - p->start) / p->interval)) * (uint64_t)p->batch;
+        p->next = t;
+    }
 }
 
 static void report_send(const char *mode, const char *why, int frame, double rate, uint64_t sent,
@@ -333,7 +356,7 @@ static int send_udp(const struct args *a, const char *why) {
     uint64_t seq = 0, sent = 0, errors = 0;
     while (pacer_wait(&p)) {
         if (a->count && seq >= a->count) break;
-        int nb = p.batch;
+        int nb = p.now;
         if (a->count && a->count - seq < (uint64_t)nb) nb = (int)(a->count - seq);
         uint64_t ts = now_real_ns();
         for (int i = 0; i < nb; i++) stamp(bufs[i], seq + i, ts);
@@ -397,7 +420,7 @@ static int send_packet(const struct args *a, const struct raw *r, const char *wh
     unsigned slot = 0;
     while (pacer_wait(&p)) {
         if (a->count && seq >= a->count) break;
-        int nb = p.batch;
+        int nb = p.now;
         if (a->count && a->count - seq < (uint64_t)nb) nb = (int)(a->count - seq);
         uint64_t ts = now_real_ns();
         int queued = 0;
@@ -497,7 +520,7 @@ static int send_xdp(const struct args *a, const struct raw *r, const char *why) 
         uint64_t *cdesc = comp.desc;
         while (pacer_wait(&p)) {
             if (a->count && seq >= a->count) break;
-            int nb = p.batch;
+            int nb = p.now;
             if (a->count && a->count - seq < (uint64_t)nb) nb = (int)(a->count - seq);
             /* reap completions */
             uint32_t cc = *comp.cons, cp = __atomic_load_n(comp.prod, __ATOMIC_ACQUIRE);
@@ -643,7 +666,7 @@ static int send_live(const struct args *a, const struct raw *r, const char *why)
         if (spaced ? (stop_flag || now_mono() >= p.end) : !pacer_wait(&p)) break;
         uint64_t seq = g.state->seq;
         if (a->count && seq >= a->count) break;
-        uint64_t nb = (uint64_t)p.batch;
+        uint64_t nb = (uint64_t)p.now;
         if (a->count && a->count - seq < nb) nb = a->count - seq;
         if (xl_gen_run(&g, (uint32_t)nb, kbatch) < 0 && errno != EINTR) {
             snprintf(live_why, sizeof live_why, "BPF_PROG_RUN: %s", strerror(errno));
