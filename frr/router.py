@@ -236,11 +236,6 @@ def frr_of(lab: "Lab") -> FrrExtension:
     return lab.extension("frr")  # type: ignore[return-value]
 
 
-def _prefix(dst: str) -> str:
-    """``ip -j route`` prints host routes without their /32."""
-    return dst if "/" in dst or dst == "default" else f"{dst}/32"
-
-
 def nexthop_count(route: Dict) -> int:
     return len(route.get("nexthops", [])) or (1 if route.get("gateway") or route.get("via") else 0)
 
@@ -254,11 +249,8 @@ def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float 
     names = list(expect)
 
     def check(nodes: List[str]) -> List[tuple]:
-        # one `ip -j route` per node, forked from inside its namespace, two at a time
-        tables = lab.run_each(nodes, ["ip", "-j", "route", "show"], where="routes")
         out = []
-        for node, res in zip(nodes, tables):
-            table = {_prefix(r["dst"]): nexthop_count(r) for r in json.loads(res.stdout or "[]")}
+        for node, table in zip(nodes, lab.route_tables(nodes)):
             out += [(node, p, n, table.get(p, 0)) for p, n in expect[node].items()
                     if table.get(p, 0) < n]
         return out
@@ -283,4 +275,4 @@ def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float 
             raise ReadinessError(
                 f"{node}: route {prefix} has {got} of {want} nexthops after {timeout:.0f} s "
                 f"({len(missing)} routes missing)\n--- bgp summary\n{summary}\n--- routes\n{seen}")
-        time.sleep(0.05 if len(pending) < 16 else 0.25)
+        time.sleep(0.05 if len(pending) < 16 else 0.1)

@@ -28,7 +28,7 @@ from .multihost import Part
 from .naming import check_run_id, new_run_id
 from .node import LabNode
 from .plan import BuildPlan, plan
-from .proc import (NetnsJob, Process, Result, links_not_flowing, process_start_time, run,
+from .proc import (NetnsJob, Process, Result, links_not_flowing, process_start_time, route_tables, run,
                    run_in_namespaces, stop_all)
 from .render import text
 from .topo import Topology
@@ -138,6 +138,11 @@ class Lab:
         thread inside the node's namespace); results in the order of ``nodes``."""
         return run_in_namespaces([NetnsJob(self[n].netns, list(argv), where=f"{n}: {where}")
                                   for n in nodes], run_id=self.run_id)
+
+    def route_tables(self, nodes: List[str]) -> List[Dict[str, int]]:
+        """Each node's IPv4 main table as ``{prefix: nexthops}`` (a netlink dump
+        from a thread inside each namespace, no process); in the order of ``nodes``."""
+        return route_tables([self[n].netns for n in nodes])
 
     def on_teardown(self, fn: Callable[[], None]) -> None:
         """Register ``fn`` to run first at teardown (last registered runs first)."""

@@ -376,6 +376,12 @@ class MultiLab:
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(nodes)))) as pool:
             return list(pool.map(lambda n: self[n].run(argv, check=True), nodes))
 
+    def route_tables(self, nodes: List[str]) -> List[Dict[str, int]]:
+        """Each node's IPv4 main table as ``{prefix: nexthops}`` (``ip -j route``
+        over SSH); in the order of ``nodes``."""
+        from .proc import ip_json_routes
+        return [ip_json_routes(r.stdout) for r in self.run_each(nodes, ["ip", "-j", "route", "show"])]
+
     def describe(self) -> List[Tuple[str, str, str, str]]:
         rows = []
         for node in self.nodes.values():

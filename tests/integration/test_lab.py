@@ -304,6 +304,22 @@ def test_every_link_end_is_up_when_the_lab_says_up(make_lab):
     lab["h1"].run(["ping", "-c", "1", "-W", "2", "10.0.0.40"])
 
 
+def test_route_tables_read_by_netlink_match_ip_json_in_each_namespace(make_lab):
+    """Lab.route_tables (one thread, a netlink dump per namespace: what ECMP
+    readiness polls) gives what `ip -j route show` gives in each node."""
+    from nslab.proc import ip_json_routes
+    lab = make_lab(single(k=3))
+    h1 = lab["h1"]
+    h1.run(["ip", "route", "add", "10.9.0.0/24", "nexthop", "via", "10.0.0.2",
+            "nexthop", "via", "10.0.0.3"])
+    h1.run(["ip", "route", "add", "10.8.0.7", "via", "inet6", "fe80::1", "dev", "h1-eth0"])
+    tables = lab.route_tables(["h1", "h2", "h3"])
+    for node, table in zip(["h1", "h2", "h3"], tables):
+        assert table == ip_json_routes(lab[node].run(["ip", "-j", "route", "show"]).stdout)
+    assert tables[0]["10.9.0.0/24"] == 2 and tables[0]["10.8.0.7/32"] == 1
+    assert "10.9.0.0/24" not in tables[1]
+
+
 def test_commands_run_inside_each_namespace_and_the_caller_stays_home(make_lab):
     from nslab.errors import CommandError
     from nslab.proc import NetnsJob, run_in_namespaces
