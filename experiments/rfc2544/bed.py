@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import fcntl
 import os
-from typing import Optional
+from typing import List, Optional
 
 from nslab.errors import CapabilityError
 
 GEN_CPU, DUT_CPU = 0, 1
 
 
-def napi_thread(intf: str) -> Optional[int]:
-    """The pid of ``intf``'s NAPI kernel thread (``napi/<intf>-<id>``), if it has one."""
+def napi_threads(intf: str) -> List[int]:
+    """The pids of kernel threads named ``napi/<intf>-<id>`` (any namespace's ``intf``)."""
     import glob
+    out = []
     for comm in glob.glob("/proc/[0-9]*/comm"):
         try:
             name = open(comm).read().strip()
         except OSError:
             continue
         if name.startswith(f"napi/{intf}-"):
-            return int(comm.split("/")[2])
-    return None
+            out.append(int(comm.split("/")[2]))
+    return out
 
 
 def thread_cpu_seconds(pid: int) -> float:
@@ -31,7 +32,7 @@ def thread_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def napi_on(node, intf: str, cpu: int, fifo: Optional[int] = None) -> bool:
+def napi_on(node, intf: str, cpu: int, fifo: Optional[int] = None) -> Optional[int]:
     """Receive ``intf``'s frames in a NAPI kernel thread pinned to ``cpu`` (GRO on
     makes a veth take frames through NAPI; threaded NAPI runs it in its own
     thread): the sender's CPU then pays only for sending, and XDP live frames
@@ -39,16 +40,24 @@ def napi_on(node, intf: str, cpu: int, fifo: Optional[int] = None) -> bool:
     that SCHED_FIFO priority, so no ordinary task on its CPU delays it (on
     this VM other tasks held it off for over 1 ms, longer than the veth's
     256-frame ring lasts at gigabit rates). The thread belongs to the lab's
-    interface and goes with it. True if the thread was found and pinned."""
+    interface and goes with it. Returns its pid, or None if it cannot be told
+    apart from another namespace's thread of the same name (then nothing is
+    changed on any thread)."""
+    before = set(napi_threads(intf))
     node.run(["ethtool", "-K", intf, "gro", "on"], check=False)
     node.run(["tee", f"/sys/class/net/{intf}/threaded"], input="1\n", check=False)
-    pid = napi_thread(intf)
-    if pid is None:
-        return False
+    after = set(napi_threads(intf))
+    new = after - before
+    if len(new) == 1:
+        pid = new.pop()
+    elif not new and len(after) == 1:  # already threaded (an earlier call), and the only one
+        pid = next(iter(after))
+    else:
+        return None
     node.run(["taskset", "-p", "-c", str(cpu), str(pid)], check=False)
     if fifo:
         node.run(["chrt", "-f", "-p", str(fifo), str(pid)], check=False)
-    return True
+    return pid
 
 
 class CpuSplitLock:

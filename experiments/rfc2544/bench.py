@@ -28,18 +28,20 @@ SPACED_FROM_PPS = 50_000.0
 
 
 def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
-          sink_cpu: int, sink_mode: str = "xdp", spaced: bool = False) -> Dict[str, object]:
+          sink_cpu: int, sink_mode: str = "xdp", spaced: bool = False,
+          napi: Optional[int] = None) -> Dict[str, object]:
     """One send from h1 to h2's sink (``sink_mode``: a UDP socket, or an XDP
     program on h2-eth0, which then runs in h2-eth0's NAPI thread on
     ``sink_cpu``): the generator's and the sink's reports. ``spaced``: the live
     path spaces every frame in the kernel (``--spacing frames``). The sink's
-    report gains ``napi_cpu_s``, the CPU time h2-eth0's NAPI thread used
-    while the generator sent (where the XDP sink does all its work)."""
+    report gains ``napi_cpu_s``, the CPU time h2-eth0's NAPI thread (pid
+    ``napi``, from ``napi_on``) used while the generator sent (where the XDP
+    sink does all its work)."""
     import json
 
     from nslab.pktgen import pktgen_path
 
-    from .bed import napi_thread, thread_cpu_seconds
+    from .bed import thread_cpu_seconds
     pg = pktgen_path()
     h1, h2 = lab["h1"], lab["h2"]
     mac = h2.run(["cat", "/sys/class/net/h2-eth0/address"]).stdout.strip()
@@ -50,7 +52,6 @@ def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
     if "ready" not in (sink.popen.stdout.readline() or ""):
         from nslab.errors import LabError
         raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
-    napi = napi_thread("h2-eth0")
     if napi:
         # The XDP sink does all its work in the NAPI thread: SCHED_FIFO keeps
         # other tasks from holding it off. The UDP sink's reader shares that CPU
@@ -130,7 +131,7 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
     start_server(lab["h2"], extra=["-u"])
     gen_sink = "xdp"
     try:
-        _send(lab, sizes[0], 1000, 0.2, "udp", GEN_CPU, DUT_CPU, "xdp")
+        _send(lab, sizes[0], 1000, 0.2, "udp", GEN_CPU, DUT_CPU, "xdp", napi=napi)
     except LabError as exc:
         gen_sink = "udp"
         click.echo(f"the XDP sink does not attach here ({str(exc).splitlines()[-1]}): generator "
@@ -144,7 +145,7 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
             gens, lost = [], []
             try:
                 for _ in range(repeat):
-                    r = _send(lab, size, 0, seconds, mode, GEN_CPU, DUT_CPU, gen_sink)
+                    r = _send(lab, size, 0, seconds, mode, GEN_CPU, DUT_CPU, gen_sink, napi=napi)
                     gens.append(float(r["gen"]["pps"]))
                     lost.append(int(r["gen"]["sent"]) - int(r["sink"]["received"]))
                     sink_runs.setdefault(mode, []).append({
@@ -167,7 +168,7 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
         # The UDP socket sink's ceiling, fed by the fastest path.
         fastest = max(modes, key=lambda m: float(row[f"{m}_pps"]))
         for _ in range(repeat):
-            r = _send(lab, size, 0, seconds, fastest, GEN_CPU, DUT_CPU, "udp")
+            r = _send(lab, size, 0, seconds, fastest, GEN_CPU, DUT_CPU, "udp", napi=napi)
             sink_best["udp"] = max(sink_best["udp"], float(r["sink"]["pps"]))
         if anchor:
             mac = lab["h2"].run(["cat", "/sys/class/net/h2-eth0/address"]).stdout.strip()
@@ -209,7 +210,8 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
             if rate >= 0.9 * ceiling or (spaced and not SPACED_FROM_PPS <= rate
                                          <= SPACED_UP_TO_LINE * line):
                 continue
-            r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU, gen_sink, spaced)
+            r = _send(lab, sizes[0], rate, seconds, mode, GEN_CPU, DUT_CPU, gen_sink, spaced,
+                      napi=napi)
             g, sk = r["gen"], r["sink"]
             pacing.append({"mode": mode, "spacing": "frames" if spaced else "slots",
                            "path": g["path"], "frame": sizes[0], "target_pps": rate,
@@ -218,7 +220,7 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
                            "lost": int(g["sent"]) - int(sk["received"]),
                            "lost_pct": 100.0 * (int(g["sent"]) - int(sk["received"]))
                            / max(1, int(g["sent"]))})
-    return napi
+    return napi is not None
 
 
 def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]],
