@@ -229,11 +229,12 @@ def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]]
     from rich.table import Table
     best = {r["frame"]: max(float(r[f"{m}_pps"]) for m in modes) for r in rows}
     t = Table(title="generator ceiling, one CPU, unshaped veth (frames/s, median of "
-                    f"{repeat} x {seconds:g} s)")
+                    f"{repeat} x {seconds:g} s); XDP sink: its ceiling from its CPU time, and "
+                    "the share it took of the fastest path (its CPU busy)")
     kcols = ("kernel pktgen", "best / kernel pktgen") if anchor else ()
     for col in ("frame", *modes, *kcols[:1], "iperf2 UDP", *kcols[1:], "best / iperf2",
-                "best / UDP mode", "best / 1G line", "XDP sink ceiling", "XDP sink / best",
-                "XDP sink took", "UDP sink", "1 Gbit/s line"):
+                "best / UDP mode", "best / 1G line", "XDP sink", "sink / best",
+                "sink took (CPU)", "UDP sink", "1 Gbit/s line"):
         t.add_column(col, justify="right")
     for r in rows:
         b = best[r["frame"]]
@@ -246,11 +247,12 @@ def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]]
                   f"{b / float(r['udp_pps']):.2f}x" if r.get("udp_pps") else "-",
                   f"{b / float(r['line_1G_fps']):.2f}",
                   f"{sc:,.0f}" if sc else "-", f"{sc / b:.2f}x" if sc else "-",
-                  (f"{float(r['sink_taken_pct']):.2f} % at {float(r['sink_busy_pct']):.0f} % CPU"
+                  (f"{float(r['sink_taken_pct']):.2f} % ({float(r['sink_busy_pct']):.0f} %)"
                    if r.get("sink_taken_pct") is not None else "-"),
                   f"{float(r.get('udp_sink_ceiling_pps') or 0):,.0f}",
                   f"{float(r['line_1G_fps']):,.0f}")
-    console = Console(width=max(150, Console().width))
+    # Wide enough for every column's header on one line (a pipe reads as 80).
+    console = Console(width=max(260, Console().width))
     console.print(t)
     pt = Table(title=f"pacing below the ceiling ({rows[0]['frame']} B; slots: a batch per "
                      "slot; frames spaced: each frame waits in the kernel until due)")
