@@ -477,6 +477,11 @@ class BgpOptions(StrictModel):
     passive: StrictBool = Field(False, description="wait for the peers to open the TCP "
                                 "connections (never open one): no connection collisions "
                                 "when both ends start at once")
+    update_delay: Annotated[StrictInt, Field(
+        ge=0, le=3600, description="seconds bgpd may stay read-only after it starts (FRR "
+        "update-delay): no best path and no update until every configured peer is up and "
+        "has sent its routes (or a keepalive), so routes are installed once, not once per "
+        "path; 0 = off")] = 0
 
     @model_validator(mode="after")
     def _timers(self) -> "BgpOptions":

@@ -194,8 +194,9 @@ def daemon_memory(run_id: str) -> Dict[str, float]:
 
 
 def bench_clos(shapes: List[tuple], repeat: int, results_root: str,
-               passive_spines: bool = False) -> Dict[str, object]:
-    """From FRR daemon start to ECMP routes on every server/leaf, per fabric shape."""
+               passive_spines: str = "auto", update_delay: int = 10) -> Dict[str, object]:
+    """From FRR daemon start to ECMP routes on every server/leaf, per fabric shape
+    (``passive_spines`` and ``update_delay`` as for the ``clos`` topology)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -203,7 +204,7 @@ def bench_clos(shapes: List[tuple], repeat: int, results_root: str,
     from nslab.frr import wait_for_ecmp
     from nslab.lab import Lab
 
-    from .clos import clos, expected_routes
+    from .clos import _passive_spines, clos, expected_routes
     caps.require_root("nslab bench clos")
     caps.require(["frr", "ecmp"], "nslab bench clos")
     console = Console()
@@ -211,7 +212,8 @@ def bench_clos(shapes: List[tuple], repeat: int, results_root: str,
     for spines, leaves in shapes:
         conv, build, mem, lab_kib = [], [], [], []
         for _ in range(repeat):
-            t = clos(spines=spines, servers=leaves, passive_spines=passive_spines)
+            t = clos(spines=spines, servers=leaves, passive_spines=passive_spines,
+                     update_delay=update_delay)
             with PeakMemory() as peak:
                 with Lab(t) as lab:
                     conv.append(wait_for_ecmp(lab, expected_routes(t), timeout=120))
@@ -219,24 +221,27 @@ def bench_clos(shapes: List[tuple], repeat: int, results_root: str,
                     mem.append(daemon_memory(lab.run_id))
             lab_kib.append(peak.peak_kb)
         per = {name: statistics.median(m[name] for m in mem) for name in mem[0]}
-        rows.append({"spines": spines, "servers": leaves, "convergence_s": statistics.median(conv),
+        rows.append({"spines": spines, "servers": leaves,
+                     "passive_spines": _passive_spines(passive_spines, spines * leaves),
+                     "convergence_s": statistics.median(conv),
                      "convergence_all": conv, "build_s": statistics.median(build),
                      "daemon_rss_mib": per, "lab_peak_mib": statistics.median(lab_kib) / 1024})
         console.print(f"{spines}x{leaves}: converged {rows[-1]['convergence_s']:.2f} s after FRR start")
-    t = Table(title=f"BGP-unnumbered clos: FRR start to ECMP routes everywhere (median of {repeat})"
-              + (", passive spines" if passive_spines else ""))
-    for col in ("spines x servers", "nodes", "lab build (s)", "convergence (s)", "min-max (s)",
-                "MiB per zebra / bgpd", "lab peak MiB"):
+    t = Table(title=f"BGP-unnumbered clos: FRR start to ECMP routes everywhere (median of {repeat}); "
+              f"update-delay {update_delay} s")
+    for col in ("spines x servers", "nodes", "passive spines", "lab build (s)", "convergence (s)",
+                "min-max (s)", "MiB per zebra / bgpd", "lab peak MiB"):
         t.add_column(col, justify="right")
     for r in rows:
         rss = r["daemon_rss_mib"]
         t.add_row(f"{r['spines']} x {r['servers']}", str(r["spines"] + r["servers"]),
-                  f"{r['build_s']:.2f}", f"{r['convergence_s']:.2f}",
+                  "yes" if r["passive_spines"] else "no", f"{r['build_s']:.2f}", f"{r['convergence_s']:.2f}",
                   f"{min(r['convergence_all']):.2f}-{max(r['convergence_all']):.2f}",
                   " / ".join(f"{rss[d]:.1f}" if d in rss else "-" for d in ("zebra", "bgpd")),
                   f"{r['lab_peak_mib']:.0f}")
     console.print(t)
     out = {"benchmark": "clos", "repeat": repeat, "rows": rows, "passive_spines": passive_spines,
+           "update_delay": update_delay,
            "timers": "keepalive 1, hold 3, advertisement-interval 0, coalesce-time 100"}
     console.print(f"saved {save(results_root, 'clos', out)}")
     return out
@@ -306,9 +311,13 @@ def build_cmd(ctx: click.Context, sizes: str, switch: str, repeat: int, no_minin
 @click.command("clos")
 @click.option("--shapes", default="2x2,4x8", show_default=True, help="SPINESxSERVERS list.")
 @click.option("--repeat", type=int, default=3, show_default=True)
-@click.option("--passive-spines", is_flag=True, help="Only servers open BGP sessions.")
+@click.option("--passive-spines", type=click.Choice(["auto", "true", "false"]), default="auto",
+              show_default=True, help="Only servers open BGP sessions (auto: from 256 sessions).")
+@click.option("--update-delay", type=click.IntRange(0, 3600), default=10, show_default=True,
+              help="bgpd's read-only time after start, s (0 = off).")
 @click.pass_context
-def clos_cmd(ctx: click.Context, shapes: str, repeat: int, passive_spines: bool) -> None:
+def clos_cmd(ctx: click.Context, shapes: str, repeat: int, passive_spines: str,
+             update_delay: int) -> None:
     """Time from FRR start to ECMP routes installed everywhere, per clos size."""
     from nslab.cliutil import setup_logging
     parsed: List[Tuple[int, int]] = []
@@ -319,7 +328,7 @@ def clos_cmd(ctx: click.Context, shapes: str, repeat: int, passive_spines: bool)
             raise InputError(f"--shapes: {item!r} is not SPINESxSERVERS (e.g. 2x2)") from None
         parsed.append((s, n))
     setup_logging(ctx.obj, f"bench-clos-{int(time.time())}")
-    bench_clos(parsed, repeat, ctx.obj.results, passive_spines)
+    bench_clos(parsed, repeat, ctx.obj.results, passive_spines, update_delay)
 
 
 @click.command("dataplane")

@@ -31,17 +31,23 @@ FABRIC_SYSCTLS = {"net.ipv4.ip_forward": 1, "net.ipv6.conf.all.forwarding": 1,
 def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] = None,
          hosts_per_leaf: int = 0, link_rate: Any = "1Gbit", framing: bool = False,
          bfd: bool = False, bfd_interval: int = 100, bfd_multiplier: int = 3,
-         keepalive: int = 1, holdtime: int = 3, passive_spines: bool = False) -> Topology:
+         keepalive: int = 1, holdtime: int = 3, passive_spines: Any = "auto",
+         update_delay: int = 10) -> Topology:
     """Spines × servers (or leaves with hosts), each server/leaf linked to every spine.
 
     ``bfd`` runs FRR's bfdd on every node with a session per BGP neighbour
     (``bfd_interval`` ms x ``bfd_multiplier``); ``keepalive``/``holdtime`` are
     the BGP timers in seconds. ``passive_spines``: only the servers/leaves open
-    sessions. When both ends open at once FRR tears one down (a collision):
-    at 16 x 64 on 2 cores those teardowns took a quarter of bgpd's CPU and
-    passive spines converge 1.7 s sooner (17.2 vs 18.9 s), but a small fabric
-    then waits a connect-retry second longer (2x2: 2.3 vs 1.3 s), so it is off
-    by default."""
+    sessions (true, false, or auto: when the fabric has 256 sessions or more).
+    When both ends open at once FRR tears one down (a collision), and each
+    teardown clears and frees the session's buffers: at 16 x 64 on 2 cores
+    that took a quarter of bgpd's CPU. A small fabric in passive mode can wait a
+    connect-retry second longer (4x8: once 2.7 s instead of 1.7 s), hence auto.
+    ``update_delay``: seconds each bgpd may stay read-only after it starts (FRR
+    ``update-delay``; 0 = off). It computes best paths and sends updates only
+    once every peer is up and has sent its routes or a keepalive, so a server
+    installs each prefix once with all its paths, not once per arriving path
+    (16 x 64: 11.3-11.7 s to converge with both, 17.1-19.4 s with neither)."""
     spines = int(spines)
     if servers is not None and leaves is not None:
         raise InputError("clos: give either --servers or --leaves, not both")
@@ -54,11 +60,16 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
                          "(the address plan gives 10.0.200.N and 10.1.N.0/24)")
     if not 0 <= hosts_per_leaf <= MAX_HOSTS:
         raise InputError(f"clos: --hosts-per-leaf {hosts_per_leaf} is out of range 0..{MAX_HOSTS}")
+    update_delay = int(update_delay)
+    if not 0 <= update_delay <= 3600:
+        raise InputError(f"clos: --update-delay {update_delay} is out of range 0..3600")
+    passive = _passive_spines(passive_spines, spines * n)
     prefix = "server" if servers is not None or leaves is None else "leaf"
     shaping: Dict[str, Any] = {}
     if str(link_rate).lower() != "none":
         shaping = {"bw": link_rate, "framing": framing}
-    timers: Dict[str, Any] = {"keepalive": keepalive, "holdtime": holdtime}
+    timers: Dict[str, Any] = {"keepalive": keepalive, "holdtime": holdtime,
+                              "update_delay": update_delay}
     if bfd:
         timers["bfd"] = {"detect_multiplier": bfd_multiplier, "receive_interval": bfd_interval,
                          "transmit_interval": bfd_interval}
@@ -69,7 +80,7 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
         t.add_router(name, sysctls=dict(FABRIC_SYSCTLS),
                      bgp={"asn": SPINE_ASN, "router_id": f"10.0.100.{s}",
                           "unnumbered": [f"{name}-eth{i}" for i in range(n)], "networks": [],
-                          "passive": bool(passive_spines), **timers})
+                          "passive": passive, **timers})
     for i in range(1, n + 1):
         name = f"{prefix}{i}"
         lo = f"10.0.200.{i}/32"
@@ -94,6 +105,24 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
             t.add_host(host, routes=[f"default via 10.1.{i}.254"])
             t.add_link(host, tor, {"ip": f"10.1.{i}.{h}/24"}, None)
     return t.validate()
+
+
+#: Passive spines from this many sessions on (``passive_spines="auto"``).
+PASSIVE_FROM_SESSIONS = 256
+
+
+def _passive_spines(value: Any, sessions: int) -> bool:
+    """``passive_spines`` as given (a bool, or true/false/auto from the command line)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    if text == "auto":
+        return sessions >= PASSIVE_FROM_SESSIONS
+    raise InputError(f"clos: --passive-spines {value!r}: use true, false or auto")
 
 
 def expected_routes(t: Topology) -> Dict[str, Dict[str, int]]:

@@ -116,7 +116,34 @@ def test_passive_spines_render_passive_sessions_and_servers_stay_active(tmp_path
         ctx = {"node": node, "run_id": "nl0000", "interfaces": [], "bgp": t.nodes[node].bgp}
         assert (" neighbor fabric passive" in Bgpd(FakeNode(), str(tmp_path), ctx).render()) is passive
     ctx = {"node": "spine1", "run_id": "nl0000", "interfaces": [], "bgp": clos().nodes["spine1"].bgp}
-    assert "passive" not in Bgpd(FakeNode(), str(tmp_path), ctx).render()  # off by default
+    assert "passive" not in Bgpd(FakeNode(), str(tmp_path), ctx).render()  # auto: off at 2x2
+    for spines, servers, passive in ((8, 31, False), (8, 32, True), (16, 64, True)):
+        assert clos(spines=spines, servers=servers).nodes["spine1"].bgp.passive is passive
+    assert clos(spines=16, servers=64, passive_spines="false").nodes["spine1"].bgp.passive is False
+    assert clos(spines=2, servers=2, passive_spines="true").nodes["spine1"].bgp.passive is True
+
+
+@pytest.mark.parametrize("value", ["maybe", ""])
+def test_passive_spines_other_than_true_false_auto_are_refused(value):
+    with pytest.raises(InputError, match="--passive-spines"):
+        clos(spines=2, servers=2, passive_spines=value)
+
+
+def test_the_clos_update_delay_renders_and_zero_turns_it_off(tmp_path):
+    from nslab.frr.daemon import Bgpd
+
+    class FakeNode:
+        name = "n"
+
+    def render(t, node):
+        ctx = {"node": node, "run_id": "nl0000", "interfaces": [], "bgp": t.nodes[node].bgp}
+        return Bgpd(FakeNode(), str(tmp_path), ctx).render()
+    t = clos(spines=2, servers=2)
+    assert " update-delay 10\n" in render(t, "spine1") and " update-delay 10\n" in render(t, "server2")
+    assert "update-delay" not in render(clos(spines=2, servers=2, update_delay=0), "spine1")
+    assert " update-delay 3\n" in render(clos(update_delay="3"), "server1")
+    with pytest.raises(InputError, match="--update-delay"):
+        clos(update_delay=3601)
 
 
 def test_unnumbered_pairs_give_each_session_end_its_peer():
