@@ -12,13 +12,15 @@ import signal
 import subprocess
 import time
 from dataclasses import dataclass
-from typing import IO, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (IO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, TypeVar, Union)
 
 from .errors import CommandError
 
 log = logging.getLogger(__name__)
 
 TAG_ENV = "NSLAB_RUN"
+T = TypeVar("T")
 
 
 @dataclass
@@ -517,13 +519,12 @@ def _route_dump() -> Dict[str, int]:
                                                                    0, 0, 0, 0, 0, 0, 0, 0)))
 
 
-def route_tables(namespaces: Sequence[Optional[str]]) -> List[Dict[str, int]]:
-    """Each namespace's IPv4 main table as ``{prefix: nexthops}``, read from one
-    thread that enters each in turn: no process per namespace (forking ``ip -j
-    route`` in 64 busy namespaces, every quarter second, took CPU from the
-    routers being waited for)."""
+def _in_each_namespace(namespaces: Sequence[Optional[str]], fn: Callable[[], T],
+                       name: str) -> List[T]:
+    """``fn()`` called in each namespace in turn (None: the caller's), from one
+    thread that enters them (no process); the results in the order given."""
     import threading
-    out: List[Dict[str, int]] = []
+    out: List[T] = []
     errors: List[BaseException] = []
 
     def work() -> None:
@@ -531,16 +532,24 @@ def route_tables(namespaces: Sequence[Optional[str]]) -> List[Dict[str, int]]:
             with _thread_namespace_restored() as home:
                 for ns in namespaces:
                     _go(ns, home)
-                    out.append(_route_dump())
+                    out.append(fn())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
 
-    t = threading.Thread(target=work, name="netns-routes", daemon=True)
+    t = threading.Thread(target=work, name=name, daemon=True)
     t.start()
     t.join()
     if errors:
         raise errors[0]
     return out
+
+
+def route_tables(namespaces: Sequence[Optional[str]]) -> List[Dict[str, int]]:
+    """Each namespace's IPv4 main table as ``{prefix: nexthops}``, read from one
+    thread that enters each in turn: no process per namespace (forking ``ip -j
+    route`` in 64 busy namespaces, every quarter second, took CPU from the
+    routers being waited for)."""
+    return _in_each_namespace(namespaces, _route_dump, "netns-routes")
 
 
 def links_not_flowing(namespaces: Sequence[Optional[str]],
@@ -552,27 +561,10 @@ def links_not_flowing(namespaces: Sequence[Optional[str]],
 
     Read from a thread inside each namespace, with no process per namespace.
     ``only``: per namespace, the interfaces to look at (default: all)."""
-    import threading
     IFF_UP = 1
     out: List[Tuple[Optional[str], str]] = []
-    errors: List[BaseException] = []
-
-    def work() -> None:
-        try:
-            with _thread_namespace_restored() as home:
-                for ns in namespaces:
-                    _go(ns, home)
-                    want = None if only is None else set(only.get(ns, ()))
-                    for name, (flags, oper) in _link_dump().items():
-                        if (want is None or name in want) and flags & IFF_UP and \
-                                oper not in OPER_FLOWING:
-                            out.append((ns, name))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            errors.append(exc)
-
-    t = threading.Thread(target=work, name="netns-links", daemon=True)
-    t.start()
-    t.join()
-    if errors:
-        raise errors[0]
+    for ns, links in zip(namespaces, _in_each_namespace(namespaces, _link_dump, "netns-links")):
+        want = None if only is None else set(only.get(ns, ()))
+        out += [(ns, name) for name, (flags, oper) in links.items()
+                if (want is None or name in want) and flags & IFF_UP and oper not in OPER_FLOWING]
     return out
