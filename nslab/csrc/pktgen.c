@@ -287,9 +287,12 @@ static void pacer_init(struct pacer *p, double rate, double duration, int maxbat
 }
 
 /* Wait for the next batch's slot; 0 when the trial is over. p->now is then the
- * frames owed by this time: one batch on schedule, more (up to maxbatch) when
- * a late wake-up or a slow send put the sender behind, so the mean rate holds
- * where a batch costs more than its slot. */
+ * frames owed by this time, at most 2 x batch - 1: one batch on schedule,
+ * more when a late wake-up or a slow send put the sender behind, so the mean
+ * rate holds where a batch costs more than its slot (AF_PACKET at 100 kfps
+ * was 11 % short). A sender with batches of one still catches up one frame a
+ * call, as before: sending all it owed at once lost more frames on the
+ * emulated wire between two TCG guests (1.25 % instead of at most 0.56 %). */
 static int pacer_wait(struct pacer *p) {
     for (;;) {
         if (stop_flag) return 0;
@@ -299,7 +302,9 @@ static int pacer_wait(struct pacer *p) {
         if (t >= p->next) {
             uint64_t due = ((uint64_t)((t - p->start) / p->interval) + 1) * (uint64_t)p->batch;
             uint64_t owed = due > p->done ? due - p->done : (uint64_t)p->batch;
-            p->now = (int)(owed < (uint64_t)p->maxbatch ? owed : (uint64_t)p->maxbatch);
+            uint64_t cap = (uint64_t)(2 * p->batch - 1);
+            if (cap > (uint64_t)p->maxbatch) cap = (uint64_t)p->maxbatch;
+            p->now = (int)(owed < cap ? owed : cap);
             if (p->now < 1) p->now = 1;
             return 1;
         }
