@@ -236,10 +236,6 @@ def frr_of(lab: "Lab") -> FrrExtension:
     return lab.extension("frr")  # type: ignore[return-value]
 
 
-def nexthop_count(route: Dict) -> int:
-    return len(route.get("nexthops", [])) or (1 if route.get("gateway") or route.get("via") else 0)
-
-
 def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float = 30.0) -> float:
     """Poll until every ``node: {prefix: nexthops}`` holds; return the seconds it took
     from FRR start. On timeout raise with the BGP summary and the routes seen."""

@@ -496,6 +496,11 @@ def parse_route_messages(messages: Iterable[bytes]) -> Dict[str, int]:
     return out
 
 
+def nexthop_count(route: Dict) -> int:
+    """Nexthops of one route of ``ip -j route show``: its list, or 1 via a gateway."""
+    return len(route.get("nexthops", [])) or (1 if route.get("gateway") or route.get("via") else 0)
+
+
 def ip_json_routes(text: str) -> Dict[str, int]:
     """``{prefix: nexthops}`` from ``ip -j route show`` output, counted as
     :func:`parse_route_messages` counts them."""
@@ -505,7 +510,7 @@ def ip_json_routes(text: str) -> Dict[str, int]:
         dst = r["dst"]
         if dst != "default" and "/" not in dst:
             dst = f"{dst}/32"  # ip prints host routes without their /32
-        out[dst] = len(r.get("nexthops", [])) or (1 if r.get("gateway") or r.get("via") else 0)
+        out[dst] = nexthop_count(r)
     return out
 
 

@@ -45,7 +45,7 @@ class FileRunner:
     # -- the lab's resting state ---------------------------------------------------------
     def _routes(self) -> Dict[str, Dict[str, int]]:
         """BGP routes of every routing node: prefix -> nexthops."""
-        from nslab.frr.router import nexthop_count
+        from nslab.proc import nexthop_count
         out = {}
         for n in self.bgp_nodes:
             res = run(["ip", "-n", self.lab[n].netns, "-j", "route", "show", "proto", "bgp"],
@@ -467,7 +467,7 @@ class _Samplers:
         self._thread.start()
 
     def _loop(self) -> None:
-        from nslab.frr.router import nexthop_count
+        from nslab.proc import nexthop_count
         last_cpu = time.monotonic()
         while not self._stop.is_set():
             t = time.monotonic() - self.t0

@@ -656,7 +656,6 @@ static int send_live(const struct args *a, const struct raw *r, const char *why)
          * for each frame's time, so user space only keeps the kernel fed. */
         double gap = 1e9 / a->rate;
         pacer_init_slots(&p, 0, a->duration, (int)fmax(1, a->rate / LIVE_SPACED_RUN_HZ), LIVE_SLOT_HZ);
-        p.rate = a->rate;
         kbatch = (uint32_t)fmin(64, fmax(1, LIVE_SPACED_FLUSH_NS / gap));
         g.state->gap_ns = (uint64_t)llround(gap);
         g.state->catchup_ns = (uint64_t)LIVE_CATCHUP_NS;
