@@ -26,10 +26,12 @@ from .errors import InputError, LabError, TopologyError
 from .extension import Extension, for_topology, root_switch_types
 from .multihost import Part
 from .naming import check_run_id, new_run_id
+from .netlink import SysctlSet, write_sysctls
+from .netlink import apply as apply_ops
 from .node import LabNode
 from .plan import BuildPlan, plan
-from .proc import (NetnsJob, Process, Result, links_not_flowing, process_start_time, route_tables, run,
-                   run_in_namespaces, stop_all)
+from .proc import (NetnsJob, Process, Result, in_each_namespace, links_not_flowing,
+                   process_start_time, route_tables, run, run_in_namespaces, stop_all)
 from .render import text
 from .topo import Topology
 
@@ -37,6 +39,8 @@ log = logging.getLogger(__name__)
 
 #: STP port states in which a port neither forwards nor has settled.
 STP_TRANSIENT = ("listening", "learning")
+#: Threads that configure namespaces (sysctls, links, addresses, routes).
+CONFIG_WORKERS = 2
 
 
 def wait_stp_settled(what: str, unsettled: Callable[[], List[str]], timeout: float,
@@ -261,16 +265,27 @@ class Lab:
             self.nodes[name] = node
         self.inventory.namespaces = list(p.namespaces)
         self.inventory.interfaces = list(p.root_interfaces)
+        t = self._t_build
         ip_batch(p.netns_lines, where="creating namespaces")
-        # per-namespace steps run a few namespaces at once, each command forked
-        # from a thread inside its namespace (see run_in_namespaces)
-        run_in_namespaces([NetnsJob(ns, ["sysctl", "-q", "-w"] + [f"{k}={v}" for k, v in values.items()],
-                                    where=f"sysctls in {ns}")
-                           for ns, values in p.sysctls.items()], run_id=self.run_id)
+        t = self._timed("namespaces", t)
+        # per-namespace steps go from threads that enter each namespace (setns):
+        # sysctls are written to its /proc/sys, links, addresses and routes
+        # are netlink requests on a socket opened there; no process
+        in_each_namespace(list(p.sysctls), lambda ns: write_sysctls(
+            [SysctlSet(k, v) for k, v in p.sysctls[ns].items()], f"sysctls in {ns}"),
+            "netns-sysctls", workers=CONFIG_WORKERS)
+        t = self._timed("sysctls", t)
         ip_batch(p.link_lines, where="creating links")
-        run_in_namespaces([NetnsJob(ns, ["ip", "-batch", "-"], text(lines),
-                                    f"configuring {ns.split('-', 1)[1]}")
-                           for ns, lines in p.ns_lines.items() if lines], run_id=self.run_id)
+        t = self._timed("links", t)
+        # switches last: a host's interfaces come up without carrier, so the
+        # kernel's IPv6 start-up (DAD, MLD, router solicitations) waits until
+        # the bridge ports come up, and does not hold the namespaces still
+        # being configured back
+        switch_ns = {np.netns for np in p.nodes.values() if np.kind == "switch"}
+        switches_last = sorted(p.ns_ops, key=lambda ns: ns in switch_ns)
+        in_each_namespace(switches_last, lambda ns: apply_ops(
+            p.ns_ops[ns], f"configuring {ns.split('-', 1)[1]}"),
+            "netns-config", workers=CONFIG_WORKERS)
         ethtool_each(p.gso_off, ["tso", "off", "gso", "off"])
         for ns, lines in p.tc_lines.items():
             if lines and ns is None:
@@ -278,15 +293,21 @@ class Lab:
         run_in_namespaces([NetnsJob(ns, ["tc", "-batch", "-"], text(lines), f"shaping in {ns}")
                            for ns, lines in p.tc_lines.items() if lines and ns is not None],
                           run_id=self.run_id)
-        t = time.monotonic()
+        t = self._timed("configure", t)
         self._wait_links(p)
-        self.timings["core"] = t - self._t_build
-        self.timings["links up"] = time.monotonic() - t
+        self._timed("links up", t)
         for ext in self.extensions.values():
             t = time.monotonic()
             ext.build(self, p)
             self.timings[ext.name] = time.monotonic() - t
         self._wait_stp()
+
+    def _timed(self, stage: str, since: float) -> float:
+        """Record a build stage that began at ``since``; returns now."""
+        now = time.monotonic()
+        if stage != "sysctls" or now - since >= 0.005:
+            self.timings[stage] = now - since
+        return now
 
     def _wait_links(self, p: BuildPlan, timeout: float = 5.0) -> None:
         """Wait until every link end is operationally up. A veth's carrier, and

@@ -1,19 +1,23 @@
 """The build plan: what a lab will create, computed from a topology without root.
 
 :func:`plan` turns a validated :class:`~nslab.topo.Topology` and a run id into
-the exact ``ip -batch`` and ``tc -batch`` lines, sysctls and offload changes
-the core will apply, in order. It is a pure function: tests check it on any
-topology, and no value reaches a batch line except through
-:func:`nslab.render.line`.
+the exact ``ip -batch`` and ``tc -batch`` lines, the netlink requests each
+namespace sends itself (:mod:`nslab.netlink`, each shown as its ``ip`` line),
+sysctls and offload changes the core will apply, in order. It is a pure
+function: tests check it on any topology, and no value reaches a batch line
+or a request except through :func:`nslab.render.line` and
+:func:`nslab.render.token`.
 
 Order of application (see :class:`nslab.lab.Lab`):
 
 1. ``netns add`` for every node with a namespace (root ``ip -batch``);
-2. sysctls in each namespace (before links: e.g. no IPv6 DAD on link-locals);
+2. sysctls in each namespace (before links: e.g. no IPv6 DAD on link-locals),
+   written to ``/proc/sys`` from a thread inside it;
 3. veth pairs created directly in their namespaces, root-namespace ports
    tagged with ``ifalias`` (root ``ip -batch``);
 4. in each namespace: ``lo`` up, loopback address, Linux bridge and its ports,
-   interfaces up, MTUs, addresses, routes (``ip -n NS -batch``);
+   interfaces up, MTUs, addresses, routes (netlink requests from a thread
+   inside it, no process);
 5. GSO/TSO off where framing is counted, then ``tc -batch`` per namespace;
 6. extensions (OVS bridges over the root-namespace ports, FRR daemons).
 """
@@ -25,6 +29,7 @@ from typing import Any, Collection, Dict, List, Optional, Tuple
 
 from .multihost import VXLAN_PORT, Part
 from .naming import ALIAS_PREFIX, ns_name, root_intf
+from .netlink import AddrAdd, BridgeAdd, LinkMaster, LinkMtu, LinkUp, Op, RouteAdd
 from .render import line
 from .topo import Topology
 
@@ -59,7 +64,9 @@ class BuildPlan:
     nodes: Dict[str, NodePlan]
     netns_lines: List[str]
     link_lines: List[str]
-    ns_lines: Dict[str, List[str]]
+    #: What each namespace configures in itself, in order (sent over netlink
+    #: from inside it: :mod:`nslab.netlink`).
+    ns_ops: Dict[str, List[Op]]
     tc_lines: Dict[Optional[str], List[str]]
     sysctls: Dict[str, Dict[str, str]]
     gso_off: List[Tuple[Optional[str], str]]
@@ -67,6 +74,11 @@ class BuildPlan:
     root_ports: Dict[str, List[str]]
     #: ``(netns, dev)`` of every end of a link to a root-namespace switch.
     root_switch_links: List[Tuple[Optional[str], str]]
+
+    @property
+    def ns_lines(self) -> Dict[str, List[str]]:
+        """:attr:`ns_ops` as the ``ip -batch`` lines they stand for."""
+        return {ns: [op.line() for op in ops] for ns, ops in self.ns_ops.items()}
 
     @property
     def namespaces(self) -> List[str]:
@@ -102,7 +114,7 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
     addrs = topo.addresses()
     macs = topo.macs()
     link_lines: List[str] = []
-    ns_intf_lines: Dict[str, List[str]] = defaultdict(list)
+    ns_intf_ops: Dict[str, List[Op]] = defaultdict(list)
     tc_lines: Dict[Optional[str], List[str]] = defaultdict(list)
     gso_off: List[Tuple[Optional[str], str]] = []
     root_ports: Dict[str, List[str]] = defaultdict(list)
@@ -148,15 +160,15 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
         shaping = link.shaping
         for ns, dev, node, intf in ends:
             if ns is not None:
-                ns_intf_lines[ns].append(line("link", "set", "dev", dev, "up"))
+                ns_intf_ops[ns].append(LinkUp(dev))
                 if link.mtu:
-                    ns_intf_lines[ns].append(line("link", "set", "dev", dev, "mtu", link.mtu))
+                    ns_intf_ops[ns].append(LinkMtu(dev, link.mtu))
                 if topo.nodes[node].is_switch:
                     bridge_ports[node].append(dev)
             elif link.mtu:
                 alias_lines.append(line("link", "set", "dev", dev, "mtu", link.mtu))
             if (node, intf) in addrs:
-                ns_intf_lines[ns].append(line("addr", "add", addrs[(node, intf)], "dev", dev))
+                ns_intf_ops[ns].append(AddrAdd(addrs[(node, intf)], dev))
                 nodes[node].addrs[dev] = addrs[(node, intf)]
             if shaping is not None:
                 tc_lines[ns].extend(shaping.tc_batch(dev))
@@ -167,27 +179,25 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
         if na in in_root or nb in in_root:
             root_switch_links.extend((ns, dev) for ns, dev, _, _ in ends)
 
-    ns_lines: Dict[str, List[str]] = {}
+    ns_ops: Dict[str, List[Op]] = {}
     for name, np in nodes.items():
         if np.netns is None:
             continue
         node = topo.nodes[name]
-        lines = [line("link", "set", "dev", "lo", "up")]
+        ops: List[Op] = [LinkUp("lo")]
         if node.loopback is not None:
-            lines.append(line("addr", "add", node.loopback, "dev", "lo"))
+            ops.append(AddrAdd(node.loopback, "lo"))
             np.addrs["lo"] = node.loopback
         if node.is_switch:
-            lines.append(line("link", "add", "name", name, "type", "bridge",
-                              # STP with the kernel's shortest forward delay (2 s)
-                              *(["stp_state", "1", "forward_delay", str(STP_FORWARD_DELAY_CS)]
-                                if node.stp else [])))
-            lines += [line("link", "set", "dev", p, "master", name) for p in bridge_ports[name]]
-            lines.append(line("link", "set", "dev", name, "up"))
-        lines += ns_intf_lines.get(np.netns, [])
-        lines += [line("route", "add", *route.tokens()) for route in node.routes]
-        ns_lines[np.netns] = lines
+            # STP with the kernel's shortest forward delay (2 s)
+            ops.append(BridgeAdd(name, bool(node.stp), STP_FORWARD_DELAY_CS if node.stp else 0))
+            ops += [LinkMaster(p, name) for p in bridge_ports[name]]
+            ops.append(LinkUp(name))
+        ops += ns_intf_ops.get(np.netns, [])
+        ops += [RouteAdd(route) for route in node.routes]
+        ns_ops[np.netns] = ops
     return BuildPlan(run_id=run_id, nodes=nodes, netns_lines=netns_lines,
-                     link_lines=link_lines + alias_lines, ns_lines=ns_lines,
+                     link_lines=link_lines + alias_lines, ns_ops=ns_ops,
                      tc_lines=dict(tc_lines), sysctls=sysctls, gso_off=gso_off,
                      root_ports=dict(root_ports), root_switch_links=root_switch_links)
 

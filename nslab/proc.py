@@ -16,6 +16,7 @@ from typing import (IO, Callable, Dict, Iterable, Iterator, List, Mapping, Optio
                     Tuple, TypeVar, Union)
 
 from .errors import CommandError
+from .netlink import attrs
 
 log = logging.getLogger(__name__)
 
@@ -423,18 +424,6 @@ def _nl_dump(msg_type: int, header: bytes) -> Iterator[bytes]:
                 off += (length + 3) & ~3
 
 
-def _attrs(buf: bytes, start: int) -> Iterator[Tuple[int, bytes]]:
-    """``(type, payload)`` of the netlink attributes in ``buf`` from ``start``."""
-    import struct
-    a = start
-    while a + 4 <= len(buf):
-        alen, atype = struct.unpack_from("=HH", buf, a)
-        if alen < 4:
-            return
-        yield atype & 0x3FFF, buf[a + 4:a + alen]
-        a += (alen + 3) & ~3
-
-
 def _link_dump() -> Dict[str, Tuple[int, int]]:
     """``{ifname: (flags, operstate)}`` of the calling thread's namespace, from
     one ``RTM_GETLINK`` dump on a netlink socket (no process). Hand-rolled
@@ -447,7 +436,7 @@ def _link_dump() -> Dict[str, Tuple[int, int]]:
     for msg in _nl_dump(RTM_GETLINK, struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)):
         flags = struct.unpack_from("=I", msg, 8)[0]
         name, oper = None, 0
-        for atype, val in _attrs(msg, 16):
+        for atype, val in attrs(msg, 16):
             if atype == _IFLA_IFNAME:
                 name = val.split(b"\0", 1)[0].decode()
             elif atype == _IFLA_OPERSTATE:
@@ -474,7 +463,7 @@ def parse_route_messages(messages: Iterable[bytes]) -> Dict[str, int]:
         if family != 2:
             continue
         dst, hops = "0.0.0.0", 0
-        for atype, val in _attrs(msg, 12):
+        for atype, val in attrs(msg, 12):
             if atype == RTA_TABLE and len(val) >= 4:
                 table = struct.unpack_from("=I", val)[0]
             elif atype == RTA_DST and len(val) == 4:
@@ -524,29 +513,42 @@ def _route_dump() -> Dict[str, int]:
                                                                    0, 0, 0, 0, 0, 0, 0, 0)))
 
 
-def _in_each_namespace(namespaces: Sequence[Optional[str]], fn: Callable[[], T],
-                       name: str) -> List[T]:
-    """``fn()`` called in each namespace in turn (None: the caller's), from one
-    thread that enters them (no process); the results in the order given."""
+def in_each_namespace(namespaces: Sequence[Optional[str]], fn: Callable[[Optional[str]], T],
+                      name: str, workers: int = 1) -> List[T]:
+    """``fn(ns)`` called inside each namespace (None: the caller's), from
+    ``workers`` threads that enter them in turn (no process); the results in
+    the order given. After a failure no namespace is started, and the
+    failure of the earliest namespace is raised once every thread has ended."""
     import threading
-    out: List[T] = []
-    errors: List[BaseException] = []
+    out: Dict[int, T] = {}
+    errors: Dict[int, BaseException] = {}
+    todo = list(enumerate(namespaces))
+    todo.reverse()
+    lock = threading.Lock()
 
     def work() -> None:
-        try:
-            with _thread_namespace_restored() as home:
-                for ns in namespaces:
+        with _thread_namespace_restored() as home:
+            while True:
+                with lock:
+                    if not todo or errors:
+                        return
+                    i, ns = todo.pop()
+                try:
                     _go(ns, home)
-                    out.append(fn())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            errors.append(exc)
+                    out[i] = fn(ns)
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+                    with lock:
+                        errors[i] = exc
 
-    t = threading.Thread(target=work, name=name, daemon=True)
-    t.start()
-    t.join()
+    threads = [threading.Thread(target=work, name=f"{name}-{k}", daemon=True)
+               for k in range(max(1, min(workers, len(namespaces))))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     if errors:
-        raise errors[0]
-    return out
+        raise errors[min(errors)]
+    return [out[i] for i in range(len(namespaces))]
 
 
 def route_tables(namespaces: Sequence[Optional[str]]) -> List[Dict[str, int]]:
@@ -554,7 +556,7 @@ def route_tables(namespaces: Sequence[Optional[str]]) -> List[Dict[str, int]]:
     thread that enters each in turn: no process per namespace (forking ``ip -j
     route`` in 64 busy namespaces, every quarter second, took CPU from the
     routers being waited for)."""
-    return _in_each_namespace(namespaces, _route_dump, "netns-routes")
+    return in_each_namespace(namespaces, lambda ns: _route_dump(), "netns-routes")
 
 
 def links_not_flowing(namespaces: Sequence[Optional[str]],
@@ -568,7 +570,7 @@ def links_not_flowing(namespaces: Sequence[Optional[str]],
     ``only``: per namespace, the interfaces to look at (default: all)."""
     IFF_UP = 1
     out: List[Tuple[Optional[str], str]] = []
-    for ns, links in zip(namespaces, _in_each_namespace(namespaces, _link_dump, "netns-links")):
+    for ns, links in zip(namespaces, in_each_namespace(namespaces, lambda ns: _link_dump(), "netns-links")):
         want = None if only is None else set(only.get(ns, ()))
         out += [(ns, name) for name, (flags, oper) in links.items()
                 if (want is None or name in want) and flags & IFF_UP and oper not in OPER_FLOWING]

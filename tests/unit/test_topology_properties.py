@@ -13,6 +13,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+import nslab.netlink as netlink_mod
 import nslab.plan as plan_mod
 from nslab.errors import InputError
 from nslab.render import text
@@ -144,13 +145,20 @@ def test_accepted_topologies_render_exactly_their_structure(doc):
         recorded.append((out, [str(t) for t in tokens]))
         return out
 
-    plan_mod.line = spy
+    plan_mod.line = netlink_mod.line = spy
     try:
         p = plan_mod.plan(topo, "nl0abc", ["ovs"])
+        ns_lines = p.ns_lines  # the netlink requests, as the ip lines they stand for
     finally:
-        plan_mod.line = real_line
+        plan_mod.line = netlink_mod.line = real_line
     tokens_of = dict(recorded)
-    batches = [p.netns_lines, p.link_lines] + list(p.ns_lines.values())
+    # every request encodes to one well-formed message
+    for ops in p.ns_ops.values():
+        for op in ops:
+            kind, _flags, body = op.encode(lambda dev: 7)
+            assert kind in (netlink_mod.RTM_NEWLINK, netlink_mod.RTM_NEWADDR,
+                            netlink_mod.RTM_NEWROUTE) and len(body) % 4 == 0
+    batches = [p.netns_lines, p.link_lines] + list(ns_lines.values())
     for lines in batches:
         rendered = text(lines)
         back = rendered.split("\n")
