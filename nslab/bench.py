@@ -9,7 +9,7 @@ import json
 import os
 import subprocess
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from .errors import CapabilityError
 
@@ -65,6 +65,32 @@ def time_command(argv: List[str], cwd: Optional[str] = None,
         tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["?"]
         raise CapabilityError(f"benchmark command failed: {' '.join(argv)}: {tail[0]}")
     return dt
+
+
+def _cpu_times() -> Tuple[int, int]:
+    """(all, idle) jiffies of the machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    return sum(vals), vals[3] + vals[4]
+
+
+def quiesce(busy_below: float = 0.10, window: float = 0.2, timeout: float = 15.0) -> float:
+    """Wait until the machine's CPUs are idle (busy under ``busy_below`` over a
+    ``window``), at most ``timeout`` seconds; returns the seconds waited.
+
+    A benchmark calls it before each timed run: the kernel finishes a
+    namespace's teardown after ``ip netns del`` has returned, and a thousand
+    hosts' IPv6 start-up keeps a CPU busy for seconds after a build, so the
+    next run measured right away would pay for the one before."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        a = _cpu_times()
+        time.sleep(window)
+        b = _cpu_times()
+        total = b[0] - a[0]
+        if total <= 0 or (total - (b[1] - a[1])) / total < busy_below:
+            break
+    return time.monotonic() - t0
 
 
 def save(results_root: str, name: str, out: Dict[str, object]) -> str:

@@ -211,10 +211,14 @@ def hosts_options(f):
 @click.option("--cli", "with_cli", is_flag=True, help="Run the Mininet CLI on the lab.")
 @click.option("--for", "hold", type=float, default=None,
               help="Keep it up this many seconds, then tear down (default: until Ctrl-C).")
+@click.option("--no-ipv6", is_flag=True,
+              help="IPv4 only: no IPv6 in host and switch namespaces (routers keep it). "
+                   "Spares a big lab the IPv6 start-up traffic every host floods over a bridge.")
 @hosts_options
 @click.pass_context
 def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[float],
-            hosts: Optional[str], ssh_config: Optional[str], remote_nslab: Optional[str]) -> None:
+            no_ipv6: bool, hosts: Optional[str], ssh_config: Optional[str],
+            remote_nslab: Optional[str]) -> None:
     """Build TOPOLOGY, print its nodes and how to enter them, tear down on exit.
 
     \b
@@ -224,12 +228,15 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
       nslab topo up pair --bw 100Mbit --framing
       nslab topo up examples/two-hosts.yaml --cli
       nslab topo up clos --spines 2 --servers 2 --hosts box1,box2
+      nslab topo up single --k 1000 --no-ipv6
     """
     from .lab import Lab
     from .naming import new_run_id
     from .topoload import extra_kwargs, load_topology
     opts = extra_kwargs(ctx.args)
     t = load_topology(topology, opts)
+    if no_ipv6:
+        t = t.without_ipv6()
     run_id = new_run_id()
     setup_logging(ctx.obj, run_id)
     install_signals()

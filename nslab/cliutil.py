@@ -70,6 +70,8 @@ def current_log() -> Optional[str]:
 
 #: Rows of the lab table shown in full; a bigger lab shows its first and last few.
 LAB_TABLE_ROWS = 40
+#: Interfaces listed for one node (a switch of a thousand ports lists the first few).
+LAB_TABLE_INTFS = 8
 
 
 def print_lab(lab: Any, max_rows: int = LAB_TABLE_ROWS) -> None:
@@ -83,7 +85,7 @@ def print_lab(lab: Any, max_rows: int = LAB_TABLE_ROWS) -> None:
     t = Table(title=f"lab {lab.run_id}: {lab.topology.name} (built in {lab.build_seconds:.2f} s)")
     for col in ("node", "kind", "interfaces", "enter with"):
         t.add_column(col)
-    rows = lab.describe()
+    rows = lab.describe(max_intfs=LAB_TABLE_INTFS)
     if len(rows) > max_rows:
         head, tail = max_rows // 2, max_rows // 4
         hidden = len(rows) - head - tail

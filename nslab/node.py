@@ -83,6 +83,15 @@ class LabNode:
     def read_sysctl(self, key: str) -> str:
         return self.run(["sysctl", "-n", key]).stdout.strip()
 
+    def interfaces_cell(self, max_intfs: Optional[int] = None) -> str:
+        """``"eth0 10.0.0.1/8, eth1"``: interfaces with their addresses; with
+        ``max_intfs``, that many and a count of the rest."""
+        shown = self.intfs if max_intfs is None else self.intfs[:max_intfs]
+        cell = ", ".join(f"{i} {self.addrs[i]}" if i in self.addrs else i for i in shown)
+        if len(shown) < len(self.intfs):
+            cell += f", ... {len(self.intfs) - len(shown)} more"
+        return cell
+
     def enter_hint(self) -> str:
         """How a user enters this node from a shell."""
         if self.netns is None:

@@ -382,12 +382,10 @@ class MultiLab:
         from .proc import ip_json_routes
         return [ip_json_routes(r.stdout) for r in self.run_each(nodes, ["ip", "-j", "route", "show"])]
 
-    def describe(self) -> List[Tuple[str, str, str, str]]:
-        rows = []
-        for node in self.nodes.values():
-            addrs = ", ".join(f"{i} {node.addrs[i]}" if i in node.addrs else i for i in node.intfs)
-            rows.append((node.name, f"{node.kind} @ {node.host}", addrs, node.enter_hint()))
-        return rows
+    def describe(self, max_intfs: Optional[int] = None) -> List[Tuple[str, str, str, str]]:
+        """As :meth:`nslab.lab.Lab.describe`, with each node's host."""
+        return [(node.name, f"{node.kind} @ {node.host}", node.interfaces_cell(max_intfs),
+                 node.enter_hint()) for node in self.nodes.values()]
 
     # -- lifecycle ----------------------------------------------------------------
     def start(self) -> None:

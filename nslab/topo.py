@@ -39,6 +39,10 @@ OVS_ONLY = ("dpid", "controller", "uplink", "force")
 HOST_ONLY = ("ip", "loopback", "routes", "bgp", "mac")
 
 
+#: The sysctls of a namespace without IPv6 (set before its links exist).
+NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+
+
 class Node(StrictModel):
     """A node of the topology (its name is its key in :attr:`Topology.nodes`).
 
@@ -263,6 +267,28 @@ class Topology(BaseModel):
     def addLink(self, node1: str, node2: str, **opts: Any) -> Link:  # noqa: N802
         return self.add_link(node1, node2, opts.pop("params1", None), opts.pop("params2", None),
                              **opts)
+
+    def without_ipv6(self) -> "Topology":
+        """A copy that is IPv4 only: IPv6 is disabled in every host and
+        switch namespace before its links exist (:data:`NO_IPV6`), so they
+        have no link-local addresses and send no DAD, MLD or router
+        solicitations. On one bridge those are flooded to every port: a
+        thousand hosts spend seconds of CPU on them after the build. Routers
+        keep IPv6 (BGP unnumbered needs it). A host or switch with an IPv6
+        address or route is refused."""
+        t = self.model_copy(deep=True)
+        addrs = t.addresses()
+        for name, node in t.nodes.items():
+            if node.kind == "router":
+                continue
+            v6 = [str(a) for (n, _), a in addrs.items() if n == name and a.version == 6]
+            v6 += [str(r.dst) for r in node.routes if r.family == 6]
+            if v6:
+                raise TopologyError(f"nodes.{name}: {v6[0]} is IPv6, and IPv6 is off "
+                                    "(--no-ipv6)", ("nodes", name))
+            for k, v in NO_IPV6.items():
+                node.sysctls.setdefault(k, v)
+        return t.validate()
 
     def with_switch_type(self, switch_type: str) -> "Topology":
         """A copy whose default switch type is ``switch_type`` (this one is unchanged)."""

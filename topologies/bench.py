@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 
 import click
 
-from nslab.bench import PeakMemory, save, time_command
+from nslab.bench import PeakMemory, quiesce, save, time_command
 from nslab.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -120,24 +120,33 @@ def _build_rows(ks: List[int], switch: str, repeat: int, mn_ok: bool, dp: str, n
     rows = []
     console = Console()
     for k in ks:
-        ours, theirs, floor = [], [], []
-        mem: Dict[str, List[int]] = {"nslab": [], "mininet": [], "floor": []}
+        ours, ours_v4, theirs, floor = [], [], [], []
+        mem: Dict[str, List[int]] = {"nslab": [], "nslab_no_ipv6": [], "mininet": [], "floor": []}
+        up = [nslab, "--results", os.path.join(results_root, "bench"), "topo", "up",
+              "single", "--k", str(k), "--switch", switch, "--for", "0"]
         for _ in range(repeat):
-            # the three side by side in each round, so drift hits them alike
+            # the four side by side in each round, so drift hits them alike;
+            # each starts on an idle machine (quiesce), so none pays for the
+            # kernel's leftover work from the one before
+            quiesce()
             secs, kb = kernel_floor(k, switch, "system" if dp == "kernel" else "netdev")
             floor.append(secs)
             mem["floor"].append(kb)
-            ours.append(time_command([nslab, "--results", os.path.join(results_root, "bench"), "topo", "up",
-                                      "single", "--k", str(k), "--switch", switch, "--for", "0"],
-                                     memory=mem["nslab"]))
+            quiesce()
+            ours.append(time_command(up, memory=mem["nslab"]))
+            quiesce()
+            ours_v4.append(time_command(up + ["--no-ipv6"], memory=mem["nslab_no_ipv6"]))
             if mn_ok:
+                quiesce()
                 theirs.append(time_command(["mn", "--topo", f"single,{k}", "--switch",
                                             MN_SWITCH[switch].format(dp=dp), "--controller", "none",
                                             "--test", "none"], cwd="/tmp", memory=mem["mininet"]))
         row: Dict[str, object] = {
             "k": k, "nslab_s": statistics.median(ours), "nslab_all": ours,
+            "nslab_no_ipv6_s": statistics.median(ours_v4), "nslab_no_ipv6_all": ours_v4,
             "floor_s": statistics.median(floor), "floor_all": floor,
             "vs_floor": statistics.median(ours) / statistics.median(floor),
+            "no_ipv6_vs_floor": statistics.median(ours_v4) / statistics.median(floor),
             "nslab_ms_per_node": 1000 * statistics.median(ours) / (k + 1),
             "nslab_kib_per_node": statistics.median(mem["nslab"]) / (k + 1),
             "floor_kib_per_node": statistics.median(mem["floor"]) / (k + 1),
@@ -147,7 +156,8 @@ def _build_rows(ks: List[int], switch: str, repeat: int, mn_ok: bool, dp: str, n
                        ratio=statistics.median(theirs) / statistics.median(ours),
                        mininet_kib_per_node=statistics.median(mem["mininet"]) / (k + 1))
         rows.append(row)
-        console.print(f"k={k}: kernel floor {row['floor_s']:.2f} s, nslab {row['nslab_s']:.2f} s" +
+        console.print(f"k={k}: kernel floor {row['floor_s']:.2f} s, nslab {row['nslab_s']:.2f} s, "
+                      f"nslab --no-ipv6 {row['nslab_no_ipv6_s']:.2f} s" +
                       (f", mininet {row['mininet_s']:.2f} s" if theirs else ""))
     return rows
 
@@ -156,16 +166,19 @@ def _build_report(rows: List[Dict[str, object]], switch: str, repeat: int,
                   results_root: str) -> Dict[str, object]:
     from rich.console import Console
     from rich.table import Table
-    console = Console()
-    t = Table(title=f"build + teardown of single,k ({switch}; median of {repeat}, fresh process each; "
-                    "kernel floor: the same objects in 3-4 calls, no addresses)")
-    for col in ("k", "kernel floor (s)", "nslab (s)", "mininet (s)", "nslab / floor",
-                "mininet / nslab", "nslab ms/node", "nslab MiB/node", "mininet MiB/node"):
+    console = Console(width=max(200, Console().width))
+    t = Table(title=f"build + teardown of single,k ({switch}; median of {repeat}, fresh process each, "
+                    "each from an idle machine; kernel floor: the same objects in 3-4 calls, no "
+                    "addresses, host links down, no IPv6 start-up)")
+    for col in ("k", "kernel floor (s)", "nslab (s)", "nslab --no-ipv6 (s)", "mininet (s)",
+                "nslab / floor", "--no-ipv6 / floor", "mininet / nslab", "nslab ms/node",
+                "nslab MiB/node", "mininet MiB/node"):
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(str(r["k"]), f"{r['floor_s']:.2f}", f"{r['nslab_s']:.2f}",
+                  f"{r['nslab_no_ipv6_s']:.2f}",
                   f"{r['mininet_s']:.2f}" if "mininet_s" in r else "-",
-                  f"{r['vs_floor']:.1f}x",
+                  f"{r['vs_floor']:.1f}x", f"{r['no_ipv6_vs_floor']:.1f}x",
                   f"{r['ratio']:.1f}x" if "ratio" in r else "-",
                   f"{r['nslab_ms_per_node']:.1f}", f"{r['nslab_kib_per_node'] / 1024:.2f}",
                   f"{r['mininet_kib_per_node'] / 1024:.2f}" if "mininet_kib_per_node" in r else "-")
