@@ -212,8 +212,8 @@ def hosts_options(f):
 @click.option("--for", "hold", type=float, default=None,
               help="Keep it up this many seconds, then tear down (default: until Ctrl-C).")
 @click.option("--no-ipv6", is_flag=True,
-              help="IPv4 only: no IPv6 in host and switch namespaces (routers keep it). "
-                   "Spares a big lab the IPv6 start-up traffic every host floods over a bridge.")
+              help="No IPv6 addresses on host and switch links (routers keep them), so they send "
+                   "no DAD, MLD or router solicitations, which a bridge floods to every port.")
 @hosts_options
 @click.pass_context
 def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[float],
@@ -236,7 +236,7 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
     opts = extra_kwargs(ctx.args)
     t = load_topology(topology, opts)
     if no_ipv6:
-        t = t.without_ipv6()
+        t = t.without_ipv6()  # also `ipv6: false` in a topology file
     run_id = new_run_id()
     setup_logging(ctx.obj, run_id)
     install_signals()

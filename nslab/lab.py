@@ -288,7 +288,7 @@ class Lab:
         switches_last = sorted(p.ns_ops, key=lambda ns: ns in switch_ns)
         in_each_namespace(switches_last, lambda ns: apply_ops(
             p.ns_ops[ns], f"configuring {ns.split('-', 1)[1]}"),
-            "netns-config", workers=CONFIG_WORKERS)
+            "netns-config", workers=1)
         ethtool_each(p.gso_off, ["tso", "off", "gso", "off"])
         for ns, lines in p.tc_lines.items():
             if lines and ns is None:

@@ -37,7 +37,8 @@ NLMSGERR_ATTR_MSG = 1
 SOL_NETLINK, NETLINK_CAP_ACK, NETLINK_EXT_ACK = 270, 10, 11
 RTM_NEWLINK, RTM_NEWADDR, RTM_NEWROUTE = 16, 20, 24
 IFF_UP = 0x1
-IFLA_IFNAME, IFLA_MTU, IFLA_MASTER, IFLA_LINKINFO = 3, 4, 10, 18
+IFLA_IFNAME, IFLA_MTU, IFLA_MASTER, IFLA_LINKINFO, IFLA_AF_SPEC = 3, 4, 10, 18, 26
+IFLA_INET6_ADDR_GEN_MODE, IN6_ADDR_GEN_MODE_NONE = 8, 1
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 IFLA_BR_FORWARD_DELAY, IFLA_BR_STP_STATE = 1, 5
 IFA_ADDRESS, IFA_LOCAL = 1, 2
@@ -112,6 +113,23 @@ class LinkMtu:
         return RTM_NEWLINK, 0, (struct.pack("=BxHiII", 0, 0, 0, 0, 0)
                                 + attr(IFLA_IFNAME, _name(self.dev))
                                 + attr(IFLA_MTU, struct.pack("=I", self.mtu)))
+
+
+@dataclass(frozen=True)
+class NoLinkLocal:
+    """``ip link set dev DEV addrgenmode none``: the kernel generates no IPv6
+    link-local address for it (sent before the device comes up)."""
+
+    dev: str
+
+    def line(self) -> str:
+        return line("link", "set", "dev", self.dev, "addrgenmode", "none")
+
+    def encode(self, index_of: IndexOf) -> Tuple[int, int, bytes]:
+        inet6 = attr(IFLA_INET6_ADDR_GEN_MODE, bytes([IN6_ADDR_GEN_MODE_NONE]))
+        return RTM_NEWLINK, 0, (struct.pack("=BxHiII", 0, 0, 0, 0, 0)
+                                + attr(IFLA_IFNAME, _name(self.dev))
+                                + attr(IFLA_AF_SPEC, attr(socket.AF_INET6, inet6)))
 
 
 @dataclass(frozen=True)
@@ -209,7 +227,7 @@ class RouteAdd:
         return RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body
 
 
-Op = Union[LinkUp, LinkMtu, LinkMaster, BridgeAdd, AddrAdd, RouteAdd]
+Op = Union[LinkUp, LinkMtu, NoLinkLocal, LinkMaster, BridgeAdd, AddrAdd, RouteAdd]
 
 
 @dataclass(frozen=True)

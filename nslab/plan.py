@@ -29,7 +29,7 @@ from typing import Any, Collection, Dict, List, Optional, Tuple
 
 from .multihost import VXLAN_PORT, Part
 from .naming import ALIAS_PREFIX, ns_name, root_intf
-from .netlink import AddrAdd, BridgeAdd, LinkMaster, LinkMtu, LinkUp, Op, RouteAdd
+from .netlink import AddrAdd, BridgeAdd, LinkMaster, LinkMtu, LinkUp, NoLinkLocal, Op, RouteAdd
 from .render import line
 from .topo import Topology
 
@@ -122,6 +122,7 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
     bridge_ports: Dict[str, List[str]] = defaultdict(list)
     alias_lines: List[str] = []
     counter = 0
+    next_index: Dict[str, int] = {}
     for link, na, ia, nb, ib in topo.interfaces():
         ends = []
         for node, intf in ((na, ia), (nb, ib)):
@@ -148,10 +149,13 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
             link_lines.append(line(*_vxlan_create(part, ns, dev, node, intf, macs)))
         else:
             create = ["link", "add", "name"]
-            for i, (ns, dev, node, intf) in enumerate(ends):
+            for i, ((ns, dev, node, intf), index) in enumerate(zip(ends, _veth_indexes(
+                    next_index, [e[0] for e in ends], part is None))):
                 if i:
                     create += ["type", "veth", "peer", "name"]
                 create.append(dev)
+                if index is not None:
+                    create += ["index", index]
                 if (node, intf) in macs:
                     create += ["address", macs[(node, intf)]]
                 if ns:
@@ -160,6 +164,8 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
         shaping = link.shaping
         for ns, dev, node, intf in ends:
             if ns is not None:
+                if not topo.ipv6 and topo.nodes[node].kind != "router":
+                    ns_intf_ops[ns].append(NoLinkLocal(dev))
                 ns_intf_ops[ns].append(LinkUp(dev))
                 if link.mtu:
                     ns_intf_ops[ns].append(LinkMtu(dev, link.mtu))
@@ -192,6 +198,8 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
             # STP with the kernel's shortest forward delay (2 s)
             ops.append(BridgeAdd(name, bool(node.stp), STP_FORWARD_DELAY_CS if node.stp else 0))
             ops += [LinkMaster(p, name) for p in bridge_ports[name]]
+            if not topo.ipv6:
+                ops.append(NoLinkLocal(name))
             ops.append(LinkUp(name))
         ops += ns_intf_ops.get(np.netns, [])
         ops += [RouteAdd(route) for route in node.routes]
@@ -200,6 +208,34 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
                      link_lines=link_lines + alias_lines, ns_ops=ns_ops,
                      tc_lines=dict(tc_lines), sysctls=sysctls, gso_off=gso_off,
                      root_ports=dict(root_ports), root_switch_links=root_switch_links)
+
+
+def _veth_indexes(next_index: Dict[str, int], namespaces: List[Optional[str]],
+                  explicit: bool) -> List[Optional[int]]:
+    """The interface indexes of a veth's two ends, chosen so that they differ.
+
+    The kernel's link watcher treats a veth whose index equals its peer's as
+    an ordinary device, not an urgent one (``linkwatch_urgent_event``: a
+    device whose ``iflink`` is its own index), and delays its carrier by up to
+    a second after a recent run. In fresh namespaces both ends of the first
+    link of two nodes get index 2, so in a big build one link came up ~0.5 s
+    after all the others. Each lab namespace numbers its interfaces from 2
+    (``lo`` is 1), skipping one where the two ends would be equal. Ends in the
+    root namespace, and every end of a lab spread over hosts (a tunnel moved
+    into a namespace keeps its index), are left to the kernel (None)."""
+    if not explicit:
+        return [None for _ in namespaces]
+    out: List[Optional[int]] = []
+    for ns in namespaces:
+        if ns is None:
+            out.append(None)
+            continue
+        index = next_index.get(ns, 2)
+        if index in out:
+            index += 1
+        next_index[ns] = index + 1
+        out.append(index)
+    return out
 
 
 def _vxlan_create(part: Part, ns: Optional[str], dev: str, node: str, intf: str,

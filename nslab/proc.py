@@ -560,8 +560,8 @@ def route_tables(namespaces: Sequence[Optional[str]]) -> List[Dict[str, int]]:
 
 
 def links_not_flowing(namespaces: Sequence[Optional[str]],
-                      only: Optional[Dict[Optional[str], Sequence[str]]] = None
-                      ) -> List[Tuple[Optional[str], str]]:
+                      only: Optional[Dict[Optional[str], Sequence[str]]] = None,
+                      workers: int = 1) -> List[Tuple[Optional[str], str]]:
     """``(netns, ifname)`` of interfaces that are administratively up but whose
     operational state is not up yet (no carrier, or the kernel's link watcher
     has not activated their queue: frames sent meanwhile are dropped).
@@ -570,7 +570,8 @@ def links_not_flowing(namespaces: Sequence[Optional[str]],
     ``only``: per namespace, the interfaces to look at (default: all)."""
     IFF_UP = 1
     out: List[Tuple[Optional[str], str]] = []
-    for ns, links in zip(namespaces, in_each_namespace(namespaces, lambda ns: _link_dump(), "netns-links")):
+    for ns, links in zip(namespaces, in_each_namespace(namespaces, lambda ns: _link_dump(), "netns-links",
+                                                        workers)):
         want = None if only is None else set(only.get(ns, ()))
         out += [(ns, name) for name, (flags, oper) in links.items()
                 if (want is None or name in want) and flags & IFF_UP and oper not in OPER_FLOWING]

@@ -3,6 +3,7 @@ what the plan's ``ip`` lines say, read back with ``ip -j``; sysctls written
 from a thread inside a namespace land there and not on the host; --no-ipv6."""
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_links_addresses_routes_bridge_and_sysctls_are_as_planned():
     assert _host_sysctls() == before
 
 
-def test_no_ipv6_leaves_hosts_and_switches_without_ipv6(tmp_path):
+def test_no_ipv6_leaves_host_and_switch_links_without_ipv6(tmp_path):
     import os
     import sys
     nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
@@ -78,10 +79,14 @@ def test_no_ipv6_leaves_hosts_and_switches_without_ipv6(tmp_path):
     t.add_link("h1", "s1")
     t.add_link("h2", "s1")
     with Lab(t.without_ipv6()) as lab:
+        time.sleep(0.5)  # a link-local would be there by now (no DAD: tentative or not)
         for n in ("h1", "h2", "s1"):
-            v6 = [i for a in _j(lab[n], "addr", "show") for i in a["addr_info"]
-                  if i["family"] == "inet6"]
+            v6 = [(a["ifname"], i["local"]) for a in _j(lab[n], "addr", "show")
+                  for i in a["addr_info"] if i["family"] == "inet6" and a["ifname"] != "lo"]
             assert v6 == [], (n, v6)
+        # and nothing IPv6 went over the bridge: no DAD, MLD or router solicitation
+        stats = {l["ifname"]: l for l in _j(lab["h1"], "-s", "link", "show")}
+        assert stats["h1-eth0"]["stats64"]["tx"]["packets"] == 0
         lab["h1"].run(["ping", "-c", "1", "-W", "5", lab["h2"].ip])
     res = subprocess.run([nslab, "--results", str(tmp_path), "topo", "up", "single", "--k", "3",
                           "--no-ipv6", "--for", "0"], capture_output=True, text=True, timeout=120)

@@ -150,3 +150,14 @@ def test_a_refusal_names_the_request_as_an_ip_line():
     assert "configuring h1" in str(err.value)
     assert "ip addr add 10.0.0.1/8 dev lo" in str(err.value)
     assert "File exists" in str(err.value)
+
+
+def test_no_link_local_matches_pyroute2():
+    from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+    theirs = _pyroute2(ifinfmsg, nl.RTM_NEWLINK, REQ,
+                       {"family": 0, "index": 0, "flags": 0, "change": 0},
+                       [("IFLA_IFNAME", "eth0"),
+                        ("IFLA_AF_SPEC", {"attrs": [("AF_INET6", {"attrs": [
+                            ("IFLA_INET6_ADDR_GEN_MODE", 1)]})]})])
+    assert _ours(nl.NoLinkLocal("eth0")) == theirs
+    assert nl.NoLinkLocal("eth0").line() == "link set dev eth0 addrgenmode none"

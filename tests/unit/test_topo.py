@@ -103,21 +103,24 @@ def test_ready_topologies_take_jitter_and_swallow_no_option():
         assert inspect.Parameter.VAR_KEYWORD not in kinds, f"{name} would ignore options silently"
 
 
-def test_without_ipv6_turns_it_off_in_hosts_and_switches_but_not_routers():
-    from nslab.topo import NO_IPV6
+def test_without_ipv6_plans_no_link_locals_on_hosts_and_switches_but_on_routers():
+    from nslab.plan import plan
     t = Topology(name="v4")
-    t.add_host("h1", sysctls={"net.ipv4.ip_forward": 1})
+    t.add_host("h1")
     t.add_switch("s1")
     t.add_router("r1")
     t.add_link("h1", "s1")
     t.add_link("r1", "s1")
-    v4 = t.without_ipv6()
-    by_node = v4.sysctls()
-    for n in ("h1", "s1"):
-        assert {k: by_node[n][k] for k in NO_IPV6} == NO_IPV6
-    assert by_node["h1"]["net.ipv4.ip_forward"] == "1"  # the node's own sysctls stay
-    assert not set(NO_IPV6) & set(by_node["r1"])       # BGP unnumbered needs IPv6
-    assert "net.ipv6.conf.all.disable_ipv6" not in t.nodes["h1"].sysctls  # a copy
+    lines = plan(t.without_ipv6(), "nl0abc").ns_lines
+    h1, s1, r1 = lines["nl0abc-h1"], lines["nl0abc-s1"], lines["nl0abc-r1"]
+    # before each link comes up, so the kernel never makes one
+    assert h1.index("link set dev h1-eth0 addrgenmode none") < h1.index("link set dev h1-eth0 up")
+    for dev in ("s1-eth1", "s1-eth2", "s1"):
+        assert s1.index(f"link set dev {dev} addrgenmode none") < s1.index(f"link set dev {dev} up")
+    assert not any("addrgenmode" in ln for ln in r1)  # BGP unnumbered needs IPv6
+    assert not any("addrgenmode" in ln for lns in plan(t, "nl0abc").ns_lines.values()
+                   for ln in lns)                    # the default keeps IPv6
+    assert t.ipv6 and not t.without_ipv6().ipv6      # a copy
 
 
 def test_without_ipv6_refuses_an_ipv6_address_naming_the_node():
@@ -125,5 +128,6 @@ def test_without_ipv6_refuses_an_ipv6_address_naming_the_node():
     t.add_host("h1")
     t.add_host("h2", routes=["2001:db8:1::/48 via 2001:db8::1"])
     t.add_link("h1", "h2", {"ip": "2001:db8::2/64"}, {"ip": "2001:db8::1/64"})
-    with pytest.raises(TopologyError, match=r"nodes.h1: 2001:db8::2/64 is IPv6"):
+    with pytest.raises(TopologyError, match=r"^nodes.h1: 2001:db8::2/64 is IPv6, and the "
+                                            r"topology has ipv6: false"):
         t.without_ipv6()
