@@ -44,6 +44,9 @@ class CommandError(LabError):
         self.where = where
         detail = (stderr or stdout).strip().splitlines()
         last = detail[-1] if detail else "no output"
+        if len(detail) >= 2 and last.startswith("Command failed"):
+            # ip/tc -batch: the kernel's answer, then which line it was about
+            last = f"{detail[-2]} ({last})"
         loc = f" in {where}" if where else ""
         super().__init__(
             f"command failed{loc} (exit {returncode}): {' '.join(self.argv)}: {last}")

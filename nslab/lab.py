@@ -26,7 +26,7 @@ from .errors import InputError, LabError, TopologyError
 from .extension import Extension, for_topology, root_switch_types
 from .multihost import Part
 from .naming import check_run_id, new_run_id
-from .netlink import SysctlSet, write_sysctls
+from .netlink import LinkDown, SysctlSet, write_sysctls
 from .netlink import apply as apply_ops
 from .node import LabNode
 from .plan import BuildPlan, plan
@@ -228,6 +228,7 @@ class Lab:
                 stop_all(self.processes)
             except Exception as exc:  # noqa: BLE001 - teardown goes on
                 problems.append(f"processes: {exc}")
+            self._quiet_bridges()
             self.inventory.journal = self.journal
             problems += remove(self.inventory)
             self._started = False
@@ -236,6 +237,27 @@ class Lab:
             log.warning("teardown of %s: %s", self.run_id, prob)
         log.info("lab %s torn down", self.run_id)
         return problems
+
+    def _quiet_bridges(self) -> None:
+        """Take the lab's Linux bridges down before its namespaces go. As a
+        namespace is deleted its interfaces leave their IPv6 multicast groups,
+        and a bridge still up floods each report to every port: a 1000-host
+        lab's teardown took 0.5-0.65 s with IPv6, 0.2 s without. Best effort:
+        a bridge a failed build never made is skipped."""
+        if self.plan is None:
+            return
+        bridges = {np.netns: name for name, np in self.plan.nodes.items()
+                   if np.kind == "switch" and np.netns and os.path.exists(f"/run/netns/{np.netns}")}
+
+        def down(ns: Optional[str]) -> None:
+            try:
+                apply_ops([LinkDown(bridges[ns])], f"teardown of {ns}")
+            except LabError as exc:
+                log.debug("%s", exc)
+        try:
+            in_each_namespace(list(bridges), down, "netns-quiet")
+        except OSError as exc:  # a namespace already gone
+            log.debug("quieting bridges: %s", exc)
 
     def _install_signal_handlers(self) -> None:
         """SIGTERM and SIGHUP (a closed terminal) tear the lab down like Ctrl-C:

@@ -19,6 +19,7 @@ name again before it is encoded, as it does for batch lines.
 from __future__ import annotations
 
 import errno as errno_mod
+import functools
 import ipaddress
 import os
 import socket
@@ -96,6 +97,20 @@ class LinkUp:
 
     def encode(self, index_of: IndexOf) -> Tuple[int, int, bytes]:
         return RTM_NEWLINK, 0, (struct.pack("=BxHiII", 0, 0, 0, IFF_UP, IFF_UP)
+                                + attr(IFLA_IFNAME, _name(self.dev)))
+
+
+@dataclass(frozen=True)
+class LinkDown:
+    """``ip link set dev DEV down``."""
+
+    dev: str
+
+    def line(self) -> str:
+        return line("link", "set", "dev", self.dev, "down")
+
+    def encode(self, index_of: IndexOf) -> Tuple[int, int, bytes]:
+        return RTM_NEWLINK, 0, (struct.pack("=BxHiII", 0, 0, 0, 0, IFF_UP)
                                 + attr(IFLA_IFNAME, _name(self.dev)))
 
 
@@ -227,7 +242,7 @@ class RouteAdd:
         return RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body
 
 
-Op = Union[LinkUp, LinkMtu, NoLinkLocal, LinkMaster, BridgeAdd, AddrAdd, RouteAdd]
+Op = Union[LinkUp, LinkDown, LinkMtu, NoLinkLocal, LinkMaster, BridgeAdd, AddrAdd, RouteAdd]
 
 
 @dataclass(frozen=True)
@@ -242,6 +257,13 @@ class SysctlSet:
         if not self.key.startswith("net.") or "/" in self.key or ".." in self.key:
             raise ValueError(f"{self.key!r} is not a per-namespace sysctl key")
         return "/proc/sys/" + self.key.replace(".", "/")
+
+
+@functools.lru_cache(maxsize=1)
+def ipv6_available() -> bool:
+    """False on a kernel without IPv6 (``ipv6.disable=1``), which refuses an
+    ``AF_INET6`` link attribute (EAFNOSUPPORT)."""
+    return os.path.isdir("/proc/sys/net/ipv6")
 
 
 def parse_ack(data: bytes) -> Iterator[Tuple[int, int, str]]:
@@ -305,6 +327,8 @@ class Session:
         return self.index[dev]
 
     def add(self, op: Op) -> None:
+        if isinstance(op, NoLinkLocal) and not ipv6_available():
+            return  # a kernel booted with ipv6.disable=1 makes no link-local anyway
         kind, flags, body = op.encode(self.index_of)
         self.seq += 1
         self.pending[self.seq] = op
@@ -323,6 +347,8 @@ class Session:
             data = self.sock.recv(1 << 16)
             for seq, err, text in parse_ack(data):
                 op = self.pending.pop(seq, None)
+                if isinstance(op, NoLinkLocal) and err == errno_mod.EAFNOSUPPORT:
+                    continue  # the device has no IPv6 at all (an MTU under 1280)
                 if op is not None and err and failed is None:
                     failed = (op, err, text)
         if failed is not None:

@@ -164,7 +164,11 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
         shaping = link.shaping
         for ns, dev, node, intf in ends:
             if ns is not None:
-                if not topo.ipv6 and topo.nodes[node].kind != "router":
+                # a Linux bridge's ports are layer 2 and never get an IPv6
+                # address (their link-locals' DAD, MLD and solicitations were
+                # half the IPv6 start-up work of a big build); hosts' links
+                # only with ipv6: false
+                if topo.nodes[node].is_switch or (not topo.ipv6 and topo.nodes[node].kind != "router"):
                     ns_intf_ops[ns].append(NoLinkLocal(dev))
                 ns_intf_ops[ns].append(LinkUp(dev))
                 if link.mtu:
@@ -220,16 +224,17 @@ def _veth_indexes(next_index: Dict[str, int], namespaces: List[Optional[str]],
     a second after a recent run. In fresh namespaces both ends of the first
     link of two nodes get index 2, so in a big build one link came up ~0.5 s
     after all the others. Each lab namespace numbers its interfaces from 2
-    (``lo`` is 1), skipping one where the two ends would be equal. Ends in the
-    root namespace, and every end of a lab spread over hosts (a tunnel moved
-    into a namespace keeps its index), are left to the kernel (None)."""
-    if not explicit:
+    (``lo`` is 1), skipping one where the two ends would be equal. A link with
+    an end in the root namespace, and every link of a lab spread over hosts (a
+    tunnel moved into a namespace keeps its index), is left to the kernel
+    (None)."""
+    if not explicit or None in namespaces:
+        # with an end in the root namespace, neither: a 6.1 kernel gives the
+        # peer the index asked for the first end (an ip(8) request carries it
+        # in both), and the root namespace had it already (EEXIST)
         return [None for _ in namespaces]
     out: List[Optional[int]] = []
-    for ns in namespaces:
-        if ns is None:
-            out.append(None)
-            continue
+    for ns in [n for n in namespaces if n is not None]:
         index = next_index.get(ns, 2)
         if index in out:
             index += 1

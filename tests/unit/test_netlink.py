@@ -161,3 +161,37 @@ def test_no_link_local_matches_pyroute2():
                             ("IFLA_INET6_ADDR_GEN_MODE", 1)]})]})])
     assert _ours(nl.NoLinkLocal("eth0")) == theirs
     assert nl.NoLinkLocal("eth0").line() == "link set dev eth0 addrgenmode none"
+
+
+def test_a_device_without_ipv6_needs_no_link_local_refusal():
+    """EAFNOSUPPORT to addrgenmode (a device with an MTU under 1280 has no
+    IPv6 at all) is not an error; to anything else it is."""
+    class FakeSock:
+        def __init__(self):
+            self.sent = []
+
+        def send(self, data):
+            off = 0
+            while off < len(data):
+                n = struct.unpack_from("=I", data, off)[0]
+                self.sent.append(data[off:off + 16])
+                off += n
+
+        def recv(self, n):
+            hdr = self.sent.pop(0)
+            return struct.pack("=IHHII", 36, nl.NLMSG_ERROR, 0x100, struct.unpack_from("=I", hdr, 8)[0], 0) + \
+                struct.pack("=i", -97) + hdr
+
+    s = nl.Session.__new__(nl.Session)
+    s.where, s.sock, s.seq, s.pending, s.out, s.index = "configuring s1", FakeSock(), 0, {}, [], {}
+    s.add(nl.NoLinkLocal("s1-eth1"))
+    s.flush()
+    s.add(nl.LinkUp("s1-eth1"))
+    with pytest.raises(CommandError, match="Address family not supported"):
+        s.flush()
+
+
+def test_a_failed_batch_names_the_kernels_answer_not_only_the_line_number():
+    err = CommandError(["ip", "-batch", "-"], 1, "",
+                       "RTNETLINK answers: File exists\nCommand failed -:2\n", "creating links")
+    assert str(err).endswith("ip -batch -: RTNETLINK answers: File exists (Command failed -:2)")

@@ -118,8 +118,10 @@ def test_without_ipv6_plans_no_link_locals_on_hosts_and_switches_but_on_routers(
     for dev in ("s1-eth1", "s1-eth2", "s1"):
         assert s1.index(f"link set dev {dev} addrgenmode none") < s1.index(f"link set dev {dev} up")
     assert not any("addrgenmode" in ln for ln in r1)  # BGP unnumbered needs IPv6
-    assert not any("addrgenmode" in ln for lns in plan(t, "nl0abc").ns_lines.values()
-                   for ln in lns)                    # the default keeps IPv6
+    default = plan(t, "nl0abc").ns_lines                # the default keeps IPv6 on hosts,
+    assert not any("addrgenmode" in ln for ln in default["nl0abc-h1"] + default["nl0abc-r1"])
+    assert [ln for ln in default["nl0abc-s1"] if "addrgenmode" in ln] == [  # not on bridge ports
+        "link set dev s1-eth1 addrgenmode none", "link set dev s1-eth2 addrgenmode none"]
     assert t.ipv6 and not t.without_ipv6().ipv6      # a copy
 
 
@@ -131,3 +133,28 @@ def test_without_ipv6_refuses_an_ipv6_address_naming_the_node():
     with pytest.raises(TopologyError, match=r"^nodes.h1: 2001:db8::2/64 is IPv6, and the "
                                             r"topology has ipv6: false"):
         t.without_ipv6()
+
+
+def test_the_two_ends_of_a_veth_get_different_interface_indexes():
+    """A veth whose index equals its peer's is not urgent to the kernel's link
+    watcher (its carrier can wait up to a second): fresh namespaces would give
+    both ends of a first link index 2."""
+    import re
+
+    from nslab.plan import plan
+
+    def indexes(topo):
+        return [tuple(int(i) for i in re.findall(r" index (\d+)", ln))
+                for ln in plan(topo, "nl0abc", ["ovs"]).link_lines if ln.startswith("link add")]
+    assert indexes(pair()) == [(2, 3)]
+    assert indexes(single(k=3)) == [(2, 3), (2, 4), (2, 5)]  # s1 skips 2, then counts on
+    t = Topology(name="tri")
+    for n in ("a", "b", "c"):
+        t.add_host(n)
+    t.add_link("a", "b")
+    t.add_link("b", "c")
+    t.add_link("c", "a")
+    assert indexes(t) == [(2, 3), (4, 2), (3, 4)]            # per namespace: a 2,4; b 3,4; c 2,3
+    assert all(a != b for a, b in indexes(t) + indexes(single(k=3)))
+    # an end in the root namespace (an OVS port): left to the kernel
+    assert indexes(single(k=2, switch="ovs")) == [(), ()]
