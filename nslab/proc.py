@@ -353,9 +353,9 @@ def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,
     A worker thread enters the namespace (``setns``) and forks the command from
     there, so the child is born inside it. ``ip -n NS`` and ``ip netns exec``
     cost more per call: each builds a mount namespace and remounts ``/sys``
-    (4-10 ms a call here, against ~1.2 ms this way with two workers), which is
-    most of a 1000-host build. The commands must not need the namespace's
-    ``/sys`` (``ip``, ``tc`` and ``/proc/sys`` writes do not).
+    (4-10 ms a call here, against ~1.2 ms this way with two workers). The
+    commands must not need the namespace's ``/sys`` (``ip``, ``tc`` and
+    ``/proc/sys`` writes do not).
 
     Returns the results in job order. Raises the first job's
     :class:`CommandError` (by job order) after every started job has ended;
