@@ -7,14 +7,26 @@ PYTEST_ARGS ?=
 # The stock kernel the kernel tier boots (unpacked into .cache/kernel, never
 # installed): a metapackage or an exact package, e.g. linux-image-6.1.0-56-amd64.
 KERNEL_PKG ?= linux-image-amd64
+# The guest tier boots each of these (Debian 12's kernel on this machine's userland,
+# Debian 13's on the Debian 13 root); the two-box tier boots the first.
+KERNEL_DISTS ?= bookworm,trixie
+# The Debian 13 tier: a debootstrapped root in .cache/debian13 (scripts/setup-debian13.sh),
+# entered with scripts/in-debian13.sh; the project is set up there with its own venv.
+DEBIAN13_VENV ?= .venv-debian13
+IN_DEBIAN13 := scripts/in-debian13.sh make --no-print-directory VENV=$(DEBIAN13_VENV) PY=/usr/bin/python3
 
-.PHONY: setup system venv demo test test-host test-kernel kernel-setup unit clean-lab help
+# The tiers make namespaces and labs: never two at once, even under make -j.
+.NOTPARALLEL:
+
+.PHONY: setup system venv demo test test-host test-debian13 test-kernel kernel-setup debian13-setup unit clean-lab help
 
 help:
 	@echo "make demo         set up everything missing, then run the quick reproduction of the four studies"
-	@echo "make test         set up everything missing, then run the whole suite: the host tier, then"
-	@echo "                  the stock-kernel tier (QEMU guests on $(KERNEL_PKG), two boxes with real NIC drivers)"
+	@echo "make test         set up everything missing, then run the whole suite: the host tier, the"
+	@echo "                  Debian 13 tier, then the stock-kernel tier (QEMU guests on Debian 12's and"
+	@echo "                  Debian 13's kernels, two boxes with real NIC drivers)"
 	@echo "make test-host    the unit, integration and smoke tiers on this machine's kernel"
+	@echo "make test-debian13  the host tier again, inside a Debian 13 root (.cache/debian13)"
 	@echo "make test-kernel  the stock-kernel tier only"
 
 system:
@@ -39,16 +51,26 @@ setup: system venv
 demo: setup
 	$(BIN)/nslab reproduce --quick
 
-test: test-host test-kernel
+test: test-host test-debian13 test-kernel
 
 test-host: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-kernel-setup: setup
+# Made (debootstrap) only when missing or when setup-system.sh or the script changed.
+debian13-setup: system
+	@scripts/setup-debian13.sh
+
+# `make test-host` inside the root: the project set up there by the README's commands.
+test-debian13: debian13-setup
+	$(IN_DEBIAN13) test-host PYTEST_ARGS="$(PYTEST_ARGS)"
+
+kernel-setup: setup debian13-setup
 	@KERNEL_PKG=$(KERNEL_PKG) scripts/setup-kernel.sh
+	@KERNEL_DIST=trixie scripts/setup-kernel.sh
+	@$(IN_DEBIAN13) venv
 
 test-kernel: kernel-setup
-	$(BIN)/python scripts/kernel-tier.py $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
+	$(BIN)/python scripts/kernel-tier.py --kernels $(KERNEL_DISTS) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)

@@ -1,6 +1,7 @@
 """FRRouting for the lab: daemon model, config templates, readiness checks."""
-from .daemon import Bgpd, Daemon, DaemonCheckError, Zebra
+from .daemon import Bfdd, Bgpd, Daemon, DaemonCheckError, Mgmtd, Zebra
 from .router import FrrExtension, FrrRouter, frr_of, wait_for_ecmp
+from .version import FrrVersion
 
-__all__ = ["Daemon", "Zebra", "Bgpd", "DaemonCheckError", "FrrRouter", "FrrExtension", "frr_of",
-           "wait_for_ecmp"]
+__all__ = ["Daemon", "Zebra", "Bgpd", "Bfdd", "Mgmtd", "DaemonCheckError", "FrrRouter",
+           "FrrExtension", "FrrVersion", "frr_of", "wait_for_ecmp"]

@@ -1,35 +1,53 @@
 """FRR daemons as small classes (after IPMininet): name, start order, rendered
 config, a dry-run check before anything starts, explicit paths for everything.
 
-Each daemon of a node runs inside the node's namespace with its config, pid
-file, zebra socket and vty socket in the node's own directory
-(``/run/nslab/<run>/frr/<node>/``, owned by ``frr``), and no TCP vty port.
+Each daemon of a node runs inside the node's namespace with its pid file,
+zebra socket and vty socket in the node's own run directory
+(``/run/nslab/<run>/frr/<node>/``, owned by ``frr``), its configuration in a
+directory only root can write (``/run/nslab/<run>/frr-conf/<node>/``, see
+:mod:`frr.rundir`), and no TCP vty port.
 
-FRR also keeps a per-process scratch directory, ``/var/tmp/frr/<daemon>.<pid>``
-(its crash-log buffers), which it removes only on a clean exit: a daemon
-killed, or a ``-C`` dry run, leaves it behind, and a lab killed between
-starting a daemon and journalling its pid could not know which one was its
-own. So every daemon gets a private, empty ``/var/tmp``: a tmpfs mounted in the
-mount namespace ``ip netns exec`` already gives each process, gone with the
-process. Nothing FRR writes outside the node's directory reaches the host.
+Every daemon runs in the private mount namespace ``ip netns exec`` gives each
+process, set up by a short shell prologue before the daemon is exec'd (same
+pid; the argv passes as positional parameters, never through the shell's
+parser):
+
+* ``/var/tmp`` is a private tmpfs. FRR keeps a per-process scratch directory,
+  ``/var/tmp/frr/<daemon>.<pid>`` (its crash-log buffers), which it removes only
+  on a clean exit: a daemon killed, or a ``-C`` dry run, would leave it behind.
+* From FRR 10 (:attr:`frr.version.FrrVersion.mgmtd`), ``mgmtd`` must be one per
+  node, and its sockets and config files sit at paths compiled into FRR. So
+  FRR's run-state directory (``/run/frr``) is the node's run directory, FRR's
+  config directory (``/etc/frr``) is the node's config directory (``mgmtd``
+  reads ``mgmtd.conf`` there), and FRR's lib-state directory
+  (``/var/lib/frr``, ``mgmtd``'s commit history) is a private tmpfs. The
+  host's ``/etc/frr`` is never read and nothing reaches the host's
+  ``/run/frr`` or ``/var/lib/frr``.
+
+Nothing FRR writes outside the node's run directory reaches the host.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
+import signal
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional
 
 import jinja2
 
 from nslab.errors import LabError
-from nslab.proc import Process
+from nslab.proc import Process, process_start_time
+
+from .rundir import NodeDir, frr_ids, owned_process
+from .version import FRR_DIR, FrrVersion
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.node import LabNode
 
 log = logging.getLogger(__name__)
 
-FRR_DIR = "/usr/lib/frr"
+
 def config_token(value: Any) -> str:
     """Every value written into an FRR configuration is one plain token: FRR
     splits a line on whitespace and reads ``!``/``#`` as comments, so a name,
@@ -45,33 +63,88 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(os.path.join(os.path.di
                           undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
                           autoescape=False, finalize=config_token)
 
+#: Where a dry run puts the files a daemon makes before it reads its config (FRR
+#: 10's zebra binds its API socket first): the dry run's own private tmpfs.
+_CHECK_DIR = "/var/tmp"
+
 
 class DaemonCheckError(LabError):
     """A daemon's configuration failed FRR's dry-run check (``-C``)."""
 
 
+def check_result(node: str, daemon: str, path: str, returncode: int, stdout: str,
+                 stderr: str) -> None:
+    """Judge a dry run's outcome; raise :class:`DaemonCheckError` naming the
+    node, the daemon, the file and FRR's own message.
+
+    A daemon's ``-C`` exits 0 even when lines fail (8.4 and 10.3 alike); it
+    logs ``... No such command on config line N: ...``. ``vtysh --dryrun``
+    exits non-zero and prints ``line N: % Unknown command[..]: ...``.
+    """
+    lines = (stderr + "\n" + stdout).splitlines()
+    detail = None
+    for ln in lines:
+        if "on config line" in ln:
+            detail = ln.split("] ", 1)[-1].strip()
+            break
+        m = re.match(r"^line (\d+): %\s*(.*)$", ln.strip())
+        if m:
+            what = " ".join(re.sub(r"\[\d+\]", "", m.group(2)).split())
+            detail = f"{what} on config line {m.group(1)}"
+            break
+    if detail is None and returncode != 0:
+        text = [ln.strip() for ln in lines if ln.strip()]
+        detail = text[0] if text else f"exit {returncode}"
+    if detail is not None:
+        raise DaemonCheckError(f"{node}: {daemon} rejected {path}: {detail}")
+
+
 class Daemon:
-    """One FRR daemon of one node."""
+    """One FRR daemon of one node.
+
+    Args:
+        node: the lab node it runs in.
+        run_dir: the node's run directory (``frr``'s).
+        conf_dir: the node's configuration directory (root's).
+        context: template values.
+        version: the FRR it runs on.
+    """
 
     NAME: ClassVar[str] = ""
     ORDER: ClassVar[int] = 0
+    #: A socket in the run directory whose presence says the daemon serves.
+    READY: ClassVar[Optional[str]] = None
 
-    def __init__(self, node: "LabNode", directory: str, context: Dict[str, Any]) -> None:
+    def __init__(self, node: "LabNode", run_dir: NodeDir, conf_dir: NodeDir,
+                 context: Dict[str, Any], version: FrrVersion) -> None:
         self.node = node
-        self.dir = directory
+        self.run_dir = run_dir
+        self.conf_dir = conf_dir
         self.context = context
+        self.version = version
         self.process: Optional[Process] = None
+        self.started_at: Optional[float] = None
+
+    @property
+    def dir(self) -> str:
+        """The node's run directory (sockets, pid files, logs)."""
+        return self.run_dir.path
 
     @property
     def binary(self) -> str:
         return os.path.join(FRR_DIR, self.NAME)
 
     @property
+    def config_name(self) -> str:
+        return f"{self.NAME}.conf"
+
+    @property
     def config_path(self) -> str:
-        return os.path.join(self.dir, f"{self.NAME}.conf")
+        return os.path.join(self.conf_dir.path, self.config_name)
 
     @property
     def pid_path(self) -> str:
+        """FRR's pid file: written by the daemon, never read by nslab."""
         return os.path.join(self.dir, f"{self.NAME}.pid")
 
     @property
@@ -79,108 +152,194 @@ class Daemon:
         return os.path.join(self.dir, "zserv.api")
 
     def render(self) -> str:
-        return _ENV.get_template(f"{self.NAME}.conf.j2").render(dir=self.dir, **self.context)
+        return _ENV.get_template(f"{self.NAME}.conf.j2").render(
+            mgmtd=self.version.mgmtd, frr_version=self.version.text, **self.context)
 
-    def write_config(self) -> None:
-        with open(self.config_path, "w") as f:
-            f.write(self.render())
-        os.chmod(self.config_path, 0o640)
-        _chown_frr(self.config_path)
-
+    # -- command lines ---------------------------------------------------------------
     def argv(self, dry_run: bool = False) -> List[str]:
-        """The daemon's command line, run with a private ``/var/tmp`` (see the module doc)."""
-        argv = [self.binary, "-f", self.config_path, "-i", self.pid_path, "-z", self.zserv_path,
-                "--vty_socket", self.dir, "-P", "0", "-u", "frr", "-g", "frr"]
-        argv += self.extra_args()
+        """The daemon's command line inside its mount prologue (see the module doc).
+
+        A dry run (``-C``) keeps every file the daemon makes in its private tmpfs."""
+        where = _CHECK_DIR if dry_run else self.dir
+        argv = [self.binary, "-f", self.config_path, "-i", os.path.join(where, f"{self.NAME}.pid"),
+                "-z", os.path.join(where, "zserv.api"), "--vty_socket", where, "-P", "0",
+                "-u", "frr", "-g", "frr"]
+        argv += self.extra_args(dry_run)
         if dry_run:
             argv.append("-C")
-        return private_tmp(argv)
+        return self.wrap(argv)
 
-    def extra_args(self) -> List[str]:
-        return []
+    def extra_args(self, dry_run: bool = False) -> List[str]:
+        return [] if dry_run else ["--log", f"file:{self.dir}/{self.NAME}.log"]
 
-    def pid(self) -> Optional[int]:
-        """The running daemon's pid, from its pid file (None if there is none)."""
-        return _read_pid(self.pid_path)
+    def wrap(self, argv: List[str]) -> List[str]:
+        return frr_prologue(argv, self.version, self.dir, self.conf_dir.path)
 
+    # -- dry run, start, signals -----------------------------------------------------
     def check(self) -> None:
-        """Dry-run the config (``-C``); raise naming node, daemon, file and FRR's message."""
+        """Dry-run the config; raise naming node, daemon, file and FRR's message."""
         proc = self.node.popen(self.argv(dry_run=True), name=f"{self.NAME}-check")
         res = proc.wait(timeout=30)
-        # FRR 8.4's -C exits 0 even when lines fail; it logs "... on config line N: ...".
-        bad = [l for l in (res.stderr + res.stdout).splitlines() if "on config line" in l]
-        if res.returncode != 0 or bad:
-            msg = bad or (res.stderr or res.stdout).strip().splitlines()
-            detail = msg[0].split("] ", 1)[-1] if msg else f"exit {res.returncode}"
-            raise DaemonCheckError(f"{self.node.name}: {self.NAME} rejected {self.config_path}: "
-                                   f"{detail}")
+        try:
+            check_result(self.node.name, self.NAME, self.config_path, res.returncode,
+                         res.stdout, res.stderr)
+        except DaemonCheckError:
+            log.error("%s: %s dry run (%s), exit %d:\n%s%s", self.node.name, self.NAME,
+                      self.version.label, res.returncode, res.stderr, res.stdout)
+            raise
 
     def start(self) -> None:
-        log_path = os.path.join(self.dir, f"{self.NAME}.stdout")
-        with open(log_path, "w") as out:  # the daemon keeps its own copy of the descriptor
+        """Start the daemon, its output appended to ``<daemon>.stdout`` in the
+        run directory (opened without following a link), and record which
+        process it is (pid and start time)."""
+        with self.run_dir.open_output(f"{self.NAME}.stdout") as out:
             self.process = self.node.popen(self.argv(), stdout=out, stderr=out, name=self.NAME)
+        self.started_at = process_start_time(self.process.pid)
+
+    def pid(self) -> Optional[int]:
+        """The pid of the daemon nslab started while it runs (None otherwise).
+
+        It is nslab's own child, not yet reaped, so the pid cannot have passed
+        to another process; the pid file is never read."""
+        p = self.process
+        if p is None or p.popen.poll() is not None:
+            return None
+        return p.pid
+
+    def signal(self, sig: int) -> int:
+        """Send ``sig`` to the daemon nslab started, after checking it is that
+        process (start time and ``NSLAB_RUN`` tag); returns its pid.
+
+        Raises:
+            LabError: nslab did not start it, it has exited, or the pid is not
+                the process nslab started.
+        """
+        target = f"{self.node.name}/{self.NAME}"
+        pid = self.pid()
+        if pid is None:
+            raise LabError(f"{target} is not running (no process of nslab's; its pid file is "
+                           f"not trusted)")
+        why = owned_process(pid, self.started_at, self.node.lab.run_id)
+        if why:
+            raise LabError(f"{target}: not signalling: {why}")
+        os.kill(pid, sig)
+        return pid
+
+    def reap(self, timeout: float = 10.0) -> None:
+        """Wait for the daemon nslab started to exit (after a signal) and reap it."""
+        if self.process is not None:
+            self.process.popen.wait(timeout=timeout)
 
     def stop(self) -> None:
-        """Stop by pid file (falls back to our child process), before the namespace goes."""
-        from nslab.proc import kill_pids
-        pid = _read_pid(self.pid_path)
-        if pid:
-            kill_pids([pid], grace=2.0)
+        """Stop the daemon nslab started (signal ladder on its own process group)."""
         if self.process is not None:
+            if self.process.popen.poll() is None and self.pid() is not None:
+                os.kill(self.process.pid, signal.SIGCONT)  # a stopped daemon cannot exit
             self.process.stop(grace=2.0)
+
+    def exit_detail(self) -> str:
+        """How the daemon ended, with the last lines of its output."""
+        code = self.process.popen.returncode if self.process is not None else None
+        tail = self.run_dir.tail(f"{self.NAME}.stdout")
+        return f"exit {code}" + (f"; its output ends:\n{tail}" if tail else "")
+
+
+class Mgmtd(Daemon):
+    """FRR 10's management daemon: owns interface configuration. It takes no
+    ``-f`` and no ``-C``: it reads ``mgmtd.conf`` from ``/etc/frr``, which is
+    the node's config directory in its mount namespace; the dry run is
+    ``vtysh --dryrun`` (vtysh parses every daemon's commands)."""
+
+    NAME = "mgmtd"
+    ORDER = -1
+    READY = "mgmtd_be.sock"
+
+    def argv(self, dry_run: bool = False) -> List[str]:
+        if dry_run:
+            return self.wrap(["vtysh", "--dryrun", "-f", self.config_path])
+        return self.wrap([self.binary, "-i", self.pid_path, "--vty_socket", self.dir, "-P", "0",
+                          "-u", "frr", "-g", "frr"] + self.extra_args())
 
 
 class Zebra(Daemon):
     NAME = "zebra"
     ORDER = 0
-
-    def extra_args(self) -> List[str]:
-        return ["--log", f"file:{self.dir}/zebra.log"]
+    READY = "zserv.api"
 
 
 class Bfdd(Daemon):
-    """BFD; its control socket lives in the node's directory like every other socket."""
+    """BFD; before FRR 10.2 its control socket lives in the node's directory
+    like every other socket (10.2 removed the socket and ``--bfdctl``)."""
 
     NAME = "bfdd"
     ORDER = 1
 
-    def extra_args(self) -> List[str]:
-        return ["--log", f"file:{self.dir}/bfdd.log", "--bfdctl", f"{self.dir}/bfdd.sock"]
+    def extra_args(self, dry_run: bool = False) -> List[str]:
+        where = _CHECK_DIR if dry_run else self.dir
+        ctl = ["--bfdctl", f"{where}/bfdd.sock"] if self.version.bfdctl else []
+        return super().extra_args(dry_run) + ctl
 
 
 class Bgpd(Daemon):
     NAME = "bgpd"
     ORDER = 2
 
-    def extra_args(self) -> List[str]:
-        return ["--log", f"file:{self.dir}/bgpd.log"]
+
+#: The mount prologue (see the module doc). Positional parameters: ``$1`` is
+#: ``plain`` or ``mgmtd``; with ``mgmtd``, ``$2``..``$8`` are the node's run
+#: directory, FRR's run-state directory, the node's config directory, FRR's
+#: config directory, FRR's lib-state directory, frr's uid and gid; then the
+#: daemon's argv, exec'd (same pid).
+_PROLOGUE = (
+    'fail() { echo "nslab: cannot $1 for $prog" >&2; exit 1; }; '
+    'mode=$1; shift; '
+    'if [ "$mode" = mgmtd ]; then rd=$1 rs=$2 cd=$3 sc=$4 ls=$5 uid=$6 gid=$7; shift 7; fi; '
+    'prog=$1; '
+    'mount -t tmpfs -o mode=1777,size=16m nslab-frr-tmp /var/tmp '
+    '|| fail "mount a private /var/tmp"; '
+    'if [ "$mode" = mgmtd ]; then '
+    'mount --bind "$rd" "$rs" || fail "bind $rd on $rs"; '
+    'mount --bind "$cd" "$sc" || fail "bind $cd on $sc"; '
+    'mount -t tmpfs -o "mode=0750,size=16m,uid=$uid,gid=$gid" nslab-frr-lib "$ls" '
+    '|| fail "mount a private $ls"; '
+    'fi; '
+    'exec "$@"')
 
 
-#: Mounts a tmpfs over ``/var/tmp`` in the process's own mount namespace (made by
-#: ``ip netns exec``, private to it), then execs the daemon: same pid, argv
-#: passed as positional parameters, never interpolated by the shell.
-_PRIVATE_TMP_SCRIPT = ('mount -t tmpfs -o mode=1777,size=16m nslab-frr-tmp /var/tmp '
-                       '|| { echo "nslab: cannot mount a private /var/tmp for $0" >&2; exit 1; }; '
-                       'exec "$0" "$@"')
+def frr_prologue(argv: List[str], version: FrrVersion, run_dir: str, conf_dir: str) -> List[str]:
+    """Wrap a daemon's argv in the mount prologue (run it in a namespace)."""
+    if not version.mgmtd:
+        return private_tmp(argv)
+    uid, gid = frr_ids()
+    return ["/bin/sh", "-c", _PROLOGUE, "nslab-frr", "mgmtd", run_dir, version.runstatedir, conf_dir, version.sysconfdir,
+                   version.libstatedir, str(uid), str(gid)] + list(argv)
 
 
 def private_tmp(argv: List[str]) -> List[str]:
-    """Wrap a daemon's argv so its ``/var/tmp`` is a private tmpfs (run it in a namespace)."""
-    return ["/bin/sh", "-c", _PRIVATE_TMP_SCRIPT] + list(argv)
+    """Wrap ``argv`` so its ``/var/tmp`` is a private tmpfs (the prologue of FRR
+    before 10, which mounts nothing else; run it in a namespace)."""
+    return ["/bin/sh", "-c", _PROLOGUE, "nslab-frr", "plain"] + list(argv)
 
 
-def _read_pid(path: str) -> Optional[int]:
-    try:
-        with open(path) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
+def daemon_kinds(bfd: bool, version: FrrVersion) -> List[type]:
+    """The daemon classes a node runs, in start order."""
+    kinds: List[type] = [Zebra, Bgpd] + ([Bfdd] if bfd else []) + ([Mgmtd] if version.mgmtd else [])
+    return sorted(kinds, key=lambda c: c.ORDER)
 
 
-def _chown_frr(path: str) -> None:
-    import grp
-    import pwd
-    try:
-        os.chown(path, pwd.getpwnam("frr").pw_uid, grp.getgrnam("frr").gr_gid)
-    except KeyError:  # pragma: no cover - frr user missing: the daemons will say so
-        pass
+def node_configs(context: Dict[str, Any], version: FrrVersion) -> Dict[str, str]:
+    """Every configuration file of a node, ``{file name: text}``, in start order.
+
+    Args:
+        context: ``node``, ``run_id``, ``interfaces`` (the node's, in order)
+            and ``bgp`` (its :class:`~nslab.fields.BgpOptions`).
+        version: the FRR the node runs: from 10.0 the interface configuration
+            moves from ``zebra.conf`` to ``mgmtd.conf``, and a ``vtysh.conf``
+            stands in for the host's in the dry run of ``mgmtd.conf``.
+    """
+    values = dict(context, mgmtd=version.mgmtd, frr_version=version.text)
+    out = {f"{k.NAME}.conf": _ENV.get_template(f"{k.NAME}.conf.j2").render(**values)
+           for k in daemon_kinds(bool(context["bgp"].bfd), version)}
+    if version.mgmtd:
+        out["vtysh.conf"] = _ENV.get_template("vtysh.conf.j2").render(**values)
+    return out

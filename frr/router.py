@@ -7,7 +7,10 @@ A node takes part when its topology options carry ``bgp`` (a typed
           networks: [10.0.200.1/32]}
 
 The lab extension (:class:`FrrExtension`) starts the daemons after the core
-has built the namespaces and stops them, by pid file, before the namespaces go.
+has built the namespaces and stops them (the processes it started, never a pid
+read from a file) before the namespaces go. What each daemon gets depends on
+the FRR release (see :mod:`frr.version`): from FRR 10 every node also runs
+``mgmtd``, which holds the interface configuration.
 """
 from __future__ import annotations
 
@@ -17,11 +20,12 @@ import os
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from nslab.errors import ReadinessError
+from nslab.errors import LabError, ReadinessError
 from nslab.extension import Extension
-from nslab.proc import wait_path
 
-from .daemon import Bfdd, Bgpd, Daemon, Zebra, _chown_frr
+from .daemon import Daemon, daemon_kinds, node_configs
+from .rundir import NodeDir, frr_ids
+from .version import FrrVersion, detect
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.fields import BgpOptions
@@ -33,23 +37,38 @@ log = logging.getLogger(__name__)
 
 
 def node_dir(lab: "Lab", node: str) -> str:
+    """The node's FRR run directory (``frr``'s: sockets, pid files, logs)."""
     return os.path.join(lab.workdir, "frr", node)
 
 
+def conf_dir(lab: "Lab", node: str) -> str:
+    """The node's FRR configuration directory (root's, readable by group ``frr``)."""
+    return os.path.join(lab.workdir, "frr-conf", node)
+
+
 class FrrRouter:
-    """The FRR daemons of one node."""
+    """The FRR daemons of one node.
 
-    DAEMONS = (Zebra, Bgpd)
+    Args:
+        lab: the lab.
+        node: the node.
+        bgp: its BGP options.
+        version: the FRR it runs (default: this machine's, see :func:`frr.version.detect`).
+    """
 
-    def __init__(self, lab: "Lab", node: "LabNode", bgp: "BgpOptions") -> None:
+    def __init__(self, lab: "Lab", node: "LabNode", bgp: "BgpOptions",
+                 version: Optional[FrrVersion] = None) -> None:
         self.lab = lab
         self.node = node
-        self.dir = node_dir(lab, node.name)
-        ctx = {"node": node.name, "run_id": lab.run_id, "interfaces": list(node.intfs),
-               "bgp": bgp}
-        kinds = list(self.DAEMONS) + ([Bfdd] if bgp.bfd else [])
-        self.daemons: List[Daemon] = [cls(node, self.dir, ctx) for cls in
-                                      sorted(kinds, key=lambda c: c.ORDER)]
+        self.version = version or detect()
+        self.run_dir = NodeDir(node_dir(lab, node.name), "frr")
+        self.conf_dir = NodeDir(conf_dir(lab, node.name), "root")
+        self.dir = self.run_dir.path
+        self.context = {"node": node.name, "run_id": lab.run_id, "interfaces": list(node.intfs),
+                        "bgp": bgp}
+        self.daemons: List[Daemon] = [cls(node, self.run_dir, self.conf_dir, self.context,
+                                          self.version)
+                                      for cls in daemon_kinds(bool(bgp.bfd), self.version)]
 
     def daemon(self, name: str) -> Daemon:
         """The daemon called ``name`` (``zebra``, ``bgpd``, ``bfdd``)."""
@@ -60,12 +79,11 @@ class FrrRouter:
                        f"{', '.join(d.NAME for d in self.daemons)})")
 
     def write(self) -> None:
-        """The node's directory and every daemon's config file."""
-        os.makedirs(self.dir, exist_ok=True)
-        os.chmod(self.dir, 0o770)
-        _chown_frr(self.dir)
-        for d in self.daemons:
-            d.write_config()
+        """The node's two directories (made fresh) and every daemon's config file."""
+        self.run_dir.create()
+        self.conf_dir.create()
+        for name, text in node_configs(self.context, self.version).items():
+            self.conf_dir.write(name, text)
 
     def prepare(self) -> None:
         """Write the configs, then dry-run each (``-C``)."""
@@ -76,8 +94,8 @@ class FrrRouter:
     def start(self) -> None:
         for d in self.daemons:
             d.start()
-            if d.NAME == "zebra":
-                wait_path(d.zserv_path, 10, f"{self.node.name}: zebra socket")
+            if d.READY:
+                wait_ready([d], 10)
 
     def stop(self) -> None:
         for d in reversed(self.daemons):
@@ -100,13 +118,18 @@ class FrrExtension(Extension):
     def __init__(self) -> None:
         self.routers: Dict[str, FrrRouter] = {}
         self.started_at: Optional[float] = None
+        self.version: Optional[FrrVersion] = None
 
     def needs(self, topo) -> List[str]:
         return ["frr"]
 
     def build(self, lab: "Lab", plan: "BuildPlan") -> None:
         topo = lab.topology
-        self.routers = {n: FrrRouter(lab, lab[n], topo.nodes[n].bgp)  # type: ignore[arg-type]
+        version = self.version = detect()
+        log.info("%s", version.label)
+        if version.mgmtd and any(node.bgp and lab.is_local(n) for n, node in topo.nodes.items()):
+            frr_host_dirs(version)
+        self.routers = {n: FrrRouter(lab, lab[n], topo.nodes[n].bgp, version)  # type: ignore[arg-type]
                         for n, node in topo.nodes.items() if node.bgp and lab.is_local(n)}
         pin_peer_neighbours(lab)
         routers = list(self.routers.values())
@@ -121,14 +144,53 @@ class FrrExtension(Extension):
             started = [d for r in routers for d in r.daemons if type(d) is kind]
             for d in started:
                 d.start()
-            if kind.NAME == "zebra":
-                for d in started:
-                    wait_path(d.zserv_path, 30, f"{d.node.name}: zebra socket")
+            if kind.READY:  # mgmtd before zebra (its back end), zebra before the rest
+                wait_ready(started, 30)
 
     def teardown(self, lab: "Lab") -> List[str]:
         for r in self.routers.values():
             r.stop()
         return []
+
+
+def wait_ready(daemons: List[Daemon], timeout: float) -> None:
+    """Wait until each daemon's :attr:`~frr.daemon.Daemon.READY` socket is in
+    its run directory; a daemon that exits first is an error with its output."""
+    deadline = time.monotonic() + timeout
+    pending = [d for d in daemons if d.READY]
+    while pending:
+        for d in pending:
+            if d.pid() is None:
+                raise ReadinessError(f"{d.node.name}: {d.NAME} exited before it served "
+                                     f"({d.version.label}): {d.exit_detail()}")
+        pending = [d for d in pending if not d.run_dir.has_socket(d.READY)]  # type: ignore[arg-type]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            d = pending[0]
+            raise ReadinessError(f"{d.node.name}: {d.NAME} socket {d.READY} did not appear "
+                                 f"within {timeout:.0f} s in {d.dir} ({len(pending)} daemons "
+                                 f"waiting)")
+        time.sleep(0.02)
+
+
+def frr_host_dirs(version: FrrVersion) -> None:
+    """Make sure the directories each daemon's mount prologue mounts over exist
+    (FRR 10): FRR's config directory comes with the package; its run-state and
+    lib-state directories are made here when missing, as the package's
+    tmpfiles rule (``d /run/frr 0755 frr frr``) and FRR itself would. Nothing
+    is written into them: each daemon sees its node's own in their place."""
+    if not os.path.isdir(version.sysconfdir):
+        raise LabError(f"{version.label}: its config directory {version.sysconfdir} is missing "
+                       f"(is the frr package installed?)")
+    uid, gid = frr_ids()
+    for path in (version.runstatedir, version.libstatedir):
+        if os.path.isdir(path):
+            continue
+        log.info("creating %s (owner frr, 0755), as FRR's package would", path)
+        os.makedirs(path, 0o755, exist_ok=True)
+        if uid >= 0:
+            os.chown(path, uid, gid)
 
 
 def unnumbered_pairs(topo) -> List[Tuple[str, str, str, str]]:  # noqa: ANN001

@@ -12,6 +12,7 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 from .errors import CapabilityError
+from .safeio import make_dirs, write_atomic
 
 
 def mem_available_kb() -> int:
@@ -96,9 +97,7 @@ def quiesce(busy_below: float = 0.10, window: float = 0.2, timeout: float = 15.0
 def save(results_root: str, name: str, out: Dict[str, object]) -> str:
     """Write a benchmark's result to ``<results>/bench/<name>-<time>.json``."""
     path = os.path.join(results_root, "bench", f"{name}-{int(time.time())}.json")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    make_dirs(os.path.dirname(path))
     out.setdefault("machine", {"cpus": os.cpu_count(), "kernel": os.uname().release})
     out.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%S"))
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
-    return path
+    return write_atomic(path, json.dumps(out, indent=1))

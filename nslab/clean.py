@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from . import statefile
-from .naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR
+from .naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR, check_state_dir
 from .proc import kill_pids, pids_with_tag, process_name, process_start_time, run
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class Inventory:
             out += [exts[name].describe(o) if name in exts else f"{name} {o}" for o in objs]
         out += [f"process {p} ({process_name(p)})" for p in self.pids]
         for restore in (self.journal or {}).get("restore", []):
-            out.append(f"restore {restore.get('what', '?')}")
+            out.append(f"restore {_printable(restore.get('what', '?'))}")
         if self.journal is not None:
             out.append(f"journal {journal_path(self.run_id)}")
         elif os.path.exists(journal_tmp_path(self.run_id)):
@@ -88,11 +89,19 @@ def read_journal(run_id: str) -> Optional[dict]:
     record the last change made) and wins (see :mod:`nslab.statefile`).
     """
     data = statefile.read(journal_path(run_id))
-    return data if data is not None and data.get("run") == run_id else None
+    if data is None or data.get("run") != run_id:
+        return None
+    restore = data.get("restore", [])
+    if not isinstance(restore, list) or not all(isinstance(r, dict) for r in restore):
+        log.warning("journal of %s: 'restore' is not a list of records; ignored", run_id)
+        data = dict(data, restore=[])
+    return data
 
 
 def write_journal(run_id: str, data: dict) -> None:
-    """Write the journal atomically."""
+    """Write the journal atomically (into a state directory that is root's own:
+    :func:`~nslab.naming.check_state_dir`)."""
+    check_state_dir(STATE_DIR)
     statefile.write(journal_path(run_id), data)
 
 
@@ -106,7 +115,9 @@ def run_is_live(journal: Optional[dict]) -> bool:
     if not journal:
         return False
     pid, start = journal.get("pid"), journal.get("pid_start")
-    return bool(pid) and process_start_time(int(pid)) == start
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False  # a journal is data: a pid that is not one is no live run
+    return process_start_time(pid) == start
 
 
 def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
@@ -119,6 +130,7 @@ def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
     def want(rid: str) -> bool:
         return run_id is None or rid == run_id
 
+    check_state_dir(STATE_DIR)  # its journals hold commands to run as root
     try:
         for entry in os.listdir(STATE_DIR):
             rid, is_journal = entry, False
@@ -176,7 +188,8 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
     journal = inv.journal or read_journal(inv.run_id) or {}
     # Restore anything the run changed outside its own objects (e.g. an uplink NIC).
     for item in reversed(journal.get("restore", [])):
-        stage(f"restore {item.get('what')}", lambda item=item: _restore(item))
+        stage(f"restore {_printable(item.get('what'))}",
+              lambda item=item: _restore(item, inv.run_id))
     stage("processes", lambda: _kill_tagged(inv))
     from .extension import registered
     exts = registered()
@@ -203,7 +216,8 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
 
 def live_journals(exclude: Optional[str] = None) -> List[dict]:
     """Journals of the runs whose owning process is alive (other than ``exclude``)."""
-    out = []
+    out: List[dict] = []
+    check_state_dir(STATE_DIR)
     try:
         entries = os.listdir(STATE_DIR)
     except OSError:
@@ -288,10 +302,101 @@ def _del_root_interfaces(names: List[str], paired_in_root: set, settle: float = 
         _batch([("link", "del", "dev", n) for n in left])
 
 
-def _restore(item: dict) -> None:
-    """Undo a recorded change: a list of argv commands to run."""
-    for argv in item.get("argv", []):
+def _restore(item: dict, run_id: str) -> None:
+    """Undo a recorded change: its commands, each checked first
+    (:func:`restore_problem`); one that is not of a form nslab journals stops
+    the whole item before any of it runs."""
+    argvs = item.get("argv", [])
+    if not isinstance(argvs, list):
+        raise RuntimeError("refused: 'argv' is not a list of commands")
+    ifaces = set()
+    for argv in argvs:
+        why = restore_problem(argv, run_id)
+        if why:
+            raise RuntimeError(f"refused: not a restore command nslab writes ({why}); "
+                               "nothing of this item was run")
+        ifaces.add(_restore_iface(argv))
+    if len(ifaces) > 1:
+        raise RuntimeError(f"refused: one item restores one interface, not "
+                           f"{', '.join(sorted(ifaces))}")
+    for argv in argvs:
         run(argv, check=False)
+
+
+def _printable(value: object, most: int = 120) -> str:
+    """A journal's text as one printable line (no terminal control characters)."""
+    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    return text[:most] + ("..." if len(text) > most else "")
+
+
+def _restore_iface(argv: List[str]) -> str:
+    """The interface a checked restore command acts on."""
+    if argv[0] == "ovs-vsctl":
+        return argv[5]
+    if argv[0] == "ethtool":
+        return argv[2]
+    return argv[argv.index("dev") + 1]
+
+
+def restore_problem(argv: object, run_id: str) -> Optional[str]:
+    """Why ``argv`` is not one of the restore commands nslab journals (an
+    uplink NIC put back: :func:`nslab.ovs.uplink.restore_argv`), or None.
+
+    A journal is data: ``nslab clean`` runs no command from it that is not,
+    token by token, one of::
+
+        ovs-vsctl --timeout=10 --if-exists del-port <run>-bN IFACE
+        ip link set dev IFACE mtu N | up | down
+        ip addr replace IPV4/PREFIX dev IFACE
+        ip route replace DST [via ADDR] dev IFACE [metric N]
+        ethtool -K IFACE tx|gso|tso on|off
+    """
+    import ipaddress
+
+    from .fields import IFNAME_RE
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        return "not a list of words"
+
+    def iface(x: str) -> bool:
+        return bool(IFNAME_RE.fullmatch(x))
+
+    def number(x: str, lo: int, hi: int) -> bool:
+        return x.isdigit() and lo <= int(x) <= hi
+
+    def parses(kind: Callable[[str], object], x: str) -> bool:
+        try:
+            kind(x)
+        except ValueError:
+            return False
+        return x == x.strip() and x != ""
+
+    shown = " ".join(_printable(a, 40) for a in argv[:8])
+    a = argv
+    if a[:4] == ["ovs-vsctl", "--timeout=10", "--if-exists", "del-port"] and len(a) == 6:
+        if re.fullmatch(rf"{re.escape(run_id)}-b[0-9]{{1,6}}", a[4]) and iface(a[5]):
+            return None
+        return f"{shown}: not a bridge of run {run_id} and an interface"
+    if a[:4] == ["ip", "link", "set", "dev"] and len(a) >= 6 and iface(a[4]):
+        if a[5:] in (["up"], ["down"]) or (len(a) == 7 and a[5] == "mtu"
+                                           and number(a[6], 68, 65535)):
+            return None
+    if a[:3] == ["ip", "addr", "replace"] and len(a) == 6 and a[4] == "dev" and iface(a[5]):
+        if "/" in a[3] and parses(ipaddress.IPv4Interface, a[3]):
+            return None
+    if a[:3] == ["ip", "route", "replace"] and len(a) >= 6:
+        dst, rest = a[3], a[4:]
+        ok = dst == "default" or parses(lambda x: ipaddress.ip_network(x, strict=False), dst)
+        if rest[:1] == ["via"] and len(rest) >= 2 and parses(ipaddress.ip_address, rest[1]):
+            rest = rest[2:]
+        if ok and rest[:1] == ["dev"] and len(rest) >= 2 and iface(rest[1]):
+            rest = rest[2:]
+            if rest == [] or (len(rest) == 2 and rest[0] == "metric"
+                              and number(rest[1], 0, 2**32 - 1)):
+                return None
+    if a[:2] == ["ethtool", "-K"] and len(a) == 5 and iface(a[2]) \
+            and a[3] in ("tx", "gso", "tso") and a[4] in ("on", "off"):
+        return None
+    return shown
 
 
 def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = False

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import platform
 import sys
 import time
 from typing import List, Optional
@@ -16,10 +17,12 @@ from typing import List, Optional
 import click
 
 from . import __version__
-from .cliutil import RESULTS_ENV, Ctx, current_log, install_signals, print_lab, setup_logging
+from .cliutil import (RESULTS_ENV, Ctx, current_log, install_signals, limit_option, print_lab,
+                      setup_logging)
 from .errors import InputError, LabError
 from .reproduce import reproduce_cmd
 from .runcli import report, run_group
+from .safeio import make_dirs
 
 log = logging.getLogger("nslab")
 
@@ -54,7 +57,9 @@ def doctor() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from . import caps
+    from rich.markup import escape
+
+    from . import caps, platforms
     found = caps.probe()
     vers = caps.versions()
     t = Table(title="nslab doctor", show_lines=False)
@@ -76,8 +81,14 @@ def doctor() -> None:
             missing_required.append(c)
     for name, v in vers.items():
         t.add_row(f"version:{name}", "[green]yes[/]" if v else "[yellow]no[/]", v or "not installed")
+    t.add_row("version:python", "[green]yes[/]", platform.python_version())
+    dist = platforms.distribution()
+    t.add_row("distribution", "[green]yes[/]" if dist.known else "[yellow]unknown[/]",
+              escape(str(dist)))
     console = Console()
     console.print(t)
+    for problem in platforms.known_problems(dist, vers):
+        console.print(f"[yellow]known problem[/]: {escape(problem)}")
     from .noise import fitness, idle_jitter
     noise = idle_jitter()
     console.print(f"host noise: a 1 ms sleep wakes {noise['p50_us']:.0f} us late (median), "
@@ -106,8 +117,10 @@ def doctor() -> None:
 @click.option("--bind", default="127.0.0.1", show_default=True,
               help="The page's address (--web); another than 127.0.0.1 exposes the lab's "
                    "counters to the network.")
+@click.option("--max-clients", type=click.IntRange(1, 1024), default=16, show_default=True,
+              help="Pages served live at once (--web); one more is refused (503).")
 def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bool, port: int,
-              bind: str) -> None:
+              bind: str, max_clients: int) -> None:
     """Live per-link rates (bit/s, packets/s, drops) of a running lab.
 
     RUN is a lab's run id (`nslab clean --dry-run` lists them); with no RUN and
@@ -123,7 +136,7 @@ def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bo
                 ipaddress.ip_address(bind)
             except ValueError:
                 raise InputError(f"--bind {bind!r}: not an IP address") from None
-            serve(run, interval, bind, port)
+            serve(run, interval, bind, port, max_clients)
         else:
             from .watch import watch
             watch(run, interval, count)
@@ -152,14 +165,30 @@ def topo_schema() -> None:
     click.echo(json.dumps(schema(), indent=2))
 
 
-@topo.command("check")
+@topo.command("check", context_settings={"ignore_unknown_options": True,
+                                          "allow_extra_args": True})
 @click.argument("path")
-def topo_check(path: str) -> None:
-    """Validate a YAML topology without building it (no root needed)."""
-    from .topo import Topology
-    t = Topology.from_yaml(path)
-    click.echo(f"{path}: valid: {len(t.nodes)} nodes, {len(t.links)} links "
+@limit_option
+@click.pass_context
+def topo_check(ctx: click.Context, path: str) -> None:
+    """Validate a YAML topology (or a ready one with its options) without
+    building it, and show its size against the limits (no root needed).
+
+    \b
+      nslab topo check examples/two-hosts.yaml
+      nslab topo check tree --depth 3 --fanout 4
+    """
+    from .limits import active
+    from .topoload import extra_kwargs, load_topology
+    if path.endswith(".py") or ".py:" in path:
+        raise InputError(f"{path}: a Python topology is a program; `topo check` does not run "
+                         "it (use a YAML topology, or `nslab topo draw` to run and draw it)")
+    t = load_topology(path, extra_kwargs(ctx.args))
+    nodes, links, namespaces = t.size()
+    click.echo(f"{path}: valid: {nodes} nodes, {links} links, {namespaces} namespaces "
                f"({', '.join(t.needs())})")
+    click.echo(f"limits per lab: {active().describe(('nodes', 'links', 'namespaces'))} "
+               "(raise with --limit KEY=N)")
 
 
 @topo.command("list")
@@ -178,6 +207,7 @@ def topo_list() -> None:
 @click.argument("topology")
 @click.option("-o", "--output", required=True,
               help="The picture: FILE.svg, FILE.png, FILE.pdf or FILE.dot.")
+@limit_option
 @click.pass_context
 def topo_draw(ctx: click.Context, topology: str, output: str) -> None:
     """Draw TOPOLOGY (a ready name, .yaml or Mininet file, with its options) with
@@ -215,6 +245,7 @@ def hosts_options(f):
               help="No IPv6 addresses on host and switch links (routers keep them), so they send "
                    "no DAD, MLD or router solicitations, which a bridge floods to every port.")
 @hosts_options
+@limit_option
 @click.pass_context
 def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[float],
             no_ipv6: bool, hosts: Optional[str], ssh_config: Optional[str],
@@ -229,11 +260,18 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
       nslab topo up examples/two-hosts.yaml --cli
       nslab topo up clos --spines 2 --servers 2 --hosts box1,box2
       nslab topo up single --k 1000 --no-ipv6
+
+    
+    A file may ask for changes to this machine's network; only the command
+    line applies them: --uplink IFACE (a NIC as an OVS uplink), --force (an
+    uplink that carries the default route or SSH), --allow-controller TARGET
+    (an OpenFlow controller off the loopback).
     """
     from .lab import Lab
     from .naming import new_run_id
-    from .topoload import extra_kwargs, load_topology
+    from .topoload import extra_kwargs, grants_from_options, load_topology
     opts = extra_kwargs(ctx.args)
+    host_grants = grants_from_options(topology, opts)
     t = load_topology(topology, opts)
     if no_ipv6:
         t = t.without_ipv6()  # also `ipv6: false` in a topology file
@@ -247,11 +285,12 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
             raise InputError("--cli needs every node on this machine; with --hosts, enter a node "
                              "with the `ssh ... ip netns exec ...` line printed for it")
         lab_cm = MultiLab(t, parse_hosts(hosts), placement=t.placement or None, run_id=run_id,
-                          ssh_config=ssh_config, remote_nslab=remote_nslab)
+                          ssh_config=ssh_config, remote_nslab=remote_nslab,
+                          host_grants=host_grants)
         click.echo(f"building {t.name} across {', '.join(lab_cm.hosts)} "
                    f"({len(lab_cm.tunnels)} links become VXLAN tunnels)", err=True)
     else:
-        lab_cm = Lab(t, run_id=run_id)
+        lab_cm = Lab(t, run_id=run_id, host_grants=host_grants)
     with lab_cm as lab:
         print_lab(lab)
         if with_cli:
@@ -339,10 +378,13 @@ def vm() -> None:
 @click.option("--timeout", type=click.FloatRange(10, 86400), default=1800, show_default=True,
               help="Seconds before the guest is killed.")
 @click.option("--out", default=None, help="Where the console log goes (default: results/vm/<time>).")
+@click.option("--kernel", "kernel_name", default=None, metavar="NAME",
+              help="Which unpacked kernel: bookworm (Debian 12's), trixie (Debian 13's), or a "
+                   "folder in .cache/kernel (default: this machine's release's).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def vm_run(ctx: click.Context, cpus: int, memory: str, timeout: float, out: Optional[str],
-           command: tuple) -> None:
+           kernel_name: Optional[str], command: tuple) -> None:
     """Run COMMAND (as root, in this directory) on the stock kernel, e.g.
 
     \b
@@ -362,11 +404,12 @@ def vm_run(ctx: click.Context, cpus: int, memory: str, timeout: float, out: Opti
     require_root("nslab vm run")
     vmmod.require()
     out = out or os.path.join(ctx.obj.results, "vm", time.strftime("%Y%m%d-%H%M%S"))
-    os.makedirs(out, exist_ok=True)
-    info = vmmod.describe()
+    make_dirs(out)
+    kernel = vmmod.find_kernel(name=kernel_name)
+    info = vmmod.describe(kernel)
     click.echo(f"booting {info['kernel']} ({info['accelerator']}); console: {out}", err=True)
     res = vmmod.run(vmmod.Guest("vm", " ".join(shlex.quote(c) for c in command), os.path.abspath(out),
-                                cpus=cpus, memory=memory, timeout=timeout))
+                                cpus=cpus, memory=memory, timeout=timeout, kernel=kernel))
     click.echo(res.stdout, nl=False)
     if res.timed_out:
         raise LabError(f"the guest ran past --timeout {timeout:g} s and was killed "
@@ -422,7 +465,14 @@ def _register_plugins() -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    """Entry point: run the CLI, turn LabError into one line and exit code."""
+    """Entry point: run the CLI, turn LabError into one line and exit code.
+
+    The current directory may be a lab folder from anyone, and nslab runs as
+    root: the ``nslab`` script starts with its own directory on ``sys.path``
+    (never the current one), and any ``""``/``"."`` entry a caller's
+    environment put there is dropped before plugins are imported.
+    """
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     try:
         _register_plugins()
         cli.main(args=argv, prog_name="nslab", standalone_mode=False, obj=None)

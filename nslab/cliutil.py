@@ -8,6 +8,7 @@ import sys
 from typing import Any, List, Optional
 
 from .errors import InputError
+from .safeio import make_dirs, open_append
 
 RESULTS_ENV = "NSLAB_RESULTS"
 
@@ -21,15 +22,23 @@ class Ctx:
         self.log_path: Optional[str] = None
 
 
+class RunLogHandler(logging.FileHandler):
+    """A log file opened through :func:`nslab.safeio.open_append`: a link, or a
+    file with another hard link, at its path is refused, never written through."""
+
+    def _open(self) -> Any:
+        return open_append(self.baseFilename, encoding=self.encoding or "utf-8")
+
+
 def setup_logging(ctx: Any, run_id: str) -> str:
     """Log everything to ``<results>/logs/<run>.log``; INFO (or DEBUG with -v) to stderr."""
     ctx = ctx if ctx is not None else Ctx(os.environ.get(RESULTS_ENV, "results"), 0)
     log_dir = os.path.join(ctx.results, "logs")
-    os.makedirs(log_dir, exist_ok=True)
+    make_dirs(log_dir)
     path = os.path.join(log_dir, f"{run_id}.log")
     root = logging.getLogger()
     root.setLevel(logging.DEBUG)
-    fh = logging.FileHandler(path)
+    fh = RunLogHandler(path, encoding="utf-8")
     fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(fh)
     sh = logging.StreamHandler(sys.stderr)
@@ -61,6 +70,49 @@ def int_list(text: str, what: str) -> List[int]:
     return vals
 
 
+LIMIT_HELP = ("Raise (or lower) a size ceiling, e.g. nodes=30000 or duration=36h; repeatable. "
+              "KEY: nodes, links, namespaces, labs, points, trials, duration. Defaults come "
+              "from this machine's memory (nslab topo check FILE shows them); a file cannot "
+              "raise them.")
+
+
+def _apply_limits(ctx: Any, param: Any, value: Any) -> Any:
+    from .limits import activate
+    activate(value or ())
+    return value
+
+
+def limit_param() -> Any:
+    """The ``--limit KEY=N`` option (a :class:`click.Option`): applied as soon as
+    it is parsed (:func:`nslab.limits.activate`), so the command sees it as the
+    active limits without taking it as a parameter."""
+    import click
+    return click.Option(["--limit"], multiple=True, metavar="KEY=N", expose_value=False,
+                        is_eager=True, callback=_apply_limits, help=LIMIT_HELP)
+
+
+def limit_option(f: Any) -> Any:
+    """Decorator: the ``--limit KEY=N`` option of :func:`limit_param` on a command."""
+    import click
+    return click.option("--limit", multiple=True, metavar="KEY=N", expose_value=False,
+                        is_eager=True, callback=_apply_limits, help=LIMIT_HELP)(f)
+
+
+def prescan_limits(args: List[str]) -> None:
+    """Apply the ``--limit`` values found in ``args`` now: for a command that
+    reads its file before its options are parsed (``nslab run FILE ...``)."""
+    from .limits import activate
+    found = []
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        if a == "--limit" and i + 1 < len(args):
+            found.append(args[i + 1])
+        elif a.startswith("--limit="):
+            found.append(a[len("--limit="):])
+    activate(found)
+
+
 def current_log() -> Optional[str]:
     for h in logging.getLogger().handlers:
         if isinstance(h, logging.FileHandler):
@@ -82,7 +134,11 @@ def print_lab(lab: Any, max_rows: int = LAB_TABLE_ROWS) -> None:
     takes to build, and scrolls everything else away)."""
     from rich.console import Console
     from rich.table import Table
-    t = Table(title=f"lab {lab.run_id}: {lab.topology.name} (built in {lab.build_seconds:.2f} s)")
+    from rich.text import Text
+    # names come from a file: rich gets them as Text, never as markup
+    # ("[link=...]" would make a terminal hyperlink) or emoji codes
+    t = Table(title=Text(f"lab {lab.run_id}: {lab.topology.name} "
+                         f"(built in {lab.build_seconds:.2f} s)"))
     for col in ("node", "kind", "interfaces", "enter with"):
         t.add_column(col)
     rows = lab.describe(max_intfs=LAB_TABLE_INTFS)
@@ -91,5 +147,5 @@ def print_lab(lab: Any, max_rows: int = LAB_TABLE_ROWS) -> None:
         hidden = len(rows) - head - tail
         rows = rows[:head] + [(f"... {hidden} more", "", "", "")] + rows[-tail:]
     for row in rows:
-        t.add_row(*row)
+        t.add_row(*(Text(str(cell)) for cell in row))
     Console().print(t)

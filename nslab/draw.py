@@ -13,9 +13,28 @@ import re
 import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
+from .fields import check_name
 from .topo import Topology
 
 log = logging.getLogger(__name__)
+
+
+def _text(value: Any) -> str:
+    """``value`` as plain text for a Graphviz label or name: never an
+    HTML-like label (``<...>``), backslashes literal (no ``\\N``/``\\l``
+    escapes, and no odd final backslash that would end DOT's quoted string
+    early and let the rest of the name be read as DOT), ``&`` literal
+    (Graphviz decodes ``&lt;`` and ``&#65;`` in any label)."""
+    import graphviz
+    return graphviz.escape(str(value).replace("&", "&amp;"))
+
+
+def _node_id(name: str) -> str:
+    """A node's DOT identifier: its name, which must be a valid node name
+    (letters, digits, ``_``: no ``:`` port syntax, nothing to quote)."""
+    import graphviz
+    return graphviz.nohtml(check_name(name))
+
 
 #: Graphviz node attributes per kind of node.
 STYLE = {
@@ -84,24 +103,28 @@ def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None,
     :func:`links`) to the colour of its edge, drawn thicker; ``spacious``
     leaves room beside each link for live rates (``nslab watch --web``)."""
     import graphviz
-    g = graphviz.Graph(name=topo.name, graph_attr={"rankdir": "TB", "splines": "true",
-                                                   "fontname": "Helvetica", "label": topo.name,
-                                                   "labelloc": "t",
-                                                   "nodesep": "1.8" if spacious else "0.5",
-                                                   "ranksep": "1.4" if spacious else "0.5"},
+    # every user string (topology, node and interface names, link labels,
+    # rates) reaches Graphviz as plain text: see _text and _node_id
+    g = graphviz.Graph(name=_text(topo.name), graph_attr={"rankdir": "TB", "splines": "true",
+                                                          "fontname": "Helvetica",
+                                                          "label": _text(topo.name),
+                                                          "labelloc": "t",
+                                                          "nodesep": "1.8" if spacious else "0.5",
+                                                          "ranksep": "1.4" if spacious else "0.5"},
                        node_attr={"fontname": "Helvetica", "fontsize": "11"},
                        edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555"})
     tiers: Dict[str, list] = {}
     for name in topo.nodes:
         kind = node_kind(topo, name)
-        g.node(name, label=f"{name}\n({kind})" if kind != "host" else name, **STYLE[kind])
+        g.node(_node_id(name), label=_text(f"{name}\n({kind})" if kind != "host" else name),
+               **STYLE[kind])
         tiers.setdefault(_stem(name), []).append(name)
     for stem, names in tiers.items():
         if len(names) > 1:
-            with g.subgraph(name=f"tier_{stem}") as sub:
+            with g.subgraph(name=_text(f"tier_{stem}")) as sub:
                 sub.attr(rank="same")
                 for n in names:
-                    sub.node(n)
+                    sub.node(_node_id(n))
     for l, (link, *_) in zip(links(topo), topo.interfaces()):
         lid, a, ia, b, ib = l["id"], l["a"], l["ia"], l["b"], l["ib"]
         ta, tb = ia, ib
@@ -110,8 +133,9 @@ def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None,
             tb = f"{ib}\n{rates.get((b, ib), '')}".strip()
         attrs = {"id": lid, "class": "link"}
         if colors and lid in colors:
-            attrs.update(color=colors[lid], penwidth="3")
-        g.edge(a, b, label=link_label(link), taillabel=ta, headlabel=tb, **attrs)
+            attrs.update(color=_text(colors[lid]), penwidth="3")
+        g.edge(_node_id(a), _node_id(b), label=_text(link_label(link)), taillabel=_text(ta),
+               headlabel=_text(tb), **attrs)
     return g
 
 
@@ -125,16 +149,14 @@ def draw(topo: Topology, path: str, **kw: Any) -> str:
     """Write ``topo`` as a picture to ``path`` (``.svg``, ``.png``, ``.pdf`` or
     ``.dot``); ``kw`` goes to :func:`to_graph` (``rates``, ``colors``)."""
     from .errors import InputError
+    from .safeio import write_atomic
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     if ext not in ("svg", "png", "dot", "pdf"):
         raise InputError(f"{path}: the picture must end in .svg, .png, .pdf or .dot")
     g = to_graph(topo, **kw)
+    # written by rename, never through a link at ``path`` (nslab runs as root)
     if ext == "dot":
-        with open(path, "w") as f:
-            f.write(g.source)
-        return path
+        return write_atomic(path, g.source)
     if not available():
         raise InputError("drawing needs Graphviz: apt install graphviz (make setup installs it)")
-    with open(path, "wb") as f:
-        f.write(g.pipe(format=ext))
-    return path
+    return write_atomic(path, g.pipe(format=ext))

@@ -215,9 +215,10 @@ def _number(value: Any) -> float:
 #: bit/s: ``100Mbit``, ``1Gbit``, or a bare number in Mbit/s (Mininet's ``bw``).
 Rate = Annotated[int, BeforeValidator(_rate),
                  PlainSerializer(lambda v: f"{v}bit", return_type=str, when_used="json"),
-                 WithJsonSchema({"anyOf": [{"type": "number", "exclusiveMinimum": 0},
+                 WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0.000001},
                                            {"type": "string"}],
-                                 "description": "Mbit/s, or a rate with a unit (100Mbit, 1Gbit)"})]
+                                 "description": "Mbit/s, or a rate with a unit (100Mbit, "
+                                                "1Gbit); at least 1 bit/s"})]
 #: milliseconds: ``5ms``, ``200us``, ``1s`` or a bare number in ms.
 Delay = Annotated[float, BeforeValidator(_delay),
                   WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0},

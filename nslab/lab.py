@@ -20,10 +20,11 @@ import os
 import time
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-from . import caps
+from . import caps, grants
 from .clean import Inventory, block_sigint, remove, topology_path, workdir, write_journal
 from .errors import InputError, LabError, TopologyError
 from .extension import Extension, for_topology, root_switch_types
+from .grants import HostGrants
 from .multihost import Part
 from .naming import check_run_id, new_run_id
 from .netlink import LinkDown, SysctlSet, write_sysctls
@@ -80,12 +81,19 @@ class Lab:
             topology's own.
         part: for a lab that spans hosts, the part this host builds (see
             :mod:`nslab.multihost`; built by ``nslab agent`` on each host).
+        host_grants: what the command line allows the topology to change on
+            this machine (uplinks, ``force``, controllers off the loopback);
+            ``None`` trusts the topology (built by the calling Python code).
     """
 
     def __init__(self, topology: Topology, run_id: Optional[str] = None,
-                 switch_type: Optional[str] = None, part: Optional[Part] = None) -> None:
+                 switch_type: Optional[str] = None, part: Optional[Part] = None,
+                 host_grants: Optional[HostGrants] = None) -> None:
         self.topology = topology.with_switch_type(switch_type) if switch_type else topology
         self.part = part
+        #: what the command line allows the topology to change on the host
+        #: (None: the caller built the topology itself; see :mod:`nslab.grants`)
+        self.host_grants = host_grants
         self.run_id = check_run_id(run_id) if run_id else new_run_id()
         self.nodes: Dict[str, LabNode] = {}
         self.processes: List[Process] = []
@@ -167,6 +175,7 @@ class Lab:
             raise LabError("lab already started")
         t_checks = time.monotonic()
         topo = self.topology.validate()
+        grants.check(topo, self.host_grants)
         caps.require_root("building a lab")
         exts = for_topology(topo)
         need = list(topo.needs())

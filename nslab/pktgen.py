@@ -5,7 +5,53 @@ import os
 import shutil
 import sys
 
-from .errors import CapabilityError
+from typing import List, Optional, Sequence
+
+from .errors import CapabilityError, InputError
+
+#: Frames per second nslab-pktgen takes: 0 (as fast as it can) or MIN_RATE to
+#: MAX_RATE; its C argument parsing refuses anything else the same way.
+MIN_RATE = 0.001
+MAX_RATE = 1e9
+#: Frame sizes (bytes, FCS included) and trial lengths (s) it takes.
+MIN_FRAME, MAX_FRAME = 64, 1518
+MAX_DURATION = 86400.0
+MAX_COUNT = 10**12
+
+
+def check_send(rate: float, duration: float, size: int = 64,
+               count: Optional[int] = None) -> None:
+    """Refuse values ``nslab-pktgen send`` would refuse, in one line, before it
+    is started (a rate like 1e-300 once made it sleep past its trial)."""
+    import math
+    for name, value in (("rate", rate), ("duration", duration)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise InputError(f"nslab-pktgen: {name} {value!r}: not a finite number")
+    if not (rate == 0 or MIN_RATE <= rate <= MAX_RATE):
+        raise InputError(f"nslab-pktgen: rate {rate!r}: 0 (as fast as it can) or frames/s "
+                         f"from {MIN_RATE:g} to {MAX_RATE:g}")
+    if not 0.001 <= duration <= MAX_DURATION:
+        raise InputError(f"nslab-pktgen: duration {duration!r}: 0.001 to {MAX_DURATION:g} s")
+    if isinstance(size, bool) or not isinstance(size, int) or not MIN_FRAME <= size <= MAX_FRAME:
+        raise InputError(f"nslab-pktgen: size {size!r}: a whole number of bytes from "
+                         f"{MIN_FRAME} to {MAX_FRAME}")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                              or not 0 <= count <= MAX_COUNT):
+        raise InputError(f"nslab-pktgen: count {count!r}: a whole number from 0 to {MAX_COUNT}")
+
+
+def send_argv(dst: str, port: int, size: int, rate: float, duration: float,
+              count: Optional[int] = None, mode: str = "udp",
+              extra: Sequence[str] = ()) -> List[str]:
+    """The ``nslab-pktgen send`` command line, its values checked first
+    (:func:`check_send`)."""
+    check_send(rate, duration, size, count)
+    argv = [pktgen_path(), "send", "--dst", dst, "--port", str(int(port)), "--size", str(size),
+            "--rate", repr(float(rate)), "--duration", repr(float(duration))]
+    if count is not None:
+        argv += ["--count", str(count)]
+    return argv + ["--mode", mode, *extra]
 
 
 def pktgen_path() -> str:

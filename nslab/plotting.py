@@ -1,8 +1,11 @@
 """Shared plotting helpers: figures are drawn from stored results only (no root)."""
 from __future__ import annotations
 
+import io
 import os
 from typing import Any, Dict
+
+from .safeio import write_atomic
 
 
 def save_figure(fig: Any, run_dir: str, name: str, dpi: int = 110) -> Dict[str, str]:
@@ -13,7 +16,9 @@ def save_figure(fig: Any, run_dir: str, name: str, dpi: int = 110) -> Dict[str, 
     out = {}
     for ext in ("png", "svg"):
         path = os.path.join(run_dir, f"{name}.{ext}")
-        fig.savefig(path, dpi=dpi)
+        buf = io.BytesIO()  # matplotlib opens a path itself: drawn here, written by rename
+        fig.savefig(buf, format=ext, dpi=dpi)
+        write_atomic(path, buf.getvalue())
         out[f"plot_{ext}"] = path
     plt.close(fig)
     return out

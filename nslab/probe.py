@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
+from .safeio import write_atomic
+
 _FMT = "!Id"  # sequence number, send time (for a human reading a capture)
 _SIZE = struct.calcsize(_FMT)
 
@@ -54,7 +56,7 @@ def receive(address: str, port: int, duration: float, out_path: str,
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
     sock.bind((address, port))
     if ready_path:
-        open(ready_path, "w").close()
+        write_atomic(ready_path, "")
     end = time.monotonic() + duration
     got: List[Tuple[int, float]] = []
     stop = []
@@ -71,8 +73,7 @@ def receive(address: str, port: int, duration: float, out_path: str,
             continue
         if len(data) >= _SIZE:
             got.append((struct.unpack(_FMT, data[:_SIZE])[0], time.monotonic()))
-    with open(out_path, "w") as f:
-        f.writelines(f"{seq} {t:.6f}\n" for seq, t in got)
+    write_atomic(out_path, "".join(f"{seq} {t:.6f}\n" for seq, t in got))
     return len(got)
 
 

@@ -10,13 +10,13 @@ from a newer schema than this nslab knows is refused in one line.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Generic, List, Optional, Type, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from . import bounded
 from .errors import InputError
 
 RECORDS = "records.jsonl"
@@ -83,11 +83,14 @@ class RecordSchema:
             if not line.strip():
                 continue
             try:
-                raw = json.loads(line)
-            except ValueError:
+                raw = bounded.loads(line)
+            except ValueError as exc:
                 if i == len(lines):
                     continue  # torn last line: the run was killed mid-write
-                raise InputError(f"{path}:{i}: not a JSON record") from None
+                deep = " (nested too deeply)" if "nested" in str(exc) else ""
+                raise InputError(f"{path}:{i}: not a JSON record{deep}") from None
+            if not isinstance(raw, dict):
+                raise InputError(f"{path}:{i}: not a JSON record (a {type(raw).__name__})")
             if kind is not None and raw.get("kind", "point") != kind:
                 continue
             raw = self.upgrade(raw, f"{path}:{i}")

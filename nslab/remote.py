@@ -33,7 +33,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+from . import grants
 from .errors import CommandError, InputError, LabError
+from .grants import HostGrants
 from .multihost import Part, parse_hosts, place, tunnels
 from .node import LabNode
 from .proc import TAG_ENV, Process, Result, stop_all
@@ -314,6 +316,8 @@ class MultiLab:
         ssh_config: an ``ssh -F`` file.
         remote_nslab: the ``nslab`` command on the other hosts.
         underlay_mtu: the hosts' network MTU (tunnelled links get 50 bytes less).
+        host_grants: as :class:`~nslab.lab.Lab`'s (checked here, before any host is
+            reached; the agents then trust the part they are sent).
     """
 
     remote = True
@@ -321,9 +325,10 @@ class MultiLab:
     def __init__(self, topology: Topology, hosts: Union[str, Mapping[str, str]],
                  placement: Optional[Mapping[str, str]] = None, run_id: Optional[str] = None,
                  ssh_config: Optional[str] = None, remote_nslab: Optional[str] = None,
-                 underlay_mtu: int = 1500) -> None:
+                 underlay_mtu: int = 1500, host_grants: Optional[HostGrants] = None) -> None:
         from .naming import check_run_id, new_run_id
         self.topology = topology.validate()
+        grants.check(self.topology, host_grants)
         self.hosts = parse_hosts(hosts) if isinstance(hosts, str) else dict(hosts)
         if len(self.hosts) < 1:
             raise InputError("--hosts: no host given")

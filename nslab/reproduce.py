@@ -9,13 +9,18 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import time
+import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import click
 
+from .cliutil import limit_option
 from .errors import InputError
+from .reporting import MarkdownText
 from .results import ResultStore
+from .safeio import make_fresh_dir, tree_is_safe, write_atomic
 from .study import PRESETS, results_dir_of, run_study
 
 log = logging.getLogger(__name__)
@@ -33,8 +38,10 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
               studies: Optional[Sequence[str]] = None,
               echo: Callable[[str], None] = print) -> str:
     """Run the studies at preset ``mode`` (skipping points already measured on
-    resume) and write the report. Returns the HTML report's path."""
-    from .naming import new_run_id
+    resume) and write the report. Returns the HTML report's path.
+
+    A new reproduction directory is made fresh (exclusive ``mkdir``); one to
+    resume must be nslab's own (:func:`~nslab.safeio.tree_is_safe`)."""
     registered = ordered_studies()
     names = list(studies) if studies else list(registered)
     for s in names:
@@ -42,26 +49,45 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
             raise InputError(f"unknown study {s!r} (registered: {', '.join(registered)})")
     if resume and not os.path.isdir(resume):
         raise InputError(f"{resume}: no such reproduction directory")
-    root = resume or os.path.join(results, "reproduce", time.strftime("%Y%m%d-%H%M%S"))
-    os.makedirs(root, exist_ok=True)
-    with open(os.path.join(root, "mode"), "w") as f:
-        f.write(mode + "\n")
+    if resume:
+        why = tree_is_safe(resume)
+        if why is not None:
+            raise InputError(f"--resume {resume}: not a reproduction directory of nslab's own "
+                             f"({why}); start a new one instead")
+    root = resume or _fresh_root(results)
+    write_atomic(os.path.join(root, "mode"), mode + "\n")
     for i, name in enumerate(names, 1):
         study = registered[name]()
         prev = results_dir_of(root, name)
         echo(f"== [{i}/{len(names)}] {name}" + (f" (resuming {prev})" if prev else ""))
         t0 = time.monotonic()
         cfg = None if prev else study.Config.preset(mode)
-        run_study(study, cfg, root, run_id=new_run_id(), resume=prev)
+        run_study(study, cfg, root, resume=prev)
         echo(f"== {name} done in {time.monotonic() - t0:.0f} s")
     return write_report(root)["html"]
+
+
+def _fresh_root(results: str, tries: int = 16) -> str:
+    """A new ``<results>/reproduce/<time>`` directory, made fresh (a suffix is
+    added when that name exists: never an earlier reproduction's)."""
+    stem = os.path.join(results, "reproduce", time.strftime("%Y%m%d-%H%M%S"))
+    for i in range(tries):
+        path = stem if i == 0 else f"{stem}-{secrets.token_hex(2)}"
+        try:
+            make_fresh_dir(path)
+        except FileExistsError:
+            continue
+        return path
+    raise InputError(f"{stem}: exists already, and {tries - 1} other names too")
 
 
 def _demote(md: str, base: str) -> str:
     """Nest a study's own report under our headings (# -> ####) and point its
     images at its run directory."""
     md = "\n".join(("###" + line) if line.startswith("#") else line for line in md.splitlines())
-    return re.sub(r"!\[([^\]]*)\]\(([^)/]+)\)", lambda m: f"![{m.group(1)}]({base}/{m.group(2)})", md)
+    base = urllib.parse.quote(base)  # a folder's name is not Markdown
+    return MarkdownText(re.sub(r"!\[([^\]]*)\]\(([^)/]+)\)",
+                               lambda m: f"![{m.group(1)}]({base}/{m.group(2)})", md))
 
 
 def _saved_mode(root: str) -> Optional[str]:
@@ -100,6 +126,7 @@ def write_report(root: str) -> Dict[str, str]:
               help="The sources' own parameters where feasible (~40 min on 2 CPUs).")
 @click.option("--only", default=None, help="Studies to run, comma-separated (default: all registered).")
 @click.option("--resume", default=None, help="Continue an interrupted reproduction directory.")
+@limit_option
 @click.pass_context
 def reproduce_cmd(ctx: click.Context, mode: str, only: Optional[str], resume: Optional[str]) -> None:
     """Reproduce every registered study and write one report (HTML + Markdown)."""

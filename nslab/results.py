@@ -6,6 +6,12 @@ reference to the run's provenance (``provenance.json``: kernel, tool versions,
 sysctls, offloads, qdisc stats, git commit, timestamps). Records are appended
 and flushed one by one, so a sweep that stops keeps what it measured, and a
 resumed sweep skips points already present.
+
+nslab runs as root in folders that may come from anyone, so every file here
+is written through :mod:`nslab.safeio`: a new run directory is made with an
+exclusive ``mkdir`` under an id no other run directory has
+(:meth:`ResultStore.create`), records are appended to a regular file of the
+run's own, the provenance is replaced by rename.
 """
 from __future__ import annotations
 
@@ -13,15 +19,26 @@ import functools
 import json
 import os
 import platform
+import re
+import secrets
 import subprocess
 import time
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
+from . import bounded
 from .errors import InputError
+from .naming import new_run_id
+from .safeio import copy_tree, make_dirs, make_fresh_dir, open_append, write_atomic
 
 SCHEMA_VERSION = 1
 RECORDS = "records.jsonl"
 PROVENANCE = "provenance.json"
+#: run ids tried for a new run directory before giving up (each is free of
+#: namespaces and journals; a folder would have to hold most of the 65,536
+#: ``results/<study>/nlXXXX`` names for a few tries to fail)
+RUN_ID_TRIES = 64
+#: the most a report copies out of a run directory that is not nslab's own
+REPORT_COPY_LIMIT = 1 << 30
 
 
 def point_key(params: Dict[str, Any]) -> str:
@@ -36,7 +53,13 @@ class ResultStore:
         root: the results root (``results``).
         experiment: experiment name (``alias``, ``ecmp``, ``rfc2544``, ``demo``).
         run_id: the lab run id; reused on resume.
-        path: an explicit run directory (overrides root/experiment/run_id).
+        path: an existing run directory (overrides root/experiment/run_id):
+            nothing is created in it until something is written.
+
+    Without ``path``, ``<root>/<experiment>/<run_id>`` is created here with an
+    exclusive ``mkdir`` (:func:`~nslab.safeio.make_fresh_dir`): an existing
+    directory or link of that name raises :class:`FileExistsError`, so a
+    new run never writes into an older one (:meth:`create` picks a free id).
     """
 
     def __init__(self, root: str = "results", experiment: str = "demo", run_id: str = "",
@@ -46,7 +69,39 @@ class ResultStore:
         self.run_id = run_id
         #: the schema version new records are written with (the study's)
         self.schema_version = SCHEMA_VERSION
-        os.makedirs(self.raw_dir, exist_ok=True)
+        if path is None:
+            make_fresh_dir(self.path)
+            os.mkdir(self.raw_dir, 0o755)  # a real directory inside the fresh one
+
+    @classmethod
+    def create(cls, root: str, experiment: str, run_id: Optional[str] = None,
+               tries: int = RUN_ID_TRIES) -> "ResultStore":
+        """A new run directory ``<root>/<experiment>/<id>``, made fresh.
+
+        Without ``run_id``, ids come from :func:`~nslab.naming.new_run_id`
+        (free of namespaces and journals on this machine); one whose run
+        directory exists already (an earlier run, or a name a folder placed
+        there) is skipped, and the next is tried, ``tries`` times in all.
+        A given ``run_id`` whose directory exists is an error: only
+        ``--resume DIR`` adds to an existing run.
+
+        The id keeps the lab's format, ``nl`` + 4 hex digits: it also names
+        the run's interfaces (``<run>-p<N>``, at most 15 characters), and
+        freshness comes from the exclusive ``mkdir``, not from the size of
+        the id space.
+        """
+        where = os.path.join(root, experiment)
+        for _ in range(1 if run_id else tries):
+            rid = run_id or new_run_id()
+            try:
+                return cls(root, experiment, rid)
+            except FileExistsError:
+                if run_id:
+                    raise InputError(f"{os.path.join(where, rid)} exists already: a new run never "
+                                     "writes into an earlier one (continue it with --resume)"
+                                     ) from None
+        raise InputError(f"{where}: no free run id after {tries} tries (each run directory "
+                         f"nlXXXX was taken); move earlier runs away")
 
     @classmethod
     def open(cls, path: str) -> "ResultStore":
@@ -54,12 +109,12 @@ class ResultStore:
         if not os.path.isfile(os.path.join(path, RECORDS)) and \
                 not os.path.isfile(os.path.join(path, PROVENANCE)):
             raise InputError(f"{path}: not a results directory (no {RECORDS})")
-        prov = {}
-        try:
-            with open(os.path.join(path, PROVENANCE)) as f:
-                prov = json.load(f)
+        prov: Any = {}
+        try:  # a folder's file: bounded size and depth, a mapping or nothing
+            prov = bounded.load(os.path.join(path, PROVENANCE))
         except (OSError, ValueError):
             pass
+        prov = prov if isinstance(prov, dict) else {}
         return cls(path=path, experiment=prov.get("experiment", ""), run_id=prov.get("run_id", ""))
 
     @property
@@ -67,7 +122,12 @@ class ResultStore:
         return os.path.join(self.path, "raw")
 
     def raw_path(self, name: str) -> str:
-        """Absolute path for a raw output file; record it relative with :meth:`rel`."""
+        """Absolute path for a raw output file; record it relative with :meth:`rel`.
+
+        The raw directory exists (a real one: a link is refused); write the file
+        through :mod:`nslab.safeio` (``write_atomic``, or ``open_new`` for a
+        process's output)."""
+        make_dirs(self.raw_dir)
         return os.path.join(self.raw_dir, name)
 
     def rel(self, path: str) -> str:
@@ -85,15 +145,15 @@ class ResultStore:
             sessions.append(old["started"])
         if sessions:
             prov["sessions"] = sessions
-        with open(os.path.join(self.path, PROVENANCE), "w") as f:
-            json.dump(prov, f, indent=1, sort_keys=True, default=str)
+        write_atomic(os.path.join(self.path, PROVENANCE),
+                     json.dumps(prov, indent=1, sort_keys=True, default=str))
 
     def provenance(self) -> Dict[str, Any]:
         try:
-            with open(os.path.join(self.path, PROVENANCE)) as f:
-                return json.load(f)
+            prov = bounded.load(os.path.join(self.path, PROVENANCE))
         except (OSError, ValueError):
             return {}
+        return prov if isinstance(prov, dict) else {}
 
     def append(self, params: Dict[str, Any], measurements: Dict[str, Any],
                raw: Iterable[str] = (), kind: str = "point", **extra: Any) -> Dict[str, Any]:
@@ -103,7 +163,7 @@ class ResultStore:
                "params": params, "measurements": measurements,
                "raw": [self.rel(p) if os.path.isabs(p) else p for p in raw]}
         rec.update(extra)
-        with open(os.path.join(self.path, RECORDS), "a") as f:
+        with open_append(os.path.join(self.path, RECORDS)) as f:
             f.write(json.dumps(rec, sort_keys=True, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -116,6 +176,31 @@ class ResultStore:
         return {point_key(r["params"]) for r in self.records(kind)}
 
 
+def copy_to_report_dir(src: str, results_root: str, tries: int = RUN_ID_TRIES
+                       ) -> Tuple[str, List[str]]:
+    """Copy the stored run ``src`` into a new directory
+    ``<results_root>/reports/<name>-<id>/`` (made fresh) for a report to be
+    written there instead of into ``src``: for a directory nslab cannot prove
+    is its own (:func:`~nslab.safeio.tree_is_safe`). Only regular files and
+    directories are copied (links and the like are left out, never read);
+    returns the new directory and what was left out.
+
+    The copy, not an output directory beside the input, keeps every study's
+    ``report(run_dir)`` as it is: the report reads and writes one directory,
+    and that directory holds the files the report links to (pictures, plots).
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", os.path.basename(os.path.abspath(src)))[:64].lstrip(".")
+    where = os.path.join(results_root, "reports")
+    for _ in range(tries):
+        dst = os.path.join(where, f"{name or 'run'}-{secrets.token_hex(3)}")
+        try:
+            make_fresh_dir(dst)
+        except FileExistsError:
+            continue
+        return dst, copy_tree(src, dst, limit=REPORT_COPY_LIMIT)
+    raise InputError(f"{where}: no free directory name after {tries} tries")
+
+
 def iter_records(path: str, kind: Optional[str] = None) -> Iterator[Dict[str, Any]]:
     """Read records; a torn last line (crash mid-write) is skipped, not fatal."""
     try:
@@ -125,8 +210,10 @@ def iter_records(path: str, kind: Optional[str] = None) -> Iterator[Dict[str, An
     with f:
         for line in f:
             try:
-                rec = json.loads(line)
+                rec = bounded.loads(line)
             except ValueError:
+                continue
+            if not isinstance(rec, dict):
                 continue
             if kind is None or rec.get("kind") == kind:
                 yield rec

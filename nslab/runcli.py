@@ -16,7 +16,9 @@ from typing import Any, Dict, List, Optional, Tuple, Type
 import click
 from typing_extensions import Literal
 
+from .cliutil import limit_param, prescan_limits
 from .errors import InputError
+from .grants import HostGrants
 
 def _unwrap(tp: Any) -> Tuple[Any, bool]:
     """(the underlying type, optional?) of an annotation, through Annotated/Optional."""
@@ -105,6 +107,14 @@ def study_command(study_cls: Type[Any], invoked_as: Optional[str] = None) -> cli
                      help="With --hosts: an ssh -F file (default: your own SSH configuration)."),
         click.Option(["--remote-nslab"], default=None, metavar="PATH",
                      help="With --hosts: the nslab command on the hosts."),
+        click.Option(["--allow-uplink"], multiple=True, metavar="IFACE",
+                     help="Let the study's topology attach this NIC as an uplink (a study file "
+                          "or a resumed run may ask; only the command line decides)."),
+        click.Option(["--allow-controller"], multiple=True, metavar="TARGET",
+                     help="Let an OVS bridge use this OpenFlow controller off the loopback."),
+        click.Option(["--allow-force"], is_flag=True, default=False,
+                     help="Let an uplink carry the default route or the SSH session."),
+        limit_param(),
     ]
 
     def callback(**kwargs: Any) -> None:
@@ -113,6 +123,8 @@ def study_command(study_cls: Type[Any], invoked_as: Optional[str] = None) -> cli
         preset = kwargs.pop("preset") or ("quick" if quick else "default")
         sets, out, resume = kwargs.pop("sets"), kwargs.pop("out"), kwargs.pop("resume")
         across = {k: kwargs.pop(k) for k in ("hosts", "ssh_config", "remote_nslab")}
+        allow = (kwargs.pop("allow_uplink"), kwargs.pop("allow_controller"),
+                 kwargs.pop("allow_force"))
         overrides: Dict[str, Any] = {}
         for fname, value in kwargs.items():
             if value is None:
@@ -126,7 +138,11 @@ def study_command(study_cls: Type[Any], invoked_as: Optional[str] = None) -> cli
                 raise InputError(f"--set {item!r}: use KEY=VALUE with KEY one of "
                                  f"{', '.join(sorted(kinds))}")
             overrides[key] = _set_value(value, kinds[key], key)
-        run_study_command(ctx, study_cls, preset, overrides, out, resume, **across)
+        # a study's own --uplink/--force (given here, on the command line) grant themselves
+        grants = HostGrants.of(list(allow[0]) + [overrides.get("uplink")], allow[1],
+                               allow[2] or overrides.get("force") is True,
+                               uplink_flag="--allow-uplink", force_flag="--allow-force")
+        run_study_command(ctx, study_cls, preset, overrides, out, resume, grants=grants, **across)
 
     presets_text = "; ".join(f"{name}: " + (", ".join(f"{k}={v}" for k, v in values.items())
                                               or "the defaults")
@@ -148,7 +164,8 @@ def _set_value(text: str, kind: Tuple[str, Any], key: str) -> Any:
 def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
                       overrides: Dict[str, Any], out: Optional[str], resume: Optional[str],
                       hosts: Optional[str] = None, ssh_config: Optional[str] = None,
-                      remote_nslab: Optional[str] = None) -> None:
+                      remote_nslab: Optional[str] = None,
+                      grants: Optional[HostGrants] = None) -> None:
     """Validate, run with logging and signals set up, keep what was measured on
     Ctrl-C (and say how to resume), then print where the results are."""
     from .cliutil import install_signals, setup_logging
@@ -162,11 +179,17 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
         note = study.note(cfg)
         if note:
             click.echo(note, err=True)
-    run_id = new_run_id()
+    root = out or ctx.obj.results
+    store = None
+    if resume:
+        run_id = new_run_id()  # the resumed run's labs
+    else:  # the run directory first, made fresh under a free id; the log is named after it
+        from .results import ResultStore
+        store = ResultStore.create(root, study.name)
+        run_id = store.run_id
     setup_logging(ctx.obj, run_id)
     install_signals()
-    root = out or ctx.obj.results
-    store_dir = resume or os.path.join(root, study.name, run_id)
+    store_dir = resume or store.path
     try:
         lab_factory = None
         if hosts:
@@ -176,7 +199,8 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
             from .remote import MultiLab
             lab_factory = functools.partial(MultiLab, hosts=parse_hosts(hosts),
                                             ssh_config=ssh_config, remote_nslab=remote_nslab)
-        path = run_study(study, cfg, root, run_id=run_id, resume=resume, lab_factory=lab_factory)
+        path = run_study(study, cfg, root, run_id=run_id, resume=resume, lab_factory=lab_factory,
+                         host_grants=grants if grants is not None else HostGrants(), store=store)
     except KeyboardInterrupt:
         if os.path.isdir(store_dir):
             click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
@@ -225,6 +249,9 @@ class RunGroup(click.Group):
 
     def resolve_command(self, ctx: click.Context, args: List[str]):
         name = args[0] if args else ""
+        # a study file is read (and its size checked) before its command's
+        # options are parsed: its --limit must be in force by then
+        prescan_limits(args[1:])
         cmd = self.get_command(ctx, name)
         if cmd is None and name and not name.startswith("-"):
             from .registry import study
@@ -245,18 +272,49 @@ def run_group(ctx: click.Context, list_: bool) -> None:
 
 @click.command("report")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
-def report(run_dir: str) -> None:
-    """Redraw the report of RUN_DIR from its stored results (no root needed)."""
-    from .registry import study
-    from .results import ResultStore
+@click.pass_context
+def report(ctx: click.Context, run_dir: str) -> None:
+    """Redraw the report of RUN_DIR from its stored results (no root needed).
+
+    The report is written into RUN_DIR only if nslab can tell the directory is
+    its own (no link anywhere in it, everything yours and writable by nobody
+    else). Otherwise RUN_DIR's files are copied, without following any link,
+    into a new directory under <results>/reports/, and the report goes there.
+    """
+    from .cliutil import RESULTS_ENV
+    from .registry import studies, study_from_file
+    from .results import PROVENANCE, ResultStore, copy_to_report_dir
+    from .safeio import tree_is_safe
+    if os.path.islink(run_dir.rstrip("/") or "/"):
+        raise InputError(f"{run_dir}: a symbolic link; give the run directory itself")
+    parent = os.path.basename(os.path.dirname(os.path.abspath(run_dir)))
+    why = tree_is_safe(run_dir)
+    if why is not None:
+        results = ctx.obj.results if ctx.obj is not None else os.environ.get(RESULTS_ENV, "results")
+        out, skipped = copy_to_report_dir(run_dir, results)
+        left = f"; left out: {', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}" \
+            if skipped else ""
+        click.echo(f"{run_dir} may not be nslab's own ({why}): the report goes to a copy, "
+                   f"{out}{left}")
+        run_dir = out
     if os.path.exists(os.path.join(run_dir, "mode")):  # a `nslab reproduce` directory
         from .reproduce import write_report
         for name, path in write_report(run_dir).items():
             click.echo(f"{name}: {path}")
         return
     store = ResultStore.open(run_dir)
-    exp = store.provenance().get("experiment") or os.path.basename(os.path.dirname(run_dir.rstrip("/")))
     kept = os.path.join(run_dir, "study.yaml")  # a study file's run keeps the file it ran
-    rep = study(kept if os.path.isfile(kept) else exp)().report(run_dir)
+    if os.path.isfile(kept):
+        cls = study_from_file(kept)
+    else:
+        # a registered study's name, never a path (a file would be read from anywhere)
+        exp = store.provenance().get("experiment") or parent
+        found = studies()
+        if not isinstance(exp, str) or exp not in found:
+            raise InputError(f"{os.path.join(run_dir, PROVENANCE)}: experiment: "
+                             f"{str(exp)[:80]!r} is not a registered study "
+                             f"({', '.join(found) or 'none'})")
+        cls = found[exp]
+    rep = cls().report(run_dir)
     for name, path in rep.files.items():
         click.echo(f"{name}: {path}")

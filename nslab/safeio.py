@@ -20,10 +20,11 @@ that user can write (see ``docs/security.md``).
 """
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
-from typing import IO, Optional, Union
+from typing import IO, List, Optional, Union
 
 from .errors import InputError
 
@@ -109,9 +110,20 @@ def _check_regular(fd: int, path: str) -> None:
 
 
 def open_new(path: str, mode: str = "w", *, encoding: Optional[str] = "utf-8",
-             perm: int = 0o644) -> IO:
-    """Open a file that must not exist yet (``O_EXCL | O_NOFOLLOW``)."""
+             perm: int = 0o644, replace: bool = False) -> IO:
+    """Open a file that must not exist yet (``O_EXCL | O_NOFOLLOW``).
+
+    With ``replace``, whatever has that name already (an earlier file, a
+    link) is removed first, never followed: for an output handed to a
+    process as its stdout, which cannot be renamed into place."""
     check_path(path, leaf=False)
+    if replace:
+        try:
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                raise UnsafePathError(f"{path}: a directory is in the way")
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, perm)
     return os.fdopen(fd, mode, encoding=None if "b" in mode else encoding)
 
@@ -120,8 +132,14 @@ def open_append(path: str, *, encoding: str = "utf-8", perm: int = 0o644) -> IO:
     """Open a file to append to: created if missing; refused if it is a link,
     not a regular file, or has another hard link."""
     check_path(path, leaf=False)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 perm)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     perm)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePathError(f"{path} is a symbolic link; nslab runs as root and does not "
+                                  "write through links") from None
+        raise
     _check_regular(fd, path)
     return os.fdopen(fd, "a", encoding=encoding)
 
@@ -149,16 +167,99 @@ def write_atomic(path: str, data: Union[str, bytes], *, perm: int = 0o644) -> st
     return path
 
 
+def _open_regular(name: str, dir_fd: Optional[int] = None) -> Optional[int]:
+    """A read-only descriptor of ``name`` if it is a regular file with one
+    link (never a link, a FIFO or a device: nothing is followed or blocks);
+    ``None`` otherwise."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _read_fd(fd: int, most: Optional[int]) -> bytes:
+    """Up to ``most`` bytes (all without ``most``) of ``fd``, which is closed."""
+    with os.fdopen(fd, "rb") as f:
+        return f.read(-1 if most is None else most)
+
+
+def copy_file(src: str, dst: str, *, limit: Optional[int] = None, perm: int = 0o644) -> int:
+    """Copy the regular file ``src`` to ``dst`` (through :func:`write_atomic`)
+    without following a link on either side: a link in ``src``'s path, or a
+    source that is not a regular file with one link, raises
+    :class:`UnsafePathError`. Returns the number of bytes copied."""
+    check_path(src)
+    fd = _open_regular(src)
+    if fd is None:
+        raise UnsafePathError(f"{src}: not a regular file (a link, a device or a hard link); "
+                              "not copied")
+    data = _read_fd(fd, None if limit is None else limit + 1)
+    if limit is not None and len(data) > limit:
+        raise InputError(f"{src}: larger than {limit} bytes; not copied")
+    write_atomic(dst, data, perm=perm)
+    return len(data)
+
+
+def copy_tree(src: str, dst: str, *, limit: Optional[int] = None) -> List[str]:
+    """Copy the regular files and directories under ``src`` into the existing,
+    empty directory ``dst`` (one nslab has just made with :func:`make_fresh_dir`).
+
+    Nothing under ``src`` is followed: links, FIFOs, devices and files with
+    more than one hard link are left out (``os.fwalk`` opens each directory
+    with ``O_NOFOLLOW``; ``src`` itself may not be a link either, the
+    directories above it are taken as given). More than ``limit``
+    bytes in all raises :class:`InputError`. Returns what was left out,
+    relative to ``src``."""
+    skipped: List[str] = []
+    total = 0
+    for top, dirs, files, dfd in os.fwalk(src, follow_symlinks=False):
+        rel = os.path.relpath(top, src)
+        out = dst if rel == "." else os.path.join(dst, rel)
+        for d in list(dirs):
+            if stat.S_ISDIR(os.stat(d, dir_fd=dfd, follow_symlinks=False).st_mode):
+                os.mkdir(os.path.join(out, d), 0o755)
+            else:  # a link to a directory
+                skipped.append(os.path.normpath(os.path.join(rel, d)))
+                dirs.remove(d)
+        for name in files:
+            fd = _open_regular(name, dfd)
+            if fd is None:
+                skipped.append(os.path.normpath(os.path.join(rel, name)))
+                continue
+            data = _read_fd(fd, None if limit is None else limit - total + 1)
+            total += len(data)
+            if limit is not None and total > limit:
+                raise InputError(f"{src}: more than {limit} bytes to copy; nothing more copied")
+            with open_new(os.path.join(out, name), "wb") as f:
+                f.write(data)
+    return skipped
+
+
 def tree_is_safe(path: str) -> Optional[str]:
     """Whether nslab may write into the existing directory ``path``: ``None``
-    if so, else why not. Safe means: no link in the path or anywhere below it,
-    everything owned by the current user (root) and writable by nobody else."""
+    if so, else why not (one line). Safe means: no link in the path or
+    anywhere below it, everything owned by the current user (root) and
+    writable by nobody else."""
+    why = _tree_is_safe(path)
+    if why is None or why.isprintable():
+        return why
+    return why.encode("unicode_escape").decode("ascii")  # a file name with a line break
+
+
+def _tree_is_safe(path: str) -> Optional[str]:
     try:
         check_path(path)
     except UnsafePathError as exc:
         return str(exc)
     me = os.geteuid()
-    for top, dirs, files in os.walk(path, followlinks=False):
+    unread: List[OSError] = []  # a directory that cannot be listed cannot be proved safe
+    for top, dirs, files in os.walk(path, followlinks=False, onerror=unread.append):
         for name in [top] + [os.path.join(top, n) for n in dirs + files]:
             try:
                 st = os.lstat(name)
@@ -170,4 +271,6 @@ def tree_is_safe(path: str) -> Optional[str]:
                 return f"{name} belongs to uid {st.st_uid}, not to uid {me}"
             if st.st_mode & 0o022:
                 return f"{name} is writable by others ({stat.filemode(st.st_mode)})"
+    if unread:
+        return f"{unread[0].filename}: {unread[0].strerror}"
     return None

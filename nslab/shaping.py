@@ -10,6 +10,7 @@ lacks it (see :mod:`nslab.caps`).
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import List, Optional, Union
@@ -51,8 +52,13 @@ def parse_rate(value: Union[str, int, float], default_unit: str = "mbit") -> int
             raise InputError(
                 f"bad rate {value!r}: use a number with a unit such as 100Mbit, 1Gbit, 500k")
         bps = float(m.group(1)) * (_UNITS[unit] if unit else _UNITS[default_unit])
+    if not math.isfinite(bps):
+        raise InputError(f"bad rate {value!r}: not a finite number")
     if bps <= 0:
         raise InputError(f"bad rate {value!r}: must be positive")
+    if bps < 1:
+        # tc would be handed `rate 0bit` (its rates are whole bits per second)
+        raise InputError(f"bad rate {value!r}: below 1 bit/s")
     if bps > 1e12:
         raise InputError(f"bad rate {value!r}: above 1 Tbit/s")
     return int(bps)

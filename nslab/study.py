@@ -33,9 +33,11 @@ from typing import (Any, Callable, ClassVar, ContextManager, Dict, List, Optiona
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import InputError
+from .grants import HostGrants
 from .records import RecordSchema
 from .reporting import Claim, StudyReport
 from .results import ResultStore, point_key
+from .safeio import tree_is_safe, write_atomic
 
 __all__ = ["Claim", "ConfigError", "PRESETS", "Progress", "Runner", "Study", "StudyConfig",
            "StudyReport", "expand", "open_store", "results_dir_of", "run_study"]
@@ -201,12 +203,19 @@ class Progress:
             self._bar = None
 
 
-def open_store(study: Study, cfg: Any, results_root: str, run_id: str,
+def open_store(study: Study, cfg: Any, results_root: str, run_id: Optional[str],
                resume: Optional[str] = None) -> Tuple[ResultStore, Any]:
-    """A new run directory, or on resume the existing one with the configuration
-    it was started with (validated again)."""
+    """A new run directory (made fresh, under ``run_id`` or a free id: see
+    :meth:`ResultStore.create`), or on resume the existing one with the
+    configuration it was started with (validated again). A directory to
+    resume must be nslab's own (:func:`~nslab.safeio.tree_is_safe`): nslab
+    runs as root and appends to it."""
     if not resume:
-        return ResultStore(results_root, study.name, run_id), cfg
+        return ResultStore.create(results_root, study.name, run_id), cfg
+    why = tree_is_safe(resume)
+    if why is not None:
+        raise InputError(f"--resume {resume}: not a run directory of nslab's own ({why}); "
+                         "start a new run instead")
     store = ResultStore.open(resume)
     prov = store.provenance()
     if prov.get("experiment") not in (None, "", study.name):
@@ -219,10 +228,22 @@ def open_store(study: Study, cfg: Any, results_root: str, run_id: str,
 
 def run_study(study: Study, cfg: Any, results_root: str = "results",
               run_id: Optional[str] = None, resume: Optional[str] = None,
-              progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None) -> str:
+              progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None,
+              host_grants: Optional[HostGrants] = None,
+              store: Optional[ResultStore] = None) -> str:
     """Run ``study`` with ``cfg`` (or resume a run directory); write the report.
 
-    ``lab_factory(topology, run_id=...)`` builds each lab (default
+    A new run gets a fresh directory ``<results_root>/<study>/<run_id>``
+    (a free id without ``run_id``: :meth:`ResultStore.create`), or ``store``,
+    one the caller made already that way (the CLI makes it first, so that the
+    run's log is named after its id); its first lab has the run's id. On
+    ``resume``, ``run_id`` (default: a new one) names the first lab.
+
+    ``host_grants`` are what the command line allows the study's topologies
+    to change on this machine (see :mod:`nslab.grants`); ``None`` trusts a
+    configuration given by the calling code, but never one read back from a
+    run directory on ``resume``.
+    ``lab_factory(topology, run_id=..., host_grants=...)`` builds each lab (default
     :class:`~nslab.lab.Lab`; :class:`~nslab.remote.MultiLab` for a lab across
     hosts). Returns the run directory. Points are appended to the records as soon as
     they are measured, so an interrupted run keeps them and a resumed one
@@ -232,8 +253,11 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     from .lab import Lab
     from .naming import new_run_id
     from .results import collect_provenance
-    run_id = run_id or new_run_id()
-    store, cfg = open_store(study, cfg, results_root, run_id, resume)
+    if store is None:
+        store, cfg = open_store(study, cfg, results_root, run_id, resume)
+    run_id = (run_id or new_run_id()) if resume else store.run_id
+    if resume and host_grants is None:
+        host_grants = HostGrants()  # the configuration came from a file
     store.schema_version = study.records.version
     caps.require(study.needs(cfg), f"the {study.name} study")
     plan = study.points(cfg)
@@ -243,6 +267,8 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
         log.info("resuming %s: %d of %d points already measured", store.path,
                  len(plan) - len(todo), len(plan))
     labs = study.labs(cfg)
+    from .limits import check_plan
+    check_plan(len(labs), plan, f"the {study.name} study")  # before any lab is built
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     from .noise import idle_jitter
     noise = idle_jitter()
@@ -255,7 +281,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                     continue
                 lab_id = run_id if i == 0 else new_run_id()
                 _draw(topo, store.path, key)
-                with (lab_factory or Lab)(topo, run_id=lab_id) as lab:
+                with (lab_factory or Lab)(topo, run_id=lab_id, host_grants=host_grants) as lab:
                     runner = study.runner(key, lab, cfg, store)
                     info = runner.setup()
                     _provenance(store, collect_provenance(
@@ -284,8 +310,7 @@ def _draw(topo: Any, run_dir: str, key: str) -> None:
         return
     try:
         # the topology as data too: reports draw per-point views from it
-        with open(os.path.join(run_dir, f"topology-{key}.json"), "w") as f:
-            json.dump(topo.to_dict(), f)
+        write_atomic(os.path.join(run_dir, f"topology-{key}.json"), json.dumps(topo.to_dict()))
         draw(topo, os.path.join(run_dir, f"topology-{key}.svg"))
     except Exception as exc:  # noqa: BLE001 - a picture must not cost a measurement
         log.warning("could not draw the %s topology: %s", key, exc)

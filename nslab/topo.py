@@ -20,10 +20,11 @@ from .errors import InputError, TopologyError
 from .fields import (BgpOptions, Bytes, ControllerTarget, Delay, Dpid, IfName, Interface, Label,
                      Mac, Mtu, NodeName, Percent, QueueLimit, Rate, Route, StrictModel,
                      SysctlKey, SysctlValue, check_name)
+from .limits import topology_size
 from .shaping import ETHERNET_OVERHEAD, Shaping
 
 __all__ = ["Topology", "Node", "Link", "LinkEnd", "check_name", "KINDS", "SWITCH_TYPES",
-           "explain"]
+           "explain", "raw_size"]
 
 KINDS = ("host", "switch", "router")
 SWITCH_TYPES = ("bridge", "ovs")
@@ -398,9 +399,20 @@ class Topology(BaseModel):
                 out[(name, intf)] = self.nodes[name].mac  # type: ignore[assignment]
         return out
 
+    def size(self) -> Tuple[int, int, int]:
+        """(nodes, links, namespaces): a Linux bridge has a namespace of its own,
+        an OVS switch none."""
+        ns = sum(1 for n in self.nodes if not self.nodes[n].is_switch
+                 or self.switch_type_of(n) != "ovs")
+        return len(self.nodes), len(self.links), ns
+
     # -- validation ---------------------------------------------------------------
     def validate(self) -> "Topology":  # type: ignore[override]
-        """Check the whole topology; raise :class:`TopologyError` naming the first problem."""
+        """Check the whole topology; raise :class:`TopologyError` naming the first
+        problem, or :class:`~nslab.limits.LimitError` if it is larger than the
+        active limits allow (ready topologies and files are counted before they
+        are built; this catches any other way of making one)."""
+        topology_size(*self.size(), where=f"topology {self.name!r}")
         self._check()
         if not self.nodes:
             raise TopologyError(f"topology {self.name!r} has no nodes")
@@ -533,6 +545,7 @@ class Topology(BaseModel):
     def from_dict(cls, data: Any) -> "Topology":
         """Validate a topology given as plain data (as a YAML file would hold it);
         raise :class:`TopologyError` naming the field."""
+        topology_size(*raw_size(data), where="topology")  # before anything is built
         try:
             return cls.model_validate(data).validate()
         except ValidationError as exc:
@@ -554,6 +567,23 @@ class Topology(BaseModel):
             ips = ", ".join(f"{intf} {ip}" for (n, intf), ip in addrs.items() if n == name)
             rows.append((name, kind, ips))
         return rows
+
+
+def raw_size(data: Any) -> Tuple[int, int, int]:
+    """(nodes, links, namespaces) of a topology given as plain data (a parsed
+    file), counted before it is validated or built; the kinds and types given
+    are read as written (an unknown one is refused later, by validation)."""
+    if not isinstance(data, dict):
+        return 0, 0, 0
+    nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
+    links = data.get("links") if isinstance(data.get("links"), list) else []
+    default = data.get("switch", "bridge")
+    ns = 0
+    for opts in nodes.values():
+        opts = opts if isinstance(opts, dict) else {}
+        if opts.get("kind", "host") != "switch" or opts.get("type", default) != "ovs":
+            ns += 1
+    return len(nodes), len(links), ns
 
 
 def schema() -> Dict[str, Any]:

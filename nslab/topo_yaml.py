@@ -15,8 +15,13 @@ Format (``nslab topo schema`` prints its JSON Schema)::
       - {a: h2, b: s1, bw: 1000, delay: 1ms, params1: {ip: 10.0.0.2/24}}
 
 A file is data from anyone: it is parsed with a safe loader, duplicate keys
-are refused, YAML aliases may not expand beyond a fixed budget (no "billion
-laughs"), and the file may not exceed 16 MiB.
+are refused, and every bound is checked while it is parsed, before anything
+is built from it: at most :data:`MAX_BYTES` of file, :data:`MAX_NODES` YAML
+nodes (counted as they are read, and again with aliases expanded: no
+"billion laughs"), nested at most :data:`MAX_DEPTH` deep (20,000 ``[`` is one
+line, not a ``RecursionError``). Study files are read by the same loader.
+A topology's nodes and links are counted right after parsing, against the
+active limits (:mod:`nslab.limits`).
 """
 from __future__ import annotations
 
@@ -26,10 +31,15 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import InputError, TopologyError
+from .limits import active
 
-MAX_BYTES = 16 * 1024 * 1024
-#: YAML nodes after alias expansion; a 1000-host topology is about 20,000.
+#: The largest file read (a 1000-host topology written out in full is ~60 KiB;
+#: PyYAML reads ~100 KiB/s, so 4 MiB is ~40 s at worst).
+MAX_BYTES = 4 * 1024 * 1024
+#: YAML nodes, as read and after alias expansion; a 1000-host topology is about 20,000.
 MAX_NODES = 500_000
+#: How deep collections may nest (a topology or study file needs about 6).
+MAX_DEPTH = 64
 
 
 class LineDict(dict):
@@ -53,35 +63,71 @@ class LineList(list):
 
 
 class LineLoader(yaml.SafeLoader):
-    """A SafeLoader that records lines, refuses duplicate keys and bounds aliases."""
+    """A SafeLoader that records lines, refuses duplicate keys and bounds the
+    document's size, depth and aliases while composing it."""
+
+    _depth = 0
+    _count = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._count += 1
+        if self._count > MAX_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"more than {MAX_NODES:,} YAML nodes", self.peek_event().start_mark)
+        if self._depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_DEPTH} levels deep",
+                self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
     def compose_document(self) -> Any:
         node = super().compose_document()
-        _expanded_size(node, {}, set())
+        _expanded_size(node)
         return node
 
 
-def _expanded_size(node: yaml.Node, memo: Dict[int, int], stack: set) -> int:
-    key = id(node)
-    if key in memo:
-        return memo[key]
-    if key in stack:
-        raise yaml.constructor.ConstructorError(
-            None, None, "a YAML alias refers to itself (recursive structure)", node.start_mark)
-    stack.add(key)
-    size = 1
-    if isinstance(node, yaml.SequenceNode):
-        size += sum(_expanded_size(c, memo, stack) for c in node.value)
-    elif isinstance(node, yaml.MappingNode):
-        size += sum(_expanded_size(k, memo, stack) + _expanded_size(v, memo, stack)
-                    for k, v in node.value)
-    stack.discard(key)
-    if size > MAX_NODES:
-        raise yaml.constructor.ConstructorError(
-            None, None, f"the document expands to more than {MAX_NODES:,} YAML nodes "
-                        "(aliases used as a 'billion laughs'?)", node.start_mark)
-    memo[key] = size
-    return size
+def _expanded_size(root: yaml.Node) -> int:
+    """The nodes of ``root`` with every alias expanded, without recursion; too
+    many, too deep (aliases of aliases) or a cycle is a ``ConstructorError``."""
+    memo: Dict[int, Tuple[int, int]] = {}  # id -> (size, depth)
+    on_stack: set = set()
+    stack: List[Tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        children: List[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            children = [c for kv in node.value for c in kv]
+        if not done:
+            if key in memo:
+                continue
+            if key in on_stack:
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a YAML alias refers to itself (recursive structure)",
+                    node.start_mark)
+            on_stack.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if id(c) not in memo)
+            continue
+        on_stack.discard(key)
+        size = 1 + sum(memo[id(c)][0] for c in children)
+        depth = 1 + max((memo[id(c)][1] for c in children), default=0)
+        if size > MAX_NODES:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the document expands to more than {MAX_NODES:,} YAML nodes "
+                            "(aliases used as a 'billion laughs'?)", node.start_mark)
+        if depth > MAX_DEPTH:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"aliases nest the document more than {MAX_DEPTH} levels deep",
+                node.start_mark)
+        memo[key] = (size, depth)
+    return memo[id(root)][0]
 
 
 def _construct_mapping(loader: LineLoader, node: yaml.MappingNode) -> LineDict:
@@ -116,8 +162,8 @@ LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _cons
 LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _construct_sequence)
 
 
-def read_yaml(path: str) -> Any:
-    """Parse ``path`` with line information; raise ``InputError`` as ``file:line: ...``."""
+def read_text(path: str) -> str:
+    """The UTF-8 text of ``path``, at most :data:`MAX_BYTES` (read no further)."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_BYTES + 1)
@@ -126,9 +172,16 @@ def read_yaml(path: str) -> Any:
     if len(raw) > MAX_BYTES:
         raise InputError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB")
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+def parse_yaml(text: str, path: str) -> Any:
+    """Parse ``text`` (read from ``path``) with line information and the bounds
+    of :class:`LineLoader`; raise ``InputError`` as ``file:line: ...``."""
+    if len(text) > MAX_BYTES:
+        raise InputError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB")
     try:
         return yaml.load(text, Loader=LineLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.YAMLError as exc:
@@ -136,6 +189,13 @@ def read_yaml(path: str) -> Any:
         where = f"{path}:{mark.line + 1}" if mark else path
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise InputError(f"{where}: malformed YAML: {problem}") from None
+    except RecursionError:  # not reached within MAX_DEPTH; a last guard
+        raise InputError(f"{path}: malformed YAML: nested too deeply") from None
+
+
+def read_yaml(path: str) -> Any:
+    """Parse ``path`` with line information; raise ``InputError`` as ``file:line: ...``."""
+    return parse_yaml(read_text(path), path)
 
 
 def line_of(doc: Any, loc: Tuple[Any, ...]) -> int:
@@ -157,12 +217,18 @@ def line_of(doc: Any, loc: Tuple[Any, ...]) -> int:
 def load_yaml_topology(path: str) -> "Any":
     """Read and validate ``path``; raise :class:`TopologyError` with ``file:line: field: problem``."""
     from .topo import Topology, explain, loc_path
+    from .topo import raw_size
     doc = read_yaml(path)
     if not isinstance(doc, dict):
         raise TopologyError(f"{path}:1: a topology must be a mapping with 'nodes' and 'links'")
     if not doc.get("nodes"):
         raise TopologyError(f"{path}:{doc.line}: 'nodes' must be a non-empty mapping of "
                             "name: options")
+    nodes, links, namespaces = raw_size(doc)
+    limits = active()  # counted right after parsing, before anything is built
+    for key, value, field in (("nodes", nodes, "nodes"), ("namespaces", namespaces, "nodes"),
+                              ("links", links, "links")):
+        limits.check(key, value, f"{path}:{line_of(doc, (field,))}: {field}")
     data = dict(doc)
     data.setdefault("name", path[-120:])
     try:
@@ -177,4 +243,5 @@ def load_yaml_topology(path: str) -> "Any":
     return topo
 
 
-__all__ = ["load_yaml_topology", "read_yaml", "line_of", "LineLoader", "MAX_BYTES", "MAX_NODES"]
+__all__ = ["load_yaml_topology", "read_yaml", "read_text", "parse_yaml", "line_of", "LineLoader",
+           "MAX_BYTES", "MAX_NODES", "MAX_DEPTH"]

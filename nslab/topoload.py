@@ -7,6 +7,7 @@ import os
 from typing import Any, Callable, Dict, List
 
 from .errors import InputError
+from .grants import HostGrants
 
 
 def extra_kwargs(args: List[str]) -> Dict[str, Any]:
@@ -51,6 +52,21 @@ def coerce(fn: Callable, kwargs: Dict[str, Any]) -> Dict[str, Any]:
                 raise InputError(f"--{k}: expected an integer, got {v!r}") from None
         out[k] = v
     return out
+
+
+def grants_from_options(spec: str, options: Dict[str, Any]) -> HostGrants:
+    """What ``nslab topo up``'s command line allows the topology to change on
+    this machine (see :mod:`nslab.grants`). ``--allow-controller`` is taken out
+    of ``options``; ``--uplink``/``--force`` stay a ready topology's options
+    (and grant themselves) but are only grants for a YAML file."""
+    controllers = str(options.pop("allow_controller", "") or "").split(",")
+    if spec.endswith((".yaml", ".yml")):
+        uplinks = str(options.pop("uplink", "") or "").split(",")
+        force = options.pop("force", False)
+    else:
+        uplinks = [str(options["uplink"])] if options.get("uplink") else []
+        force = options.get("force", False)
+    return HostGrants.of(uplinks, controllers, force is True or str(force).lower() == "true")
 
 
 def load_topology(spec: str, options: Dict[str, Any]):

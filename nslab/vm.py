@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import IO, Dict, List, Optional
 
 from .errors import CapabilityError, InputError, LabError
+from .safeio import make_dirs, open_new
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +47,32 @@ def cache_dir() -> str:
     return os.environ.get("NSLAB_KERNEL_CACHE", DEFAULT_CACHE)
 
 
-def find_kernel(cache: Optional[str] = None) -> str:
-    """The kernel to boot: ``$NSLAB_KERNEL`` (a vmlinuz), else the one
-    ``scripts/setup-kernel.sh`` made current (``KERNEL_PKG``), else the newest
-    unpacked in the cache."""
+def find_kernel(cache: Optional[str] = None, name: Optional[str] = None) -> str:
+    """The kernel to boot.
+
+    Args:
+        cache: where ``scripts/setup-kernel.sh`` unpacked kernels (default
+            :func:`cache_dir`).
+        name: one of them by its link in the cache, e.g. ``bookworm`` or
+            ``trixie`` (``KERNEL_DIST`` of setup-kernel.sh), or by its folder
+            (``linux-image-6.12.118+deb13-amd64``). Without it:
+            ``$NSLAB_KERNEL`` (a vmlinuz), else this machine's release's
+            kernel (``current``), else the newest unpacked.
+    """
+    cache = cache or cache_dir()
+    if name:
+        if "/" in name or name in (".", ".."):
+            raise InputError(f"kernel {name!r}: name a kernel in {cache} (e.g. bookworm, trixie)")
+        found = sorted(glob.glob(os.path.join(cache, name, "boot", "vmlinuz-*")))
+        if not found:
+            raise CapabilityError(f"no kernel {name!r} unpacked in {cache}: run `make test-kernel` "
+                                  f"or KERNEL_DIST={name} scripts/setup-kernel.sh")
+        return found[-1]
     explicit = os.environ.get("NSLAB_KERNEL")
     if explicit:
         if not os.path.isfile(explicit):
             raise CapabilityError(f"NSLAB_KERNEL={explicit}: no such file")
         return explicit
-    cache = cache or cache_dir()
     found = sorted(glob.glob(os.path.join(cache, "current", "boot", "vmlinuz-*")))
     found = found or sorted(glob.glob(os.path.join(cache, "*", "boot", "vmlinuz-*")))
     if not found:
@@ -155,6 +172,13 @@ class Guest:
         timeout: seconds before the guest is killed.
         kernel: a vmlinuz (default: the newest in the cache).
         env: environment variables exported before ``command``.
+        root: a folder the guest boots on as its root filesystem (virtme-ng
+            ``--root``, read-only, e.g. the Debian 13 root of
+            ``scripts/setup-debian13.sh``; the kernel's modules must be in its
+            ``/usr/lib/modules``); default: this machine's root, read-only.
+        binds: ``(guest path, host path)`` pairs shared read-write, mounted in
+            this order before ``out_dir`` and ``rwdirs`` (with ``root``, this
+            machine's folders are only seen through these).
     """
 
     name: str
@@ -169,6 +193,8 @@ class Guest:
     cwd: str = field(default_factory=os.getcwd)
     env: Dict[str, str] = field(default_factory=dict)
     kvm: Optional[bool] = None
+    root: Optional[str] = None
+    binds: List["tuple[str, str]"] = field(default_factory=list)
 
     def argv(self) -> List[str]:
         kernel = self.kernel or find_kernel()
@@ -176,9 +202,14 @@ class Guest:
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(self.env.items()))
         script = f"{exports}cd {shlex.quote(self.cwd)} && {self.command}"
         argv = [vng_path(), "--run", kernel, "--verbose", "--cpus", str(self.cpus),
-                "--memory", self.memory, "--rwdir", self.out_dir]
-        for d in self.rwdirs:
-            argv += ["--rwdir", d]
+                "--memory", self.memory]
+        if self.root:
+            argv += ["--root", self.root]
+        for guest_path, host_path in self.binds:
+            argv.append(f"--rwdir={guest_path}={host_path}")
+        for d in [self.out_dir, *self.rwdirs]:
+            # virtme-ng reads a bare path as one inside --root: name both ends
+            argv.append(f"--rwdir={d}={d}" if self.root else f"--rwdir={d}")
         if not use_kvm:
             argv.append("--disable-kvm")
         qemu: List[str] = []
@@ -208,11 +239,11 @@ class RunningGuest:
 
     def __init__(self, guest: Guest, stdin: bool = False) -> None:
         self.guest = guest
-        os.makedirs(guest.out_dir, exist_ok=True)
+        make_dirs(guest.out_dir)  # results/vm/...: a link there is refused, never followed
         self.console_path = os.path.join(guest.out_dir, f"{guest.name}.console.log")
         self.stdout_path = os.path.join(guest.out_dir, f"{guest.name}.stdout.log")
-        self._out: IO[str] = open(self.stdout_path, "w")
-        self._err: IO[str] = open(self.console_path, "w")
+        self._out: IO[str] = open_new(self.stdout_path, replace=True)
+        self._err: IO[str] = open_new(self.console_path, replace=True)
         argv = guest.argv()
         log.info("guest %s: %s", guest.name, " ".join(shlex.quote(a) for a in argv))
         env = dict(os.environ)
@@ -303,9 +334,10 @@ def require() -> None:
     find_kernel()
 
 
-def describe() -> Dict[str, object]:
-    """What a guest will be: kernel, accelerator (for reports and provenance)."""
-    kernel = find_kernel()
+def describe(kernel: Optional[str] = None) -> Dict[str, object]:
+    """What a guest will be: kernel, accelerator (for reports and provenance).
+    ``kernel``: a vmlinuz (default :func:`find_kernel`'s)."""
+    kernel = kernel or find_kernel()
     return {"kernel": kernel_release(kernel), "vmlinuz": kernel,
             "accelerator": "kvm" if kvm_usable() else "tcg"}
 

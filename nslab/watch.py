@@ -105,15 +105,18 @@ def rates(a: Tuple[float, Dict[str, Counters]], b: Tuple[float, Dict[str, Counte
 def table(run: str, rows: List[Rate]):
     """A rich table of ``rows``."""
     from rich.table import Table
+    from rich.text import Text
 
     from .shaping import format_rate
-    t = Table(title=f"nslab watch {run}  (Ctrl-C to stop)")
+    # names are Text, never read as rich markup
+    t = Table(title=Text(f"nslab watch {run}  (Ctrl-C to stop)"))
     for col in ("node", "interface", "rx", "tx", "rx pkt/s", "tx pkt/s", "drops"):
         t.add_column(col, justify="left" if col in ("node", "interface") else "right")
     for r in rows:
         style = "bold green" if max(r.rx_bps, r.tx_bps) > 1e6 else None
-        t.add_row(r.node, r.intf, format_rate(r.rx_bps), format_rate(r.tx_bps), f"{r.rx_pps:,.0f}",
-                  f"{r.tx_pps:,.0f}", str(r.drops) if r.drops else "", style=style)
+        t.add_row(Text(r.node), Text(r.intf), format_rate(r.rx_bps), format_rate(r.tx_bps),
+                  f"{r.rx_pps:,.0f}", f"{r.tx_pps:,.0f}", str(r.drops) if r.drops else "",
+                  style=style)
     return t
 
 
@@ -130,7 +133,7 @@ def watch(run: Optional[str] = None, interval: float = 1.0, count: Optional[int]
         while count is None or done < count:
             time.sleep(interval)
             if not run_is_live(read_journal(run)):
-                live.console.print(f"lab {run} is gone")
+                live.console.print(f"lab {run} is gone", markup=False)
                 return
             cur = sample(nss)
             live.update(table(run, rates(prev, cur)))

@@ -7,14 +7,27 @@ events (aiohttp). The page is the Graphviz picture of the lab's topology
 (written by the lab into its work directory); a small script colours each link
 by its load and writes its rates beside it. The server binds 127.0.0.1 unless
 told otherwise.
+
+The page is hardened against what a lab folder or another web site could do
+with it: the picture is Graphviz's SVG re-serialised through an allow-list of
+plain drawing elements and attributes (:func:`clean_svg`: no script, link,
+event handler or foreign content can reach the page), the page runs only its
+own script (a Content-Security-Policy with a per-response nonce), every request
+must name the bound address in its ``Host`` header (so a DNS-rebinding page of
+another site cannot read the lab's counters), and at most ``max_clients`` event
+streams are served at once.
 """
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import os
-from typing import Any, Dict, List, Optional
+import re
+import secrets
+import xml.etree.ElementTree as ET
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
 from .errors import InputError
 from .shaping import format_rate
@@ -28,6 +41,26 @@ _TEMPLATES = os.path.join(os.path.dirname(__file__), "templates")
 #: An unshaped link counts 1 Gbit/s as full.
 LOAD_COLOURS = ((0.001, "#9aa0a6"), (0.3, "#2e7d32"), (0.8, "#f9a825"), (float("inf"), "#c62828"))
 UNSHAPED_FULL = 1e9
+
+#: Event streams (``/events``, one per open page) served at once by default.
+MAX_CLIENTS = 16
+
+SVG_NS = "http://www.w3.org/2000/svg"
+#: What a Graphviz picture is made of: plain drawing elements (no ``script``,
+#: ``a``, ``image``, ``use``, ``foreignObject``, ``style``, animation) ...
+SVG_ELEMENTS = frozenset({"svg", "g", "title", "desc", "path", "polygon", "polyline", "ellipse",
+                          "circle", "rect", "line", "text", "tspan", "defs", "linearGradient",
+                          "radialGradient", "stop"})
+#: ... and presentation attributes (no ``on*`` handler, no ``href``, no ``style``).
+SVG_ATTRIBUTES = frozenset({
+    "id", "class", "width", "height", "viewBox", "preserveAspectRatio", "transform", "points",
+    "d", "x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "rx", "ry", "fx", "fy", "dx", "dy",
+    "fill", "fill-opacity", "stroke", "stroke-width", "stroke-opacity", "stroke-dasharray",
+    "stroke-linecap", "stroke-linejoin", "opacity", "text-anchor", "font-family", "font-size",
+    "font-weight", "font-style", "text-decoration", "baseline-shift", "offset", "stop-color",
+    "stop-opacity", "gradientUnits", "gradientTransform"})
+#: ``url(...)`` is allowed only as a reference inside the picture (a gradient).
+_URL_REF = re.compile(r"url\(#[a-z0-9_.-]+\)")
 
 
 def colour(load: float) -> str:
@@ -72,14 +105,105 @@ def payload(run: str, links: List[Dict[str, Any]], rows: List[Rate]) -> Dict[str
                             "tx": format_rate(r.tx_bps)} for r in rows]}
 
 
-def page(run: str, svg: Optional[str], interval: float) -> str:
-    """The live page: the picture (if the lab wrote its topology) and a table."""
+class UnsafeSvgError(InputError):
+    """A picture holds something other than plain drawing (a script, a link,
+    an event handler, foreign content)."""
+
+
+def clean_svg(svg: str) -> str:
+    """``svg`` (Graphviz's output) re-serialised from its parsed elements,
+    after checking each against :data:`SVG_ELEMENTS` and
+    :data:`SVG_ATTRIBUTES`: what comes out is plain drawing and text, safe to
+    inline in a page. Comments, processing instructions and a DOCTYPE are
+    dropped; text and attribute values are escaped on the way out.
+
+    Raises:
+        UnsafeSvgError: an element or attribute outside the allow-lists, or a
+            ``url(...)`` that points outside the picture.
+    """
+    start = svg.find("<svg")
+    if start < 0:
+        raise UnsafeSvgError("the picture is not SVG")
+    if re.search(r"<!(?!--)", svg[start:]):  # a DOCTYPE, an entity, CDATA
+        raise UnsafeSvgError("the picture declares a DOCTYPE, an entity or CDATA")
+    try:
+        root = ET.fromstring(svg[start:])
+    except ET.ParseError as exc:
+        raise UnsafeSvgError(f"the picture is not well-formed SVG ({exc})") from None
+    for el in root.iter():
+        ns, _, tag = el.tag.rpartition("}")
+        if ns.lstrip("{") != SVG_NS or tag not in SVG_ELEMENTS:
+            raise UnsafeSvgError(f"the picture holds a <{tag}> element")
+        for name, value in el.attrib.items():
+            if name not in SVG_ATTRIBUTES:
+                raise UnsafeSvgError(f"the picture's <{tag}> has a {name!r} attribute")
+            flat = _URL_REF.sub("", re.sub(r"\s", "", value.lower()))
+            if any(bad in flat for bad in ("url(", "javascript:", "vbscript:", "data:")):
+                raise UnsafeSvgError(f"the picture's <{tag}> {name}={value!r} is not plain")
+        el.tag = tag  # written back in the default namespace, without a prefix
+    root.set("xmlns", SVG_NS)
+    return ET.tostring(root, encoding="unicode")
+
+
+def _allowed_hosts(bind: str) -> Tuple[FrozenSet[Any], bool]:
+    """The addresses (and whether ``localhost``) a request's ``Host`` may name
+    for a server bound to ``bind``; an empty set for a wildcard bind, which
+    takes any IP address but no other name."""
+    addr = ipaddress.ip_address(bind)
+    if addr.is_unspecified:
+        return frozenset(), True
+    if addr.is_loopback:
+        return frozenset({addr, ipaddress.ip_address("127.0.0.1"),
+                          ipaddress.ip_address("::1")}), True
+    return frozenset({addr}), False
+
+
+def host_allowed(host: Optional[str], bind: str) -> bool:
+    """Does a request's ``Host`` header (``name``, ``name:port``, ``[v6]:port``)
+    name the server bound to ``bind``? A loopback bind answers to
+    ``localhost``, ``127.0.0.1`` and ``[::1]``; a wildcard bind (``0.0.0.0``,
+    ``::``) to any IP address and ``localhost``; another bind to its own
+    address only. Any other name (a DNS-rebinding page's own) is refused."""
+    if not host:
+        return False
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, sep, rest = host[1:].partition("]")
+        if not sep or (rest and not re.fullmatch(r":\d{1,5}", rest)):
+            return False
+    else:
+        name, _, port = host.partition(":")
+        if ":" in port or (port and not port.isdigit()):
+            return False
+    name = name.rstrip(".")
+    addrs, localhost = _allowed_hosts(bind)
+    if name == "localhost":
+        return localhost
+    try:
+        addr = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return addr in addrs if addrs else True
+
+
+def page(run: str, svg: Optional[str], interval: float, nonce: str = "") -> str:
+    """The live page: the picture (if the lab wrote its topology) and a table;
+    its script carries ``nonce`` (see the Content-Security-Policy of
+    :func:`app`)."""
     import jinja2
     from markupsafe import Markup
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=True)
-    # the SVG comes from Graphviz over validated node and interface names
+    # the SVG has been through clean_svg: plain drawing, every text escaped
     return env.get_template("watch.html.j2").render(
-        run=run, svg=Markup(svg) if svg else None, interval=interval)
+        run=run, svg=Markup(svg) if svg else None, interval=interval, nonce=nonce)
+
+
+def csp(nonce: str) -> str:
+    """The live page's Content-Security-Policy: its own script (by ``nonce``),
+    its own event stream, inline styles; nothing else."""
+    return (f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; "
+            "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; "
+            "frame-ancestors 'none'")
 
 
 def load_topology(run: str) -> Optional[Any]:
@@ -87,11 +211,14 @@ def load_topology(run: str) -> Optional[Any]:
     (a lab started by an older nslab)."""
     from .clean import topology_path
     from .topo import Topology
+    from . import bounded
     try:
-        with open(topology_path(run)) as f:
-            return Topology.from_dict(json.load(f))
+        data = bounded.load(topology_path(run))
     except FileNotFoundError:
         return None
+    except ValueError as exc:
+        raise InputError(f"{topology_path(run)}: not a topology: {exc}") from None
+    return Topology.from_dict(data)
 
 
 class Watcher:
@@ -107,8 +234,11 @@ class Watcher:
             from .draw import available, links, to_graph
             self.links = links(topo)
             if available():
-                svg = to_graph(topo, spacious=True).pipe(format="svg").decode()
-                self.svg = svg[svg.index("<svg"):]
+                try:
+                    self.svg = clean_svg(to_graph(topo, spacious=True).pipe(format="svg")
+                                         .decode())
+                except UnsafeSvgError as exc:
+                    log.warning("lab %s: no picture on the page: %s", run, exc)
         self.latest: Optional[Dict[str, Any]] = None
         self.seq = 0
         self.gone = False
@@ -133,33 +263,68 @@ class Watcher:
                 self.changed.notify_all()
 
 
-def app(watcher: Watcher) -> Any:
+def app(watcher: Watcher, bind: str = "127.0.0.1", max_clients: int = MAX_CLIENTS) -> Any:
     """The aiohttp application: ``/`` the page, ``/events`` the stream,
-    ``/rates.json`` the latest sample."""
+    ``/rates.json`` the latest sample.
+
+    Args:
+        watcher: the sampler.
+        bind: the address the server listens on: a request whose ``Host``
+            header names anything else gets 421 (see :func:`host_allowed`).
+        max_clients: event streams served at once; one more gets 503.
+    """
     from aiohttp import web
 
+    if max_clients < 1:
+        raise InputError(f"max_clients {max_clients}: must be at least 1")
+    clients = [0]  # open event streams
+
+    @web.middleware
+    async def only_our_host(request: web.Request, handler: Any) -> web.StreamResponse:
+        if not host_allowed(request.headers.get("Host"), bind):
+            return web.Response(status=421, text="nslab watch: this page answers only to the "
+                                                 f"address it listens on ({bind})\n")
+        return await handler(request)
+
+    async def plain_headers(request: web.Request, resp: web.StreamResponse) -> None:
+        resp.headers.setdefault("X-Content-Type-Options", "nosniff")
+        resp.headers.setdefault("Referrer-Policy", "no-referrer")
+
     async def index(request: web.Request) -> web.Response:
-        return web.Response(text=page(watcher.run, watcher.svg, watcher.interval),
-                            content_type="text/html")
+        nonce = secrets.token_urlsafe(16)
+        return web.Response(text=page(watcher.run, watcher.svg, watcher.interval, nonce),
+                            content_type="text/html",
+                            headers={"Content-Security-Policy": csp(nonce),
+                                     "X-Frame-Options": "DENY", "Cache-Control": "no-store"})
 
     async def latest(request: web.Request) -> web.Response:
         return web.json_response(watcher.latest or {"run": watcher.run, "links": [],
                                                     "interfaces": []})
 
     async def events(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                           "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        seen = -1
-        while True:
-            async with watcher.changed:
-                await watcher.changed.wait_for(lambda: watcher.seq != seen)
-                seen = watcher.seq
-            if watcher.gone:
-                await resp.write(b"event: gone\ndata: {}\n\n")
-                return resp
-            if watcher.latest is not None:
-                await resp.write(f"data: {json.dumps(watcher.latest)}\n\n".encode())
+        if clients[0] >= max_clients:
+            return web.Response(status=503, headers={"Retry-After": "10"},
+                                text=f"nslab watch: {max_clients} pages are open already; "
+                                     "close one\n")
+        clients[0] += 1
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+            await resp.prepare(request)
+            seen = -1
+            while True:
+                async with watcher.changed:
+                    await watcher.changed.wait_for(lambda: watcher.seq != seen)
+                    seen = watcher.seq
+                if watcher.gone:
+                    await resp.write(b"event: gone\ndata: {}\n\n")
+                    return resp
+                if watcher.latest is not None:
+                    await resp.write(f"data: {json.dumps(watcher.latest)}\n\n".encode())
+        except ConnectionResetError:  # the page was closed
+            return resp
+        finally:
+            clients[0] -= 1
 
     sampler = web.AppKey("sampler", asyncio.Task)
 
@@ -169,17 +334,20 @@ def app(watcher: Watcher) -> Any:
     async def stop(application: web.Application) -> None:
         application[sampler].cancel()
 
-    application = web.Application()
+    application = web.Application(middlewares=[only_our_host])
     application.router.add_get("/", index)
     application.router.add_get("/events", events)
     application.router.add_get("/rates.json", latest)
+    application.on_response_prepare.append(plain_headers)
     application.on_startup.append(start)
     application.on_cleanup.append(stop)
     return application
 
 
-def serve(run: Optional[str], interval: float, bind: str, port: int) -> None:
-    """Serve the live page of ``run`` until Ctrl-C, or until the lab goes."""
+def serve(run: Optional[str], interval: float, bind: str, port: int,
+          max_clients: int = MAX_CLIENTS) -> None:
+    """Serve the live page of ``run`` until Ctrl-C, or until the lab goes;
+    ``max_clients`` pages at once (see :func:`app`)."""
     import socket
 
     from aiohttp import web
@@ -191,10 +359,12 @@ def serve(run: Optional[str], interval: float, bind: str, port: int) -> None:
                          "(choose another with --port)") from None
     watcher = Watcher(run, interval)
     host, bound_port = sock.getsockname()[:2]
+    host = f"[{host}]" if ":" in host else host
     print(f"nslab watch {run}: http://{host}:{bound_port}/  (Ctrl-C to stop)", flush=True)
 
     async def main() -> None:
-        runner = web.AppRunner(app(watcher), handle_signals=False, shutdown_timeout=1.0)
+        runner = web.AppRunner(app(watcher, bind, max_clients), handle_signals=False,
+                               shutdown_timeout=1.0)
         await runner.setup()
         site = web.SockSite(runner, sock)
         await site.start()

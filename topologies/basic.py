@@ -41,9 +41,13 @@ def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None
     attaches a physical NIC to s1 (OVS only; ``force`` to allow the NIC of the
     default route or SSH session)."""
     from nslab.errors import InputError
+    from nslab.limits import topology_size
     from nslab.topo import Topology
     if int(k) < 1:
         raise InputError(f"single: k={k}: at least one host")
+    # counted before anything is built: k hosts, a switch (a namespace of its
+    # own unless it is OVS), k links
+    topology_size(int(k) + 1, int(k), int(k) + (switch != "ovs"), f"single: k={k}")
     # no ceiling of our own: a Linux bridge's port count and the address plan
     # (10.0.0.0/8) are checked with the whole topology
     if uplink and switch != "ovs":

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from nslab.errors import InputError
+from nslab.limits import topology_size
 from nslab.topo import Topology
 
 
@@ -63,6 +64,11 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
     update_delay = int(update_delay)
     if not 0 <= update_delay <= 3600:
         raise InputError(f"clos: --update-delay {update_delay} is out of range 0..3600")
+    # counted before anything is built: spines, servers/leaves, and behind each
+    # leaf a rack switch (a Linux bridge) with its hosts
+    racks = n * (1 + hosts_per_leaf) if hosts_per_leaf else 0
+    topology_size(spines + n + racks, spines * n + racks, spines + n + racks,
+                  f"clos: {spines} spines x {n}" + (f" x {hosts_per_leaf}" if hosts_per_leaf else ""))
     passive = _passive_spines(passive_spines, spines * n)
     prefix = "server" if servers is not None or leaves is None else "leaf"
     shaping: Dict[str, Any] = {}

@@ -37,6 +37,13 @@ def _mininet(cls: Any, name: str, switch: str, stp: bool, **params: Any) -> "Top
     return Topology.from_mininet(topo, name=name, switch_type=switch)
 
 
+def _check_size(name: str, switches: int, hosts: int, links: int, switch: str) -> None:
+    """The size of the topology, counted from its parameters before Mininet
+    builds anything (``tree --depth 20 --fanout 20`` is refused at once)."""
+    from nslab.limits import topology_size
+    topology_size(switches + hosts, links, hosts + (switches if switch != "ovs" else 0), name)
+
+
 def _classes() -> Any:
     from nslab.errors import InputError
     try:
@@ -53,6 +60,8 @@ def linear(k: int = 2, n: int = 1, switch: str = "bridge") -> "Topology":
     from nslab.errors import InputError
     if int(k) < 1 or int(n) < 1:
         raise InputError(f"linear: k={k} and n={n} must be at least 1")
+    k, n = int(k), int(n)
+    _check_size(f"linear: k={k}, n={n}", k, k * n, k - 1 + k * n, switch)
     return _mininet(_classes()[0], f"linear-{k}x{n}", switch, False, k=int(k), n=int(n))
 
 
@@ -62,6 +71,17 @@ def tree(depth: int = 1, fanout: int = 2, switch: str = "bridge") -> "Topology":
     from nslab.errors import InputError
     if int(depth) < 1 or int(fanout) < 1:
         raise InputError(f"tree: depth={depth} and fanout={fanout} must be at least 1")
+    depth, fanout = int(depth), int(fanout)
+    # fanout**i switches at level i < depth, fanout**depth hosts, a tree's links;
+    # counting stops past 10**12 (far over any ceiling)
+    switches, hosts = (depth, 1) if fanout == 1 else (0, 1)
+    for _ in range(depth if fanout > 1 else 0):
+        switches += hosts
+        hosts *= fanout
+        if switches > 10**12:
+            break
+    _check_size(f"tree: depth={depth}, fanout={fanout}", switches, hosts,
+                switches + hosts - 1, switch)
     return _mininet(_classes()[1], f"tree-{depth}x{fanout}", switch, False, depth=int(depth),
                     fanout=int(fanout))
 
@@ -73,4 +93,7 @@ def torus(x: int = 3, y: int = 3, n: int = 1, switch: str = "bridge") -> "Topolo
     if int(x) < 3 or int(y) < 3 or int(n) < 1:
         raise InputError(f"torus: x={x} and y={y} must be at least 3 (a smaller torus has "
                          f"parallel links), n={n} at least 1")
+    x, y, n = int(x), int(y), int(n)
+    # two links per switch (right and down, wrapped) and one per host
+    _check_size(f"torus: x={x}, y={y}, n={n}", x * y, x * y * n, 2 * x * y + x * y * n, switch)
     return _mininet(_classes()[2], f"torus-{x}x{y}", switch, True, x=int(x), y=int(y), n=int(n))

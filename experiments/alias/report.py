@@ -99,9 +99,21 @@ def small_and_large(per_n: Dict[int, List[float]]) -> Optional[Tuple[List[float]
     return small, per_n[ns[-1]], ns[-1]
 
 
-def claims(records: List[AliasRecord], summary: Summary) -> List[Claim]:
+#: How iperf's own -P SUM reads on a 1 Gbit/s link at -P 254, by version: it
+#: depends on the version (measured, DESIGN.md), the receiver's figure does not.
+SUM_BY_VERSION = "iperf 2.1.8's SUM reads 1,178-1,208 Mbit/s there, 2.2.1's 989-998"
+
+
+def iperf_version(prov: Dict[str, Any]) -> str:
+    """The iperf that produced a run's figures, as its provenance recorded it."""
+    return str((prov.get("versions") or {}).get("iperf2") or "of unknown version")
+
+
+def claims(records: List[AliasRecord], summary: Summary,
+           iperf: str = "of unknown version") -> List[Claim]:
     """The posts' claims, each with an interval and a verdict (Welch t over the
-    repeats; equivalence by two one-sided tests)."""
+    repeats; equivalence by two one-sided tests). ``iperf`` is the version
+    that produced the clients' reports (the rows that read them name it)."""
     from nslab.stats import difference, equivalence, judge, relative_difference
     src = "seeds 000, 001"
     rec = samples(records, "alias", "receiver_bps")
@@ -133,7 +145,8 @@ def claims(records: List[AliasRecord], summary: Summary) -> List[Claim]:
                     need=MORE)
         out.append(Claim("The posts' rise comes from how iperf's reports were summed",
                          f"clients' sum over the receiver's figure, N={top} minus N<={SMALL_N}: "
-                         f"{d.fmt(100, 2, ' points', sign=True)}", chk.verdict, chk.why,
+                         f"{d.fmt(100, 2, ' points', sign=True)} (clients' reports from "
+                         f"iperf {iperf})", chk.verdict, chk.why,
                          "seeds 000, 001 (the posts' method)"))
     par = samples(records, "parallel", "receiver_bps")
     common = sorted(set(par) & set(rec))
@@ -149,8 +162,9 @@ def claims(records: List[AliasRecord], summary: Summary) -> List[Claim]:
         out.append(Claim("The rise comes from more TCP connections, not from the aliases",
                          f"N={n}: -P {n} to one address vs one connection per alias, at the "
                          f"receiver: {est.fmt(100, 1, ' %', sign=True)}" +
-                         (f"; iperf's own SUM for -P {n}: {statistics.median(pcs) / 1e6:.0f} "
-                          "Mbit/s (median)" if pcs else ""),
+                         (f"; iperf {iperf}'s own SUM for -P {n}: "
+                          f"{statistics.median(pcs) / 1e6:.0f} Mbit/s (median; this reading "
+                          f"depends on iperf's version: {SUM_BY_VERSION})" if pcs else ""),
                          verdict, why, "seed 001 (J. J. Ciarlante's explanation)"))
     return out
 
@@ -182,7 +196,7 @@ def write_report(run_dir: str) -> StudyReport:
     excluded = [r for r in records if r.measurements.invalid]
     unchecked = sum(1 for r in records if r.measurements.invalid is None)
     p2 = {int(k): v / 1e3 for k, v in pub["series"][1]["points"].items()}
-    found = claims(records, summary)
+    found = claims(records, summary, iperf_version(prov))
     limits = sender_limits(records)
     md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, pub=pub, ns=ns, rows=rows,
                 published_rises=[(s["label"], rise({int(k): v for k, v in s["points"].items()}))

@@ -17,6 +17,7 @@ from nslab.errors import InputError, LabError
 from nslab.iperf import client_argv, parse, server_argv, wait_listening
 from nslab.node import LabNode
 from nslab.render import text
+from nslab.safeio import write_atomic
 from nslab.shaping import goodput_ceiling, parse_rate
 
 from .config import AliasConfig
@@ -68,7 +69,7 @@ def from_sampler(raw: Dict[str, Any]) -> Sample:
 def start_sampler(node: LabNode, iface: str, port: int = PORT, sender: bool = False):
     """Start the in-node sampler; return its process once it is ready to be
     given the instants (:func:`sample_at`)."""
-    argv = [sys.executable, "-m", "nslab.sampler", "--port", str(port), "--iface", iface,
+    argv = [sys.executable, "-I", "-m", "nslab.sampler", "--port", str(port), "--iface", iface,
             "--counter", "tx_bytes" if sender else "rx_bytes"] + (["--sender"] if sender else [])
     proc = node.popen(argv, name="sampler", stdin=subprocess.PIPE)
     line = proc.popen.stdout.readline() if proc.popen.stdout else ""
@@ -192,9 +193,7 @@ class AliasRunner:
             except LabError as exc:
                 outputs.append(f"# failed: {exc}")
         raw = self.store.raw_path(f"{mode}-n{n}-r{point['repeat']}.txt")
-        with open(raw, "w") as f:
-            for i, out in enumerate(outputs, 1):
-                f.write(f"### client {i}\n{out}\n")
+        write_atomic(raw, "".join(f"### client {i}\n{out}\n" for i, out in enumerate(outputs, 1)))
         reports = [parse(o) for o in outputs if not o.startswith("# failed")]
         if mode == "alias":
             clients_sum = sum(r.streams[0].bps for r in reports if r.streams)

@@ -127,16 +127,19 @@ def trial_views(run_dir: str, recs: List[EcmpRecord],
     """One picture per trial: the clos with each of the sender's uplinks
     coloured and labelled by the streams it carried. Rows
     ``(trial, {policy: (split, file)})``; empty where Graphviz is missing."""
-    import json
-
     from nslab.draw import available, draw, links
     from nslab.topo import Topology
     if not available() or not recs:
         return []
     stored = os.path.join(run_dir, "topology-clos.json")
     if os.path.exists(stored):
-        with open(stored) as f:
-            topo = Topology.from_dict(json.load(f))
+        from nslab import bounded
+        try:  # a stored file: bounded size and depth
+            data = bounded.load(stored)
+        except ValueError as exc:
+            from nslab.errors import InputError
+            raise InputError(f"{stored}: not a topology: {exc}") from None
+        topo = Topology.from_dict(data)
     else:  # runs from before the topology was stored: the same shape from the config
         from nslab.topologies.clos import clos
         topo = clos(spines=int(cfg.get("spines", 2)), servers=2)

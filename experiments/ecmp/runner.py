@@ -3,15 +3,14 @@ sender's namespace, run ``iperf -P3`` and find each stream's link from short
 captures on the sender's uplinks (interface counters as a cross-check)."""
 from __future__ import annotations
 
-import glob
 import logging
 import os
-import shutil
 import time
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.errors import CommandError, InputError, LabError
+from nslab.safeio import write_atomic
 
 from .config import EcmpConfig
 from .model import PORT, assign_links, parse_tcpdump_ports, split_label
@@ -91,11 +90,9 @@ class EcmpRunner:
         after = self._tx_bytes()
         elapsed = time.time() - t0
         raw = self.store.raw_path(f"p{policy}-t{trial}-iperf.txt")
-        with open(raw, "w") as f:
-            f.write(res.stdout + ("\n# stderr\n" + res.stderr if res.stderr else ""))
+        write_atomic(raw, res.stdout + ("\n# stderr\n" + res.stderr if res.stderr else ""))
         raw_cap = self.store.raw_path(f"p{policy}-t{trial}-captures.txt")
-        with open(raw_cap, "w") as f:
-            f.write("\n".join(raw_caps))
+        write_atomic(raw_cap, "\n".join(raw_caps))
         rep = parse(res.stdout)
         if not rep.streams:
             raise LabError(f"iperf client reported no streams (policy {policy}, trial {trial}); "
@@ -117,13 +114,12 @@ class EcmpRunner:
         return m, [raw, raw_cap], f"{rates}; SUM {rep.total_bps / 1e6:.0f} Mbit/s; split {m['split']}"
 
     def finish(self) -> None:
-        """Copy every node's FRR logs and configs into the run directory."""
-        for path in glob.glob(os.path.join(self.lab.workdir, "frr", "*", "*")):
-            if path.endswith((".log", ".conf", ".stdout")):
-                node = os.path.basename(os.path.dirname(path))
-                dest = os.path.join(self.store.raw_dir, "frr", node)
-                os.makedirs(dest, exist_ok=True)
-                shutil.copy(path, dest)
+        """Copy every node's FRR logs and configs into the run directory (FRR
+        can write its directory: a link, FIFO or hard link there is refused,
+        not followed; see nslab.frr.rundir)."""
+        from nslab.frr.rundir import copy_frr_files
+        copy_frr_files(self.lab.workdir, os.path.join(self.store.raw_dir, "frr"),
+                       (".log", ".conf", ".stdout"))
 
 
 def _listening(proc, timeout: float) -> bool:  # noqa: ANN001 - a lab Process

@@ -31,10 +31,10 @@ def ping_latency(text: str) -> Dict[str, Optional[float]]:
 
 
 def _last_json(text: str) -> Dict[str, Any]:
-    import json
+    from nslab import bounded
     for line in reversed(text.strip().splitlines()):
         try:
-            out = json.loads(line)
+            out = bounded.loads(line)
         except ValueError:
             continue
         if isinstance(out, dict):

@@ -7,6 +7,9 @@ from typing import Any, Dict, Tuple
 
 import click
 
+from nslab.cliutil import limit_option
+from nslab.limits import active, fmt
+
 
 @click.group("study")
 def study_group() -> None:
@@ -19,9 +22,11 @@ def study_group() -> None:
               show_default=True, help="The preset to plan for.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a configuration field, as on nslab run.")
+@limit_option
 def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
     """Validate a study file without root and print its plan: labs, points and
-    the estimated duration."""
+    the estimated duration, against the limits (counted before anything is
+    listed or built; raise one with --limit KEY=N)."""
     from nslab.errors import InputError
     from nslab.runcli import _set_value
 
@@ -38,7 +43,7 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
         kind = ("list", str) if key not in ("repeat", "duration") else ("scalar", float)
         overrides[key] = _set_value(value, kind, key)
     cfg = cls.Config.preset(preset, **overrides)
-    labs, points, seconds = cls.estimate(cfg)
+    labs, points, seconds = cls.estimate(cfg)  # the file's size was checked when it loaded
     study = cls()
     click.echo(f"{path}: ok: {cls.title}")
     click.echo(f"preset {preset}: {points} trials of {cfg.duration:g} s on {labs} lab(s), "
@@ -51,6 +56,12 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
     for key, values in sweep.items():
         click.echo(f"  sweep {key}: {', '.join(map(str, values))}")
     click.echo(f"  repeat {cfg.repeat}; needs: {', '.join(study.needs(cfg))}")
+    lim = active()
+    biggest = max((t.size() for t in study.labs(cfg).values()), default=(0, 0, 0))
+    click.echo(f"  size: {labs} lab(s), {points // cfg.repeat:,} points, {points:,} trials, "
+               f"~{fmt('duration', seconds)}; largest lab {biggest[0]:,} nodes, "
+               f"{biggest[1]:,} links, {biggest[2]:,} namespaces")
+    click.echo(f"  limits: {lim.describe()} (raise with --limit KEY=N)")
     click.echo(f"run it: nslab run {path}" + (f" --preset {preset}" if preset != "default" else ""))
 
 

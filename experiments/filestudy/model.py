@@ -24,6 +24,7 @@ from typing_extensions import Annotated, Literal
 
 from nslab.fields import (Address, Delay, Label, NodeName, Percent, Rate, StrictModel,
                           SysctlKey, SysctlValue)
+from nslab.pktgen import MIN_RATE as PKTGEN_MIN_RATE
 
 #: traffic runs at most this long per trial (s)
 MAX_DURATION = 3600.0
@@ -46,10 +47,18 @@ Ident = Annotated[str, BeforeValidator(_ident),
 Scalar = Union[StrictBool, StrictInt, float, str]
 
 
+#: a relative path of plain names, each starting with a letter, digit or ``_``
+#: (so no empty, ``.`` or ``..`` component, no leading ``/``, no ``\``)
+_REL_PATH_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*$")
+
+
 def _yaml_path(value: Any) -> str:
     if not isinstance(value, str) or "\x00" in value or not value.endswith((".yaml", ".yml")):
         raise ValueError(f"{value!r}: a topology file here must be YAML (.yaml/.yml); a study "
                          "file runs no code of its own, so no Python topologies")
+    if not _REL_PATH_RE.fullmatch(value):
+        raise ValueError(f"{value!r}: a file in the study file's own folder, as a relative path "
+                         "of plain names (no leading /, no '..', no '.')")
     return value
 
 
@@ -64,7 +73,8 @@ class TopologySpec(StrictModel):
                                          description="its options, as on `nslab topo up`")
     file: Optional[Annotated[str, BeforeValidator(_yaml_path),
                              Field(min_length=1, max_length=4096,
-                                   json_schema_extra={"pattern": r"\.ya?ml$"})]] = None
+                                   json_schema_extra={"pattern": _REL_PATH_RE.pattern[:-1]
+                                                      + r"\.ya?ml$"})]] = None
     inline: Optional[Dict[str, Any]] = None
 
     @model_validator(mode="after")
@@ -126,7 +136,8 @@ class Pktgen(_Flow):
     at a fixed frame rate and size; its sink counts what arrived."""
 
     kind: Literal["pktgen"]
-    rate: Annotated[float, Field(gt=0, le=10_000_000, description="frames per second")]
+    rate: Annotated[float, Field(ge=PKTGEN_MIN_RATE, le=10_000_000,
+                                 description="frames per second")]
     size: Annotated[StrictInt, Field(ge=64, le=1518, description="Ethernet frame bytes")] = 64
     count: Optional[Annotated[StrictInt, Field(ge=1, le=10**10)]] = Field(
         None, description="frames to send (default: rate x duration)")

@@ -61,9 +61,16 @@ def _label(params: Dict[str, Any]) -> str:
 
 
 def draw_plots(run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
-    """Every plot of the file, one panel each, in ``plots.png``/``.svg``."""
+    """Every plot of the file, one panel each, in ``plots.png``/``.svg``.
+    Titles, labels and legends come from the file: matplotlib draws them as
+    text, never as mathtext (``$\\foo$`` would be parsed, and fail)."""
     import matplotlib
     matplotlib.use("Agg")
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _draw_plots(run_dir, loaded, recs)
+
+
+def _draw_plots(run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
     import matplotlib.pyplot as plt
 
     from nslab import stats

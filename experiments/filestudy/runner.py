@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from nslab.errors import LabError, ReadinessError
 from nslab.proc import run, wait_path
+from nslab.safeio import write_atomic
 
 from . import analysis
 from .model import (Convergence, Cpu, DaemonCont, Delivery, Pktgen, DaemonKill, DaemonStart, DaemonStop,
@@ -187,7 +188,7 @@ class FileRunner:
             elif isinstance(f, Probe):
                 out = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
                 ready = out + ".ready"
-                argv = [sys.executable, "-m", "nslab.probe", "recv", "--bind", self._addr(f),
+                argv = [sys.executable, "-I", "-m", "nslab.probe", "recv", "--bind", self._addr(f),
                         "--port", str(port), "--duration", f"{self.spec.duration + 1:g}",
                         "--out", out, "--ready", ready]
                 procs["probe:" + f.id] = node.popen(argv, name=f"probe-recv-{f.id}")
@@ -209,15 +210,13 @@ class FileRunner:
                 argv = client_argv(self._addr(f), time=duration, parallel=f.streams, udp=True,
                                    rate=str(f.rate), length=f.length, port=port, interval=1)
             elif isinstance(f, Probe):
-                argv = [sys.executable, "-m", "nslab.probe", "send", "--to", self._addr(f),
+                argv = [sys.executable, "-I", "-m", "nslab.probe", "send", "--to", self._addr(f),
                         "--port", str(port), "--sport", str(port), "--rate", f"{f.rate:g}",
                         "--duration", f"{duration:g}"]
             elif isinstance(f, Pktgen):
-                from nslab.pktgen import pktgen_path
+                from nslab.pktgen import send_argv
                 count = f.count or int(round(f.rate * duration))
-                argv = [pktgen_path(), "send", "--dst", self._addr(f), "--port", str(port),
-                        "--size", str(f.size), "--rate", f"{f.rate:g}", "--duration",
-                        f"{duration:g}", "--count", str(count), "--mode", "udp"]
+                argv = send_argv(self._addr(f), port, f.size, f.rate, duration, count)
             else:
                 argv = ["ping", "-n", "-D", "-i", f"{f.interval:g}", "-w", f"{duration:g}",
                         self._addr(f)]
@@ -237,44 +236,29 @@ class FileRunner:
         return self._link(ev, undo)
 
     def _daemon(self, ev: Any, undo: List[Callable[[], None]]) -> str:
+        """Signal or restart a daemon. Signals go only to the process nslab
+        started (its start time and NSLAB_RUN tag checked), never to a pid read
+        from FRR's pid file, which the frr user can write."""
         from nslab.frr.router import frr_of
-        from nslab.proc import pid_running
         node = ev.node or self._path(ev.path_of)[1][0]
         d = frr_of(self.lab).routers[node].daemon(ev.daemon)
         target = f"{node}/{ev.daemon}"
-        if isinstance(ev, DaemonStart):
-            if target in self._killed:
-                self._reap(d, self._killed.pop(target))
-                d.start()
-            return target
-        pid = d.pid()
-        if pid is None or not pid_running(pid):
-            raise LabError(f"{target} is not running (pid file {d.pid_path})")
-        if isinstance(ev, DaemonKill):
-            os.kill(pid, signal.SIGKILL)
-            self._killed[target] = pid
 
-            def restart() -> None:
-                if target in self._killed:
-                    self._reap(d, self._killed.pop(target))
-                    d.start()
+        def restart() -> None:
+            if self._killed.pop(target, None) is not None:
+                d.reap()
+                d.start()
+        if isinstance(ev, DaemonStart):
+            restart()
+        elif isinstance(ev, DaemonKill):
+            self._killed[target] = d.signal(signal.SIGKILL)
             undo.append(restart)
         elif isinstance(ev, DaemonStop):
-            os.kill(pid, signal.SIGSTOP)
-            undo.append(lambda: os.kill(pid, signal.SIGCONT) if pid_running(pid) else None)
+            pid = d.signal(signal.SIGSTOP)
+            undo.append(lambda: d.signal(signal.SIGCONT) if d.pid() == pid else None)
         elif isinstance(ev, DaemonCont):
-            os.kill(pid, signal.SIGCONT)
+            d.signal(signal.SIGCONT)
         return target
-
-    @staticmethod
-    def _reap(d: Any, pid: int) -> None:
-        """Wait for a killed daemon to be gone (reaped if it is our child)."""
-        from nslab.proc import pid_running
-        if d.process is not None and d.process.pid == pid:
-            d.process.popen.wait(timeout=10)
-        end = time.monotonic() + 10
-        while pid_running(pid) and time.monotonic() < end:
-            time.sleep(0.02)
 
     def _path(self, flow_id: str) -> Tuple[Tuple[str, str], Tuple[str, str]]:
         """The first link a probe flow takes now: ``((src, dev), (next node, dev))``."""
@@ -349,8 +333,7 @@ class FileRunner:
         for f in self.spec.traffic:
             res = outputs[f.id]
             path = self.store.raw_path(f"{tag}-{f.id}.txt")
-            with open(path, "w") as fh:
-                fh.write(res.stdout + ("\n# stderr\n" + res.stderr if res.stderr else ""))
+            write_atomic(path, res.stdout + ("\n# stderr\n" + res.stderr if res.stderr else ""))
             raw.append(path)
             if isinstance(f, (IperfTcp, IperfUdp)):
                 # goodput is what the receiver got: a TCP sender's first second
@@ -358,8 +341,7 @@ class FileRunner:
                 # "sent" through a 200 Mbit/s shaper)
                 srv = receivers[f.id]
                 spath = self.store.raw_path(f"{tag}-{f.id}-server.txt")
-                with open(spath, "w") as fh:
-                    fh.write(srv.stdout)
+                write_atomic(spath, srv.stdout)
                 raw.append(spath)
                 flows[f.id] = {"series": analysis.iperf_series(parse(srv.stdout))}
             elif isinstance(f, Probe):
@@ -374,8 +356,7 @@ class FileRunner:
                     invalid.append(f"probe {f.id} sent nothing")
             elif isinstance(f, Pktgen):
                 spath = self.store.raw_path(f"{tag}-{f.id}-sink.txt")
-                with open(spath, "w") as fh:
-                    fh.write(receivers["probe:" + f.id].stdout)
+                write_atomic(spath, receivers["probe:" + f.id].stdout)
                 raw.append(spath)
                 d = analysis.pktgen_delivery(res.stdout, receivers["probe:" + f.id].stdout,
                                              duration)
@@ -414,21 +395,15 @@ class FileRunner:
             elif isinstance(m, Links):
                 links[name] = samplers.link_bytes(m.node)
         spath = self.store.raw_path(f"{tag}-samples.json")
-        with open(spath, "w") as fh:
-            json.dump({"routes": samplers.routes, "events": done}, fh)
+        write_atomic(spath, json.dumps({"routes": samplers.routes, "events": done}))
         raw.append(spath)
         return raw, {"values": values, "series": series, "links": links, "events": done}, invalid
 
     def finish(self) -> None:
-        """Keep every node's FRR logs and configs."""
-        import glob
-        import shutil
-        for path in glob.glob(os.path.join(self.lab.workdir, "frr", "*", "*")):
-            if path.endswith((".log", ".conf")):
-                dest = os.path.join(self.store.raw_dir, "frr", os.path.basename(
-                    os.path.dirname(path)))
-                os.makedirs(dest, exist_ok=True)
-                shutil.copy(path, dest)
+        """Keep every node's FRR logs and configs (FRR can write its directory:
+        a link, FIFO or hard link there is refused, not followed; see nslab.frr.rundir)."""
+        from nslab.frr.rundir import copy_frr_files
+        copy_frr_files(self.lab.workdir, os.path.join(self.store.raw_dir, "frr"), (".log", ".conf"))
 
 
 def raw_tag(point: Dict[str, Any]) -> str:

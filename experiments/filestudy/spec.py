@@ -19,11 +19,13 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pydantic import ValidationError
 
 from nslab.errors import InputError, TopologyError
+from nslab.limits import active, product
 from nslab.topo import Topology
 
 from .model import (METRIC_VALUES, Convergence, Goodput, IperfTcp, IperfUdp, Ping, Pktgen,
@@ -98,8 +100,9 @@ def _tags(section: str) -> Tuple[str, ...]:
 def load(path: str) -> Loaded:
     """Read, validate and resolve a study file; one line per error (file, line, field)."""
     from nslab.topo import explain
-    from nslab.topo_yaml import line_of, read_yaml
-    doc = read_yaml(path)
+    from nslab.topo_yaml import line_of, parse_yaml, read_text
+    text = read_text(path)  # read once, bounded: the same text is parsed and kept
+    doc = parse_yaml(text, path)
     if not isinstance(doc, dict):
         raise InputError(f"{path}:1: a study file is a mapping (name, title, topology, "
                          "traffic, metrics, ...)")
@@ -110,13 +113,13 @@ def load(path: str) -> Loaded:
         loc = _clean_loc(tuple(err.get("loc", ())))
         msg = explain(exc, (), StudyFile)
         # explain names the field from pydantic's location: say it from ours
-        msg = msg.split(": ", 1)[1] if ": " in msg and err.get("loc") else msg
-        from nslab.topo import field_path
+        from nslab.topo import field_path, loc_path
+        ploc = loc_path(tuple(err.get("loc", ())))
+        said = field_path(ploc[:-1] if err.get("type") == "extra_forbidden" else ploc)
+        msg = msg[len(said) + 2:] if said and msg.startswith(said + ": ") else msg
         field = field_path(loc)
         raise InputError(f"{path}:{line_of(doc, loc)}: {field + ': ' if field else ''}{msg}"
                          ) from None
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
     loaded = Loaded(spec, path, text, doc)
     check(loaded)
     return loaded
@@ -135,6 +138,7 @@ def _topology_options(loaded: Loaded) -> List[Dict[str, Any]]:
 def build_topology(loaded: Loaded, options: Dict[str, Any]) -> Topology:
     """The topology for these options (pure: nothing is built on the host)."""
     spec = loaded.spec.topology
+    path = topology_file(loaded) if spec.file else ""  # its own one-line refusal
     try:
         if spec.ready:
             from nslab.registry import topology
@@ -142,8 +146,6 @@ def build_topology(loaded: Loaded, options: Dict[str, Any]) -> Topology:
             fn = topology(spec.ready)
             return fn(**coerce(fn, dict(options)))
         if spec.file:
-            base = os.path.dirname(os.path.abspath(loaded.path))
-            path = os.path.normpath(os.path.join(base, spec.file))
             return Topology.from_yaml(path)
         data = dict(spec.inline or {})
         data.setdefault("name", loaded.spec.name)
@@ -151,6 +153,20 @@ def build_topology(loaded: Loaded, options: Dict[str, Any]) -> Topology:
     except (InputError, TopologyError, ValueError, TypeError) as exc:
         raise loaded.fail(("topology",), str(exc).splitlines()[0] if str(exc) else
                           type(exc).__name__) from None
+
+
+def topology_file(loaded: Loaded) -> str:
+    """The real path of ``topology.file``: a regular file inside the study file's
+    own folder, reached without leaving it (a link out of the folder is
+    refused). The refusal is the same whatever lies outside, so a study file
+    learns nothing about files beyond its folder."""
+    name = loaded.spec.topology.file or ""
+    base = os.path.realpath(os.path.dirname(os.path.abspath(loaded.path)))
+    real = os.path.realpath(os.path.join(base, name))
+    if os.path.commonpath([base, real]) != base or not os.path.isfile(real):
+        raise loaded.fail(("topology", "file"), f"{name!r} is not a YAML file in the study "
+                                                "file's folder")
+    return real
 
 
 def lab_key(options: Dict[str, Any], swept: Sequence[str]) -> str:
@@ -161,13 +177,100 @@ def lab_key(options: Dict[str, Any], swept: Sequence[str]) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]", "_", text)[:100]
 
 
+@dataclass(frozen=True)
+class PlanSize:
+    """What a run of a study file plans, counted from the lengths of its sweep's
+    axes, never by listing the points.
+
+    Attributes:
+        labs: combinations of swept topology options (a lab each).
+        points: sweep combinations left after ``exclude``; exact when every
+            exclusion names one key (its values are taken off that axis), else
+            an upper bound (``exact`` is False): exclusions of several keys
+            are not subtracted.
+        trials: ``points`` x ``repeat``.
+        seconds: the planned time (traffic, settle and overheads, as the plan
+            estimates it).
+        axes: ``{key: number of values}`` after single-key exclusions.
+    """
+
+    labs: int
+    points: int
+    trials: int
+    seconds: float
+    exact: bool
+    axes: Dict[str, int]
+
+    def detail(self) -> str:
+        """``vars.a 1000 x vars.b 1000`` (and a note if it is an upper bound)."""
+        text = " x ".join(f"{k} {n:,}" for k, n in self.axes.items()) or "no sweep"
+        return text + ("" if self.exact else "; exclusions of several keys not subtracted")
+
+
+#: the most combinations counted exactly (a count past it is "more than")
+_COUNT_CAP = 10**15
+
+
+def plan_size(spec: StudyFile) -> PlanSize:
+    """Count what ``spec`` plans without expanding its sweep (see :class:`PlanSize`)."""
+    axes: Dict[str, List[Any]] = {k: list(v) for k, v in spec.sweep.items()}
+    exact = True
+    for ex in spec.exclude:
+        if len(ex) == 1 and next(iter(ex)) in axes:
+            (key, value), = ex.items()
+            axes[key] = [v for v in axes[key] if v != value]
+        elif any(k not in axes for k in ex) and "repeat" not in ex:
+            continue  # names a key no point has: it excludes nothing
+        else:
+            exact = False
+    lengths = {k: len(v) for k, v in axes.items()}
+    points = product(lengths.values(), _COUNT_CAP)
+    trials = product([points, spec.repeat], _COUNT_CAP)
+    labs = product([len(spec.sweep[k]) for k in spec.sweep if k.startswith("topology.")],
+                   _COUNT_CAP)
+    if "duration" in axes and lengths["duration"]:
+        others = product([n for k, n in lengths.items() if k != "duration"], _COUNT_CAP)
+        traffic = float(others) * spec.repeat * sum(float(v) for v in axes["duration"])
+    else:
+        traffic = float(trials) * spec.duration
+    seconds = labs * LAB_OVERHEAD_S + trials * (spec.settle + TRIAL_OVERHEAD_S) + traffic
+    return PlanSize(labs, points, trials, seconds, exact, lengths)
+
+
+def check_size(loaded: Loaded) -> PlanSize:
+    """The plan's size against the active limits (:mod:`nslab.limits`), before
+    anything is built or listed; one line naming the file, line and field."""
+    from nslab.topo import field_path
+    from nslab.topo_yaml import line_of
+    size = plan_size(loaded.spec)
+    limits = active()
+
+    def where(loc: Tuple[Any, ...]) -> str:
+        return f"{loaded.path}:{line_of(loaded.doc, loc)}: {field_path(loc)}"
+
+    sweep = ("sweep",) if loaded.spec.sweep else ()
+    rep = ("repeat",) if "repeat" in loaded.doc else sweep
+    bound = "" if size.exact else "at most "
+    limits.check("labs", size.labs, where(sweep), "one per combination of topology options")
+    limits.check("points", size.points, where(sweep), bound + size.detail())
+    limits.check("trials", size.trials, where(rep),
+                 f"{bound}{size.points:,} points x repeat {loaded.spec.repeat}")
+    limits.check("duration", size.seconds, where(("duration",) if "duration" in loaded.doc
+                                                  else rep),
+                 f"{bound}{size.trials:,} trials of {loaded.spec.duration:g} s"
+                 + (" (swept)" if "duration" in size.axes else ""))
+    return size
+
+
 def check(loaded: Loaded) -> None:
     """Every name in the file against the topology (each lab's), the sweep and
-    the metrics; raise one line at the first problem."""
+    the metrics; raise one line at the first problem. The plan's size is
+    counted and checked first, before any lab's topology is made."""
     spec = loaded.spec
     swept_opts = [k.split(".", 1)[1] for k in spec.sweep if k.startswith("topology.")]
     for key in spec.sweep:
         _check_sweep_key(loaded, key)
+    check_size(loaded)
     for opts in _topology_options(loaded):
         topo = build_topology(loaded, opts)
         loaded.topologies[lab_key(opts, swept_opts)] = topo

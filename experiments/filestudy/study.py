@@ -14,6 +14,7 @@ from pydantic import BeforeValidator, Field, ValidationError, create_model, mode
 from typing_extensions import Annotated
 
 from nslab.errors import InputError
+from nslab.safeio import write_atomic
 from nslab.study import Study, StudyConfig, StudyReport, expand
 from nslab.topo import Topology
 
@@ -154,8 +155,8 @@ class FileStudy(Study):
 
     def runner(self, key: str, lab: Any, cfg: Any, store: Any) -> Any:
         from .runner import FileRunner
-        with open(os.path.join(store.path, STORED_NAME), "w", encoding="utf-8") as f:
-            f.write(self.loaded.text)
+        # the run keeps the file it ran (by rename: a link there is replaced, not followed)
+        write_atomic(os.path.join(store.path, STORED_NAME), self.loaded.text)
         return FileRunner(lab, self.resolved(cfg), store)
 
     def describe_point(self, point: Dict[str, Any]) -> str:

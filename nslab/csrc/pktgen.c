@@ -126,15 +126,47 @@ struct args {
     uint64_t count, seq, ts, lat_every;
 };
 
-static double num(const char *s, const char *what, double lo, double hi) {
+/* A bad value: one line naming the option, the value and what it takes; exit 2. */
+static void die_value(const char *what, const char *s, const char *takes) {
+    fprintf(stderr, "nslab-pktgen: bad --%s '%.40s'%s: %s\n", what, s, strlen(s) > 40 ? "..." : "",
+            takes);
+    exit(2);
+}
+
+/* A finite number in lo..hi (whole with `whole`); anything else: die_value. */
+static double num_in(const char *s, const char *what, double lo, double hi, int whole) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end || end == s || !(v >= lo && v <= hi)) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "bad %s '%s' (%g..%g)", what, s, lo, hi);
-        die_usage(msg);
+    if (errno || *end || end == s || !(v >= lo && v <= hi) || (whole && v != floor(v))) {
+        char takes[120];
+        snprintf(takes, sizeof takes, "%s from %g to %g", whole ? "a whole number" : "a number",
+                 lo, hi);
+        die_value(what, s, takes);
     }
+    return v;
+}
+
+static double num(const char *s, const char *what, double lo, double hi) {
+    return num_in(s, what, lo, hi, 0);
+}
+
+static double whole(const char *s, const char *what, double lo, double hi) {
+    return num_in(s, what, lo, hi, 1);
+}
+
+/* Frames per second: 0 (as fast as it can) or MIN_RATE..MAX_RATE. Below
+ * MIN_RATE the gap between two frames would outlast any trial (1e-300 made a
+ * gap that no time_t holds). */
+#define MIN_RATE 0.001
+#define MAX_RATE 1e9
+
+static double rate_arg(const char *s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !(v == 0 || (v >= MIN_RATE && v <= MAX_RATE)))
+        die_value("rate", s, "0 (as fast as it can) or frames/s from 0.001 to 1e+09");
     return v;
 }
 
@@ -142,11 +174,8 @@ static uint64_t u64(const char *s, const char *what) {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || *end || end == s || *s == '-') {
-        char msg[160];
-        snprintf(msg, sizeof msg, "bad %s '%s'", what, s);
-        die_usage(msg);
-    }
+    if (errno || *end || end == s || *s == '-' || *s == '+' || *s == ' ')
+        die_value(what, s, "a whole number from 0 to 18446744073709551615");
     return (uint64_t)v;
 }
 
@@ -170,14 +199,14 @@ static void parse(int argc, char **argv, struct args *a) {
             if (!strcmp(v, "frames")) a->spaced = 1;
             else if (strcmp(v, "slots")) die_usage("bad --spacing (slots, frames)");
         }
-        else if (!strcmp(k, "--port")) a->port = (int)num(v, "port", 1, 65535);
-        else if (!strcmp(k, "--size")) a->size = (int)num(v, "frame size", MINFRAME, MAXFRAME);
-        else if (!strcmp(k, "--rate")) a->rate = num(v, "rate", 0, 1e9);
+        else if (!strcmp(k, "--port")) a->port = (int)whole(v, "port", 1, 65535);
+        else if (!strcmp(k, "--size")) a->size = (int)whole(v, "size", MINFRAME, MAXFRAME);
+        else if (!strcmp(k, "--rate")) a->rate = rate_arg(v);
         else if (!strcmp(k, "--duration")) a->duration = num(v, "duration", 0.001, 86400);
         else if (!strcmp(k, "--warmup")) a->warmup = num(v, "warmup", 0, 86400);
-        else if (!strcmp(k, "--count")) a->count = (uint64_t)num(v, "count", 0, 1e12);
+        else if (!strcmp(k, "--count")) a->count = (uint64_t)whole(v, "count", 0, 1e12);
         else if (!strcmp(k, "--latency-every")) {
-            a->lat_every = (uint64_t)num(v, "latency-every", 1, 65536);
+            a->lat_every = (uint64_t)whole(v, "latency-every", 1, 65536);
             if (a->lat_every & (a->lat_every - 1)) die_usage("bad --latency-every (a power of two, 1..65536)");
         }
         else if (!strcmp(k, "--seq")) a->seq = u64(v, "seq");
@@ -309,8 +338,10 @@ static int pacer_wait(struct pacer *p) {
             return 1;
         }
         /* Sleep, never spin: the sink shares this CPU and must get it (and a
-         * spinning generator would read as a saturated one to the guard). */
-        double wait = p->next - t;
+         * spinning generator would read as a saturated one to the guard).
+         * Never past the end of the trial, and at most a second at a time (a
+         * stop is seen on time); 0 < wait <= 1 here, so time_t holds it. */
+        double wait = fmin(fmin(p->next, p->end) - t, 1.0);
         struct timespec ts = {.tv_sec = (time_t)wait, .tv_nsec = (long)((wait - (time_t)wait) * 1e9)};
         nanosleep(&ts, NULL);
     }

@@ -62,8 +62,8 @@ def test_daemons_killed_mid_run_or_dry_runs_leave_nothing_in_var_tmp(make_lab):
     t = clos(spines=1, servers=2)
     lab = make_lab(t)
     wait_for_ecmp(lab, expected_routes(t), timeout=30)  # daemons up, pid files written
-    daemon = lab.extension("frr").routers["server1"].daemons[-1]  # bgpd
-    pid = int(open(daemon.pid_path).read())
+    daemon = lab.extension("frr").routers["server1"].daemon("bgpd")
+    pid = daemon.pid()  # the process nslab started (FRR's pid file is never read)
     scratch = os.listdir(f"/proc/{pid}/root/var/tmp/frr")
     assert scratch == [f"bgpd.{pid}"]  # FRR made its dir, in the private tmpfs
     os.kill(pid, 9)
@@ -80,12 +80,51 @@ def test_a_bad_bgp_config_is_refused_naming_node_daemon_and_file():
         update={"networks": ["not-a-prefix"]})})
     lab = Lab(t)
     before = frr_tmp()
-    with pytest.raises(DaemonCheckError, match=r"server1: bgpd rejected .*/frr/server1/bgpd.conf: "
+    with pytest.raises(DaemonCheckError, match=r"server1: bgpd rejected .*/frr-conf/server1/bgpd.conf: "
                        r"No such command on config line \d+:\s+network not-a-prefix"):
         lab.start()
     assert frr_tmp() <= before  # the dry runs (-C) left no scratch dirs
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert lab.run_id not in out
+
+
+def test_interface_config_reaches_zebra_on_this_frr_and_comes_back_after_zebra_restarts(make_lab):
+    """FRR 8.4 reads it from zebra.conf; FRR 10 from mgmtd, which hands it to
+    zebra when zebra connects, again after a restart. "every 3 seconds" is
+    zebra's own state (bgpd alone would ask for 10)."""
+    import signal
+    import time
+
+    from nslab import caps
+    from nslab.frr.router import wait_ready
+    libstate = set(os.listdir("/var/lib/frr")) if os.path.isdir("/var/lib/frr") else set()
+    t = clos(spines=1, servers=2, bfd=True)
+    lab = make_lab(t)
+    wait_for_ecmp(lab, expected_routes(t), timeout=30)
+    frr = lab.extension("frr")
+    assert caps.versions()["frr"] and frr.version.text.startswith(caps.versions()["frr"])
+    r = frr.routers["spine1"]
+    assert [d.NAME for d in r.daemons] == (["mgmtd"] if frr.version.mgmtd else []) + [
+        "zebra", "bfdd", "bgpd"]
+
+    def ra_every_3_s():
+        return "ND router advertisements are sent every 3 seconds" in r.vtysh(
+            "show interface spine1-eth0")
+    assert ra_every_3_s()
+    z = r.daemon("zebra")
+    old = z.signal(signal.SIGKILL)
+    z.reap()
+    z.start()
+    wait_ready([z], 30)
+    assert z.pid() not in (None, old)
+    deadline = time.monotonic() + 15
+    while not ra_every_3_s():
+        assert time.monotonic() < deadline, r.vtysh("show interface spine1-eth0")
+        time.sleep(0.2)
+    wait_for_ecmp(lab, expected_routes(t), timeout=60)
+    lab.stop()
+    assert (set(os.listdir("/var/lib/frr")) if os.path.isdir("/var/lib/frr") else set()) == libstate
+    assert not os.listdir("/run/frr") if os.path.isdir("/run/frr") else True
 
 
 def test_leaves_with_hosts_route_between_racks(make_lab):

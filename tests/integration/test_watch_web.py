@@ -16,8 +16,32 @@ from nslab.topologies import pair
 
 pytestmark = pytest.mark.root
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
-CHROMEDRIVER = shutil.which("chromedriver")
-CHROMIUM = shutil.which("chromium")
+#: Debian's names first; Ubuntu's chromium and chromium-browser are snap stubs
+#: that fail without snapd, so a browser counts only if it answers --version.
+BROWSERS = ("chromium", "chromium-browser", "google-chrome-stable", "google-chrome")
+
+
+def _runs(path):
+    try:
+        return subprocess.run([path, "--version"], capture_output=True, timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def find_browser():
+    """(browser, driver) that run here, or (None, why not)."""
+    driver = shutil.which("chromedriver")
+    if driver is None or not _runs(driver):
+        return None, "no chromedriver that runs (Debian: make setup installs chromium-driver)"
+    for name in BROWSERS:
+        path = shutil.which(name)
+        if path and _runs(path):
+            return path, driver
+    return None, f"no browser that runs headless among {', '.join(BROWSERS)} (on Ubuntu these " \
+                 "are snaps: install one, or skip the browser tests)"
+
+
+CHROMIUM, CHROMEDRIVER = find_browser()
 
 
 def free_port() -> int:
@@ -28,8 +52,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def browser():
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("no chromium/chromium-driver (make setup installs them)")
+    if CHROMIUM is None:
+        pytest.skip(CHROMEDRIVER)
     webdriver = pytest.importorskip("selenium.webdriver")
     from selenium.webdriver.chrome.service import Service
     opts = webdriver.ChromeOptions()

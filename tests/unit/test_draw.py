@@ -38,3 +38,62 @@ def test_a_bad_picture_name_is_refused(tmp_path):
     from nslab.errors import InputError
     with pytest.raises(InputError, match="must end in .svg"):
         draw(single(k=2), str(tmp_path / "x.gif"))
+
+
+# -- user strings are text, never markup (issue 31) ------------------------------------------
+HOSTILE = '<<TABLE HREF="javascript:alert(1)"><TR><TD>x</TD></TR></TABLE>>'
+
+
+def _pair(name):
+    from nslab.topo import Topology
+    t = Topology(name=name)
+    t.add_host("h1")
+    t.add_host("h2")
+    t.add_link("h1", "h2", delay="1ms")
+    return t
+
+
+def _svg_tree(topo, **kw):
+    import xml.etree.ElementTree as ET
+    svg = to_graph(topo, **kw).pipe(format="svg").decode()
+    return svg, ET.fromstring(svg[svg.index("<svg"):])
+
+
+@pytest.mark.parametrize("name", [HOSTILE, "<b>bold</b>", "x\\", 'a"b\\"c\\\\',
+                                  '<x> [URL="javascript:alert(1)"] \\N \\l'])
+def test_a_name_that_looks_like_html_or_dot_is_drawn_as_its_text(name, tmp_path):
+    """An HTML-like label from a topology name would make Graphviz write
+    <a xlink:href="javascript:..."> into the SVG; a final backslash would end
+    DOT's quoted string early. Both are drawn as the name's text: the SVG has
+    the same elements as a plainly named topology, no link, no javascript:
+    target, and the title reads exactly the name."""
+    svg, root = _svg_tree(_pair(name))
+    _, plain = _svg_tree(_pair("plain"))
+    assert [e.tag for e in root.iter()] == [e.tag for e in plain.iter()]
+    assert not any("javascript" in v.lower() for e in root.iter() for v in e.attrib.values())
+    assert not any(e.tag.endswith("}a") for e in root.iter())
+    graph_label = root.find("{http://www.w3.org/2000/svg}g/{http://www.w3.org/2000/svg}text")
+    assert graph_label.text == name
+    # the file nslab topo draw writes says the same
+    written = open(draw(_pair(name), str(tmp_path / "t.svg"))).read()
+    assert "xlink:href" not in written and "<a " not in written
+
+
+def test_live_rates_and_colours_are_text_too():
+    t = _pair("p")
+    (l0,) = links(t)
+    rates = {(l0["a"], l0["ia"]): '<<B>1 Gbit/s</B>>', (l0["b"], l0["ib"]): "2\\"}
+    _, root = _svg_tree(t, rates=rates, colors={"link0": "<red>"})
+    texts = [e.text for e in root.iter() if e.tag.endswith("}text")]
+    assert "<<B>1 Gbit/s</B>>" in texts and "2\\" in texts
+    assert not any(e.tag.endswith(("}a", "}B")) for e in root.iter())
+
+
+def test_a_node_id_must_be_a_node_name():
+    """Node names are DOT identifiers: one that is not a valid node name (a
+    ``:`` would be read as a port, ``<...>`` as HTML) is refused, not drawn."""
+    from nslab.errors import TopologyError
+    t = _pair("p")
+    t.nodes["<x>:<y>"] = t.nodes.pop("h2")  # past validation, as only code could
+    with pytest.raises(TopologyError, match="not a safe interface name"):
+        to_graph(t)

@@ -7,6 +7,8 @@ from collections import Counter
 import pytest
 
 from nslab.errors import InputError
+from nslab.frr.rundir import NodeDir
+from nslab.frr.version import FrrVersion
 from nslab.experiments.ecmp.config import EcmpConfig
 from nslab.experiments.ecmp.model import assign_links, chance, parse_tcpdump_ports, split_label
 from nslab.experiments.ecmp.records import SCHEMA
@@ -14,6 +16,13 @@ from nslab.experiments.ecmp.report import distribution, post_format, write_repor
 from nslab.experiments.ecmp.study import EcmpStudy
 from nslab.topologies.clos import clos, expected_routes
 from tests.conftest import data
+
+FRR_8_4 = FrrVersion("8.4.4", 8, 4)
+
+
+def _frr_dirs(tmp_path):
+    """A node's FRR run and config directories, both ``tmp_path`` (nothing is written)."""
+    return NodeDir(str(tmp_path)), NodeDir(str(tmp_path))
 
 
 def test_chance_of_splits():
@@ -88,14 +97,14 @@ def test_bgp_config_renders_unnumbered_peers_ecmp_and_fast_timers(tmp_path):
         name = "server1"
     bgp = clos().nodes["server1"].bgp
     ctx = {"node": "server1", "run_id": "nl0000", "interfaces": ["server1-eth0"], "bgp": bgp}
-    text = Bgpd(FakeNode(), str(tmp_path), ctx).render()
+    text = Bgpd(FakeNode(), *_frr_dirs(tmp_path), ctx, FRR_8_4).render()
     assert "router bgp 65001" in text and "bgp router-id 10.0.200.1" in text
     assert " neighbor server1-eth0 interface peer-group fabric" in text
     assert " neighbor fabric remote-as external" in text
     assert "timers bgp 1 3" in text and "advertisement-interval 0" in text
     assert "coalesce-time 100" in text and "maximum-paths 64" in text
     assert "  network 10.0.200.1/32" in text
-    z = Zebra(FakeNode(), str(tmp_path), ctx)
+    z = Zebra(FakeNode(), *_frr_dirs(tmp_path), ctx, FRR_8_4)
     assert "interface server1-eth0" in z.render()
     wrapper = private_tmp([])
     argv = z.argv()
@@ -114,9 +123,9 @@ def test_passive_spines_render_passive_sessions_and_servers_stay_active(tmp_path
     t = clos(spines=2, servers=2, passive_spines=True)
     for node, passive in (("spine1", True), ("server1", False)):
         ctx = {"node": node, "run_id": "nl0000", "interfaces": [], "bgp": t.nodes[node].bgp}
-        assert (" neighbor fabric passive" in Bgpd(FakeNode(), str(tmp_path), ctx).render()) is passive
+        assert (" neighbor fabric passive" in Bgpd(FakeNode(), *_frr_dirs(tmp_path), ctx, FRR_8_4).render()) is passive
     ctx = {"node": "spine1", "run_id": "nl0000", "interfaces": [], "bgp": clos().nodes["spine1"].bgp}
-    assert "passive" not in Bgpd(FakeNode(), str(tmp_path), ctx).render()  # auto: off at 2x2
+    assert "passive" not in Bgpd(FakeNode(), *_frr_dirs(tmp_path), ctx, FRR_8_4).render()  # auto: off at 2x2
     for spines, servers, passive in ((8, 31, False), (8, 32, True), (16, 64, True)):
         assert clos(spines=spines, servers=servers).nodes["spine1"].bgp.passive is passive
     assert clos(spines=16, servers=64, passive_spines="false").nodes["spine1"].bgp.passive is False
@@ -137,7 +146,7 @@ def test_the_clos_update_delay_renders_and_zero_turns_it_off(tmp_path):
 
     def render(t, node):
         ctx = {"node": node, "run_id": "nl0000", "interfaces": [], "bgp": t.nodes[node].bgp}
-        return Bgpd(FakeNode(), str(tmp_path), ctx).render()
+        return Bgpd(FakeNode(), *_frr_dirs(tmp_path), ctx, FRR_8_4).render()
     t = clos(spines=2, servers=2)
     assert " update-delay 10\n" in render(t, "spine1") and " update-delay 10\n" in render(t, "server2")
     assert "update-delay" not in render(clos(spines=2, servers=2, update_delay=0), "spine1")

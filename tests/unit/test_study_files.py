@@ -227,7 +227,7 @@ def test_ping_latency_percentiles():
 
 
 def test_iperf_series_uses_the_sum_line_of_each_second():
-    with open(os.path.join(DATA, "iperf", "tcp_client_P4_i1.txt")) as f:
+    with open(os.path.join(DATA, "iperf", "2.1.8", "tcp_client_P4_i1.txt")) as f:
         rep = parse(f.read())
     series = analysis.iperf_series(rep)
     assert len(series) >= 5

@@ -9,9 +9,19 @@ import pytest
 import yaml
 
 from nslab.errors import InputError, TopologyError
+from nslab.frr.rundir import NodeDir
+from nslab.frr.version import FrrVersion
 from nslab.plan import plan
 from nslab.render import RenderError, line, token
 from nslab.topo import Topology, schema
+
+FRR_8_4 = FrrVersion("8.4.4", 8, 4)
+
+
+def _frr_dirs(tmp_path):
+    """A node's FRR run and config directories, both ``tmp_path`` (nothing is written)."""
+    return NodeDir(str(tmp_path)), NodeDir(str(tmp_path))
+
 
 #: A valid file with every kind of field, as a Python structure (dumped to YAML per test).
 BASE = {
@@ -318,11 +328,11 @@ def test_frr_configs_render_every_value_as_one_token(tmp_path):
         name = "server1"
     bgp = clos().nodes["server1"].bgp
     ctx = {"node": "server1", "run_id": "nl0000", "interfaces": ["server1-eth0"], "bgp": bgp}
-    assert "router bgp 65001" in Bgpd(FakeNode(), str(tmp_path), ctx).render()
+    assert "router bgp 65001" in Bgpd(FakeNode(), *_frr_dirs(tmp_path), ctx, FRR_8_4).render()
     # A value that typing would refuse, forced in: rendering still refuses it.
     forced = bgp.model_copy(update={"unnumbered": ["server1-eth0\n neighbor 192.0.2.1 remote-as 1"]})
     with pytest.raises(RenderError):
-        Bgpd(FakeNode(), str(tmp_path), dict(ctx, bgp=forced)).render()
+        Bgpd(FakeNode(), *_frr_dirs(tmp_path), dict(ctx, bgp=forced), FRR_8_4).render()
 
 
 def test_the_published_schema_accepts_the_examples_and_refuses_hostile_files(tmp_path):

@@ -95,3 +95,207 @@ def test_the_stream_says_when_the_lab_is_gone(monkeypatch):
             return await resp.content.read()
 
     assert asyncio.run(go()).startswith(b"event: gone")
+
+
+# -- the page carries no script but its own; Host check; client cap (issue 31) --------------
+SVG_OPEN = '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
+
+
+@pytest.mark.parametrize("name", sorted(__import__("nslab.registry").registry.topologies()))
+def test_every_ready_topology_picture_is_clean_and_keeps_its_link_ids(name):
+    import xml.etree.ElementTree as ET
+
+    from nslab.draw import to_graph
+    from nslab.registry import topologies
+    from nslab.webwatch import clean_svg
+    if not available():
+        pytest.skip("Graphviz (dot) is not installed")
+    topo = topologies()[name]()
+    raw = to_graph(topo, spacious=True).pipe(format="svg").decode()
+    cleaned = clean_svg(raw)
+    before, after = ET.fromstring(raw[raw.index("<svg"):]), ET.fromstring(cleaned)
+    assert [(e.tag, e.attrib) for e in before.iter()] == [(e.tag, e.attrib) for e in after.iter()]
+    assert cleaned.startswith("<svg") and "<!--" not in cleaned and "ns0:" not in cleaned
+    for l in links(topo):
+        assert f'id="{l["id"]}"' in cleaned
+
+
+@pytest.mark.parametrize("body, why", [
+    ("<script>alert(1)</script>", "<script>"),
+    ('<a xlink:href="javascript:alert(1)"><text>x</text></a>', "<a>"),
+    ('<g onload="alert(1)"/>', "'onload'"),
+    ('<foreignObject><p xmlns="http://www.w3.org/1999/xhtml">x</p></foreignObject>',
+     "<foreignObject>"),
+    ('<image href="x.png"/>', "<image>"),
+    ('<g style="fill:red"/>', "'style'"),
+    ('<path fill="url(https://example.org/x)"/>', "not plain"),
+    ('<path fill="JavaScript:alert(1)"/>', "not plain"),
+    ('<set attributeName="fill" to="red"/>', "<set>"),
+    ('<p xmlns="http://www.w3.org/1999/xhtml">x</p>', "<p>"),
+])
+def test_a_picture_with_anything_but_drawing_is_refused(body, why):
+    from nslab.webwatch import UnsafeSvgError, clean_svg
+    with pytest.raises(UnsafeSvgError, match=why.replace("(", r"\(")):
+        clean_svg(SVG_OPEN + body + "</svg>")
+
+
+def test_comments_processing_instructions_and_entities_do_not_reach_the_page():
+    """The HTML parser reads ``<?...>`` as a comment that ends at the first
+    ``>``, and XML does not: what is inlined is re-serialised from the parsed
+    elements, so neither can smuggle markup past the check."""
+    from nslab.webwatch import UnsafeSvgError, clean_svg
+    out = clean_svg(SVG_OPEN + '<?x <script>alert(1)</script> ?><!-- <script>x</script> -->'
+                    '<g id="link0" class="edge link"><title>a&lt;b&gt;</title>'
+                    '<path fill="url(#l_0)" d="M0,0"/></g></svg>')
+    assert "<script" not in out and "<!--" not in out and "<?" not in out
+    assert '<title>a&lt;b&gt;</title>' in out and 'fill="url(#l_0)"' in out
+    with pytest.raises(UnsafeSvgError, match="DOCTYPE"):
+        clean_svg('<svg xmlns="http://www.w3.org/2000/svg"><!DOCTYPE x [<!ENTITY a "b">]></svg>')
+    with pytest.raises(UnsafeSvgError, match="not SVG"):
+        clean_svg("<html></html>")
+
+
+def test_the_page_of_a_hostile_topology_runs_only_its_own_script(monkeypatch):
+    """A topology named with an HTML-like label: its picture on the live page
+    has no link and no script; the page has one script, whose nonce is the
+    one its Content-Security-Policy allows."""
+    import re
+
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from nslab.topo import Topology
+    hostile = Topology(name='<<TABLE HREF="javascript:alert(1)"><TR><TD>x</TD></TR></TABLE>>')
+    hostile.add_host("h1")
+    hostile.add_host("h2")
+    hostile.add_link("h1", "h2")
+    w = fake_watcher(monkeypatch, [(0.0, counters(0))] * 100)
+    monkeypatch.setattr("nslab.webwatch.load_topology", lambda run: hostile)
+    w = Watcher("nltest", 0.05)
+
+    async def go():
+        async with TestClient(TestServer(app(w))) as client:
+            resp = await client.get("/")
+            return resp.status, resp.headers, await resp.text()
+
+    status, headers, page = asyncio.run(go())
+    assert status == 200
+    (nonce,) = re.findall(r"<script nonce=\"([^\"]+)\">", page)
+    assert page.count("<script") == 1
+    policy = headers["Content-Security-Policy"]
+    assert f"script-src 'nonce-{nonce}'" in policy and "default-src 'none'" in policy
+    tags = page_tags(page)
+    assert [t for t, _ in tags if t in ("a", "table", "foreignobject", "iframe")] == ["table"]
+    assert not any("javascript" in (v or "").lower() or k.startswith("on") or "href" in k
+                   for _, attrs in tags for k, v in attrs)
+    if available():  # the name is there, as text
+        assert "&lt;&lt;TABLE HREF=\"javascript:alert(1)\"&gt;" in page
+        assert 'id="link0"' in page
+
+
+def page_tags(page):
+    """Every (tag, attributes) of an HTML page, as a browser's tokenizer sees them."""
+    from html.parser import HTMLParser
+
+    class Tags(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def handle_starttag(self, tag, attrs):
+            self.seen.append((tag, attrs))
+
+        handle_startendtag = handle_starttag
+
+    t = Tags()
+    t.feed(page)
+    return t.seen
+
+
+@pytest.mark.parametrize("host, bind, ok", [
+    ("127.0.0.1:8765", "127.0.0.1", True),
+    ("localhost:8765", "127.0.0.1", True),
+    ("LOCALHOST.", "127.0.0.1", True),
+    ("[::1]:8765", "127.0.0.1", True),
+    ("127.0.0.1", "::1", True),
+    ("evil.example:8765", "127.0.0.1", False),  # a DNS-rebinding page's own name
+    ("127.0.0.1.evil.example", "127.0.0.1", False),
+    ("10.1.2.3:8765", "127.0.0.1", False),
+    ("", "127.0.0.1", False),
+    (None, "127.0.0.1", False),
+    ("[::1", "127.0.0.1", False),
+    ("127.0.0.1:80:80", "127.0.0.1", False),
+    ("192.0.2.7:8765", "192.0.2.7", True),
+    ("localhost:8765", "192.0.2.7", False),
+    ("192.0.2.8", "192.0.2.7", False),
+    ("192.0.2.8:8765", "0.0.0.0", True),   # a wildcard bind: any address...
+    ("[2001:db8::1]", "::", True),
+    ("localhost", "0.0.0.0", True),
+    ("lab.example:8765", "0.0.0.0", False),  # ...but no other name
+])
+def test_host_header(host, bind, ok):
+    from nslab.webwatch import host_allowed
+    assert host_allowed(host, bind) is ok
+
+
+def test_a_request_for_another_host_is_refused(monkeypatch):
+    from aiohttp.test_utils import TestClient, TestServer
+    w = fake_watcher(monkeypatch, [(0.0, counters(0))] * 100)
+
+    async def go():
+        async with TestClient(TestServer(app(w))) as client:
+            out = {}
+            for path in ("/", "/rates.json", "/events"):
+                resp = await client.get(path, headers={"Host": "rebind.example:8765"})
+                out[path] = (resp.status, await resp.text())
+            ok = await client.get("/rates.json", headers={"Host": f"localhost:{client.port}"})
+            return out, ok.status, ok.headers
+
+    refused, ok, headers = asyncio.run(go())
+    for path, (status, text) in refused.items():
+        assert status == 421, path
+        assert "answers only to the address it listens on (127.0.0.1)" in text
+        assert "run" not in text and "links" not in text  # no counters
+    assert ok == 200 and headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_event_streams_are_capped(monkeypatch):
+    """Two streams with max_clients=2; a third gets 503 and a short text;
+    when a page closes, its slot is given back."""
+    from aiohttp.test_utils import TestClient, TestServer
+    w = fake_watcher(monkeypatch, [(float(i), counters(i * 1000)) for i in range(10_000)])
+
+    async def first_event(resp):
+        line = b""
+        while not line.startswith(b"data: "):
+            line = await resp.content.readline()
+
+    async def go():
+        async with TestClient(TestServer(app(w, max_clients=2))) as client:
+            a, b = await client.get("/events"), await client.get("/events")
+            await first_event(a)
+            await first_event(b)
+            third = await client.get("/events")
+            refused = (third.status, await third.text(), third.headers.get("Retry-After"))
+            a.close()
+            for _ in range(200):  # the server notices at its next write
+                again = await client.get("/events")
+                if again.status == 200:
+                    await first_event(again)
+                    again.close()
+                    break
+                await again.release()
+                await asyncio.sleep(0.05)
+            b.close()
+            return refused, again.status
+
+    (status, text, retry), again = asyncio.run(go())
+    assert status == 503 and text == "nslab watch: 2 pages are open already; close one\n"
+    assert retry == "10"
+    assert again == 200
+
+
+def test_max_clients_must_be_positive(monkeypatch):
+    from nslab.errors import InputError
+    w = fake_watcher(monkeypatch, [(0.0, counters(0))])
+    with pytest.raises(InputError, match="at least 1"):
+        app(w, max_clients=0)

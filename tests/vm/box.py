@@ -18,7 +18,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, ".venv", "bin")
+BIN = os.path.dirname(sys.executable)  # the venv this runs in (make VENV=...)
 NSLAB = os.path.join(BIN, "nslab")
 PKTGEN = os.path.join(BIN, "nslab-pktgen")
 #: Box B's own address (its NIC is configured like a user's) and the aliases' template.

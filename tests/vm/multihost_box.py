@@ -21,8 +21,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NSLAB = os.path.join(ROOT, ".venv", "bin", "nslab")
-PY = os.path.join(ROOT, ".venv", "bin", "python")
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")  # this venv's
+PY = sys.executable
 SSHD = os.path.join(ROOT, ".cache", "sshd", "usr", "sbin", "sshd")
 ADDR = {"controller": "10.77.1.1", "host": "10.77.1.2"}
 HOSTS = "10.77.1.1,10.77.1.2"

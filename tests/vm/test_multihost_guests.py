@@ -7,6 +7,7 @@ study across two hosts runs in the host tier, between pseudo-hosts: under
 TCG its trials take minutes.) Run by `make test-kernel`."""
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -18,7 +19,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.timeout(2400)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BOX = os.path.join(ROOT, "tests", "vm", "multihost_box.py")
-PY = os.path.join(ROOT, ".venv", "bin", "python")
+PY = sys.executable  # the venv running pytest (make VENV=...)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ bytes across the wire, and a crash followed by `nslab clean`. Each NIC's state
 afterwards must equal its state before. Run by `make test-kernel`."""
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -16,7 +17,7 @@ pytestmark = [pytest.mark.vm, pytest.mark.root]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BOX = os.path.join(ROOT, "tests", "vm", "box.py")
-PY = os.path.join(ROOT, ".venv", "bin", "python")
+PY = sys.executable  # the venv running pytest (make VENV=...)
 
 
 def _same_state(before: dict, after: dict) -> None:

@@ -1,0 +1,71 @@
+"""Choosing a stock kernel and a guest root for QEMU guests, without booting one."""
+import os
+
+import pytest
+
+from nslab import vm
+from nslab.errors import CapabilityError, InputError
+
+
+def _unpack(cache, folder, release, link=None):
+    """A kernel laid out as scripts/setup-kernel.sh leaves it (boot/vmlinuz-<release>)."""
+    boot = cache / folder / "boot"
+    boot.mkdir(parents=True)
+    (boot / f"vmlinuz-{release}").write_bytes(b"")
+    if link:
+        os.symlink(folder, cache / link)
+    return str(boot / f"vmlinuz-{release}")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.delenv("NSLAB_KERNEL", raising=False)
+    c = tmp_path / "kernel"
+    c.mkdir()
+    return c
+
+
+def test_a_kernel_is_found_by_its_distribution_link_or_folder(cache):
+    k61 = _unpack(cache, "linux-image-6.1.0-56-amd64", "6.1.0-56-amd64", link="bookworm")
+    k612 = _unpack(cache, "linux-image-6.12.118+deb13-amd64", "6.12.118+deb13-amd64", link="trixie")
+    os.symlink("linux-image-6.1.0-56-amd64", cache / "current")
+    assert vm.find_kernel(str(cache), name="trixie").endswith("vmlinuz-6.12.118+deb13-amd64")
+    assert vm.find_kernel(str(cache), name="bookworm").endswith("vmlinuz-6.1.0-56-amd64")
+    assert vm.find_kernel(str(cache), name="linux-image-6.12.118+deb13-amd64") == k612
+    # without a name: this machine's release's (current), not the newest
+    assert vm.find_kernel(str(cache)).endswith("current/boot/vmlinuz-6.1.0-56-amd64")
+    assert vm.kernel_release(k61) == "6.1.0-56-amd64"
+
+
+def test_a_missing_or_escaping_kernel_name_is_refused(cache):
+    with pytest.raises(CapabilityError, match="KERNEL_DIST=trixie scripts/setup-kernel.sh"):
+        vm.find_kernel(str(cache), name="trixie")
+    for bad in ("../kernel", "/boot", ".."):
+        with pytest.raises(InputError, match="name a kernel"):
+            vm.find_kernel(str(cache), name=bad)
+
+
+def _argv(monkeypatch, **kw):
+    monkeypatch.setattr(vm, "vng_path", lambda: "/opt/vng")
+    return vm.Guest("g", "true", "/out", kernel="/k/boot/vmlinuz-6.12", kvm=False, cwd="/repo",
+                    **kw).argv()
+
+
+def test_the_host_root_guest_shares_folders_by_their_own_path(monkeypatch):
+    argv = _argv(monkeypatch, rwdirs=["/more"])
+    assert "--root" not in argv
+    assert [a for a in argv if a.startswith("--rwdir")] == ["--rwdir=/out", "--rwdir=/more"]
+    assert argv[:3] == ["/opt/vng", "--run", "/k/boot/vmlinuz-6.12"]
+    assert argv[-2:] == ["--exec", "cd /repo && true"]
+
+
+def test_a_guest_on_another_root_names_both_ends_and_mounts_binds_first(monkeypatch):
+    """virtme-ng reads a bare --rwdir path as one inside --root: every share names
+    guest and host paths, and the checkout is mounted before the folders inside it."""
+    argv = _argv(monkeypatch, root="/r/debian13", rwdirs=["/more"],
+                 binds=[("/repo", "/repo"), ("/repo/.cache", "/r/debian13/var/cache/nslab-repo")])
+    assert argv[argv.index("--root") + 1] == "/r/debian13"
+    assert [a for a in argv if a.startswith("--rwdir")] == [
+        "--rwdir=/repo=/repo", "--rwdir=/repo/.cache=/r/debian13/var/cache/nslab-repo",
+        "--rwdir=/out=/out", "--rwdir=/more=/more"]
+    assert "--disable-kvm" in argv
