@@ -340,7 +340,8 @@ def _restore_iface(argv: List[str]) -> str:
 
 def restore_problem(argv: object, run_id: str) -> Optional[str]:
     """Why ``argv`` is not one of the restore commands nslab journals (an
-    uplink NIC put back: :func:`nslab.ovs.uplink.restore_argv`), or None.
+    uplink NIC put back: :func:`nslab.ovs.uplink.restore_argv`; the aliases
+    ``nslab alias serve`` added, removed), or None.
 
     A journal is data: ``nslab clean`` runs no command from it that is not,
     token by token, one of::
@@ -348,6 +349,7 @@ def restore_problem(argv: object, run_id: str) -> Optional[str]:
         ovs-vsctl --timeout=10 --if-exists del-port <run>-bN IFACE
         ip link set dev IFACE mtu N | up | down
         ip addr replace IPV4/PREFIX dev IFACE
+        ip addr del IPV4/PREFIX dev IFACE     (aliases of `nslab alias serve`)
         ip route replace DST [via ADDR] dev IFACE [metric N]
         ethtool -K IFACE tx|gso|tso on|off
     """
@@ -380,7 +382,8 @@ def restore_problem(argv: object, run_id: str) -> Optional[str]:
         if a[5:] in (["up"], ["down"]) or (len(a) == 7 and a[5] == "mtu"
                                            and number(a[6], 68, 65535)):
             return None
-    if a[:3] == ["ip", "addr", "replace"] and len(a) == 6 and a[4] == "dev" and iface(a[5]):
+    if a[:3] in (["ip", "addr", "replace"], ["ip", "addr", "del"]) and len(a) == 6 \
+            and a[4] == "dev" and iface(a[5]):
         if "/" in a[3] and parses(ipaddress.IPv4Interface, a[3]):
             return None
     if a[:3] == ["ip", "route", "replace"] and len(a) >= 6:

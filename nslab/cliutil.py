@@ -54,7 +54,12 @@ def _interrupt(signum, frame):  # noqa: ANN001
 
 
 def install_signals() -> None:
-    """SIGTERM and SIGHUP (terminal closed) end a command like Ctrl-C: through teardown."""
+    """SIGTERM and SIGHUP (terminal closed) end a command like Ctrl-C: through teardown.
+
+    Ctrl-C (SIGINT) raises KeyboardInterrupt even when nslab was started with
+    SIGINT ignored (as a shell's background job is): teardown must run
+    whoever sends it."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
 

@@ -105,7 +105,10 @@ def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None,
     import graphviz
     # every user string (topology, node and interface names, link labels,
     # rates) reaches Graphviz as plain text: see _text and _node_id
-    g = graphviz.Graph(name=_text(topo.name), graph_attr={"rankdir": "TB", "splines": "true",
+    # the graph's own name is a constant: Graphviz writes it into the SVG's
+    # <title> and a comment, and versions differ on names it treats as
+    # anonymous ("%..."); the topology's name is the label, drawn as text
+    g = graphviz.Graph(name="topology", graph_attr={"rankdir": "TB", "splines": "true",
                                                           "fontname": "Helvetica",
                                                           "label": _text(topo.name),
                                                           "labelloc": "t",

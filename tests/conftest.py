@@ -1,6 +1,13 @@
 import os
+import signal
 
 import pytest
+
+# Tests send SIGINT to the processes they start (Ctrl-C tears a lab down). A
+# suite started as a background job inherits SIGINT ignored, and so would every
+# process it starts: restore the default so the tests do not depend on how
+# they were launched.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 pytest_plugins = ["nslab.testing"]
 

@@ -97,6 +97,13 @@ def write_sshd_config(d: str, addr: str, name: str = "sshd_config") -> str:
                 "UsePAM no\nPasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                 "PermitRootLogin prohibit-password\nPidFile none\nMaxSessions 100\n"
                 "MaxStartups 100:30:200\nLogLevel ERROR\n")
+        # OpenSSH 9.8+ (Debian 13) runs each session in sshd-session (and from
+        # 10.0 authenticates in sshd-auth), found at a compiled-in path; the
+        # unpacked server has them beside its own tree, so name them.
+        libexec = os.path.join(os.path.dirname(os.path.dirname(SSHD)), "lib", "openssh")
+        for option, helper in (("SshdSessionPath", "sshd-session"), ("SshdAuthPath", "sshd-auth")):
+            if os.path.exists(os.path.join(libexec, helper)):
+                f.write(f"{option} {os.path.join(libexec, helper)}\n")
     return path
 
 
@@ -167,7 +174,7 @@ class PseudoHosts:
     # -- use ----------------------------------------------------------------------
     def argv(self, i: int, argv: List[str]) -> List[str]:
         """``argv`` inside pseudo-host ``i`` (its network, mounts and PIDs)."""
-        return ["nsenter", "-t", str(self.inner[i]), "-m", "-n", "-p", "--"] + list(argv)
+        return ["nsenter", "-t", str(self.inner[i]), "-m", "-n", "-p", "-r", "-w", "--"] + list(argv)
 
     def run(self, i: int, argv: List[str], timeout: float = 60, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(i, argv), capture_output=True, text=True, timeout=timeout,

@@ -146,6 +146,22 @@ def test_report_redraws_from_a_stored_run_in_the_posts_format(tmp_path):
     assert summary[("alias", "clients_sum_bps")][254]["median"] > \
         summary[("alias", "receiver_bps")][254]["median"]
     assert {c.claim for c in rep.claims} >= {"Linux IP aliasing adds no measurable overhead"}
+    # the iperf that measured it (2.1.8, as its provenance recorded), whatever this machine has
+    assert "Tools: iperf 2.1.8," in text
+
+
+def test_a_redrawn_run_names_the_iperf_that_measured_it_not_this_machines(tmp_path):
+    import json
+    run = tmp_path / "alias" / "nlc946"
+    shutil.copytree(data("alias_run"), run)
+    prov = json.loads((run / "provenance.json").read_text())
+    prov["versions"]["iperf2"] = "2.2.1"  # as if measured on Debian 13
+    (run / "provenance.json").write_text(json.dumps(prov))
+    rep = write_report(str(run))
+    text = open(rep.files["md"]).read()
+    assert "Tools: iperf 2.2.1," in text and "Tools: iperf 2.1.8" not in text
+    rows = [c.measured for c in rep.claims if "iperf" in c.measured]
+    assert rows and all("iperf 2.2.1" in m for m in rows)
 
 
 def test_the_raw_sock_diag_reader_agrees_with_pyroute2():

@@ -279,6 +279,14 @@ def test_the_uplink_restore_commands_nslab_writes_pass_the_check():
     assert [clean.restore_problem(a, "nl12ab") for a in argvs] == [None] * 10
 
 
+def test_the_alias_removals_of_alias_serve_pass_the_check():
+    # experiments/alias/twobox.py journals one `ip addr del` per alias it adds
+    argvs = [["ip", "addr", "del", f"10.0.1.{i}/8", "dev", "h2-eth0"] for i in range(1, 5)]
+    assert [clean.restore_problem(a, "nl12ab") for a in argvs] == [None] * 4
+    assert clean.restore_problem(["ip", "addr", "del", "10.0.1.1/8", "dev", "h2-eth0",
+                                  "label", "x"], "nl12ab")
+
+
 @pytest.mark.parametrize("argv", [
     ["sh", "-c", "touch /tmp/x"], ["true"], "ip link set dev eth1 up", [],
     ["ip", "link", "set", "dev", "eth1", "up", "&&", "id"],
