@@ -24,6 +24,8 @@ from typing import List, Optional
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SSHD = os.path.join(os.environ.get("NSLAB_SSHD_CACHE", os.path.join(ROOT, ".cache", "sshd")),
                     "usr", "sbin", "sshd")
+SSHD_LIBS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(SSHD))), "usr", "lib",
+                         "x86_64-linux-gnu")
 NET = "10.99.0"
 
 
@@ -138,7 +140,8 @@ class PseudoHosts:
                 f"mount --bind {self.dir}/shadow /etc/shadow", "ip link set lo up",
                 f"while ! ip link show {dev} >/dev/null 2>&1; do sleep 0.05; done",
                 f"ip addr add {self.addrs[i]}/24 dev {dev}", f"ip link set {dev} up",
-                f"exec {SSHD} -D -e -f {self._sshd_config(i)}"])
+                # libraries scripts/setup-sshd.sh unpacked beside the server
+                f"exec env LD_LIBRARY_PATH={SSHD_LIBS} {SSHD} -D -e -f {self._sshd_config(i)}"])
             log = open(os.path.join(self.dir, f"host{i}.log"), "w")
             self.procs.append(subprocess.Popen(
                 ["unshare", "--mount", "--net", "--pid", "--fork", "--mount-proc",

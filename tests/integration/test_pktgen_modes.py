@@ -61,11 +61,19 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     lab.static_arp()
     assert napi_on(lab["h2"], "h2-eth0", 1, fifo=50)
     runs = {}
-    for spacing in ("frames", "slots"):
-        runs[spacing] = send_and_count(
-            lab, "--size", "64", "--rate", "200000", "--count", "20000", "--duration", "10",
-            "--mode", "live", "--spacing", spacing, sink="xdp",
-            sink_args=("--latency-every", "16"))
+    # Each mode twice, interleaved: a single run's largest gap includes whatever
+    # stall the host's scheduler gave the generator's CPU then (measured here:
+    # a 662-1061 us stall in 3 of 7 spaced runs, on either userland), which is
+    # not the pacing; the smaller of two runs' largest gaps is.
+    for repeat in (0, 1):
+        for spacing in ("frames", "slots"):
+            runs[spacing, repeat] = send_and_count(
+                lab, "--size", "64", "--rate", "200000", "--count", "20000", "--duration", "10",
+                "--mode", "live", "--spacing", spacing, sink="xdp",
+                sink_args=("--latency-every", "16"))
+    largest = {m: min(runs[m, r][1]["send_gap_us"]["max"] for r in (0, 1))
+               for m in ("frames", "slots")}
+    runs = {m: runs[m, 0] for m in ("frames", "slots")}
     g, s = runs["frames"]
     assert g["path"] == "live-spaced" and g["sent"] == 20000, g
     assert s["received"] == 20000 and s["max_seq"] == 19999 and s["reordered"] == 0, s
@@ -76,7 +84,7 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     assert gs["path"] == "live" and gs["batch"] == 100 and ss["received"] == 20000, (gs, ss)
     # Batches of 100 leave ~0.1 us apart with ~495 us between batches (sd ~50 us).
     assert s["send_gap_us"]["stdev"] < 0.4 * ss["send_gap_us"]["stdev"], (s, ss)
-    assert s["send_gap_us"]["max"] < ss["send_gap_us"]["max"], (s, ss)
+    assert largest["frames"] < largest["slots"], (largest, s, ss)
 
 
 @pytest.mark.parametrize("mode", ["auto", "packet"])
