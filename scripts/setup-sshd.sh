@@ -9,7 +9,8 @@ CACHE="${NSLAB_SSHD_CACHE:-$(cd "$(dirname "$0")/.." && pwd)/.cache/sshd}"
 missing_libs() {  # shared libraries the unpacked server lacks on this system
   local f
   for f in "$CACHE/usr/sbin/sshd" "$CACHE"/usr/lib/openssh/sshd-session "$CACHE"/usr/lib/openssh/sshd-auth; do
-    [ -x "$f" ] && LD_LIBRARY_PATH="$CACHE/usr/lib/x86_64-linux-gnu" ldd "$f" 2>/dev/null | awk '/not found/ {print $1}'
+    [ -x "$f" ] || continue
+    LD_LIBRARY_PATH="$CACHE/usr/lib/x86_64-linux-gnu" ldd "$f" 2>/dev/null | awk '/not found/ {print $1}' || true
   done | sort -u
 }
 [ -x "$CACHE/usr/sbin/sshd" ] && [ -z "$(missing_libs)" ] && exit 0
