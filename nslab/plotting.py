@@ -8,6 +8,21 @@ from typing import Any, Dict
 from .safeio import write_atomic
 
 
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` on the Agg backend with matplotlib's own defaults.
+
+    Matplotlib reads a ``matplotlibrc`` from the current directory, which may
+    be a lab folder from anyone (its ``backend`` could name a module to load,
+    ``text.usetex`` and a LaTeX preamble could read files as root): whatever
+    it set is put back to matplotlib's built-in defaults before any drawing.
+    """
+    import matplotlib
+    matplotlib.use("Agg", force=True)
+    matplotlib.rcdefaults()
+    import matplotlib.pyplot as plt
+    return plt
+
+
 def save_figure(fig: Any, run_dir: str, name: str, dpi: int = 110) -> Dict[str, str]:
     """Save ``fig`` as ``<name>.png`` and ``<name>.svg`` in ``run_dir``, close it,
     and return ``{"plot_png": path, "plot_svg": path}``."""

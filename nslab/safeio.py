@@ -4,9 +4,9 @@ A lab folder (topologies, study files, earlier results) can ship symbolic
 links: ``results/alias/nl3f2a/report.md -> /etc/passwd``. nslab runs as root,
 so every file it writes goes through this module:
 
-* no component of the path may be a symbolic link, except a link that only
-  root could have placed (owned by root, in a directory owned by root that
-  nobody else can write) and that lies outside the current directory;
+* no component of the path may be a symbolic link (checked as the kernel
+  walks it, ``..`` included), except a distribution's own: a root-owned link
+  directly under ``/``, ``/var`` or ``/usr`` (``/var/run -> /run``);
 * new files are created with ``O_CREAT | O_EXCL | O_NOFOLLOW``; a file that
   is rewritten (a report, a provenance) is written to a new temporary file
   beside it and renamed over it, which replaces a link instead of following
@@ -29,20 +29,26 @@ from typing import IO, List, Optional, Union
 from .errors import InputError
 
 
+#: How deep nslab walks a directory it did not make (a run directory is 2 deep;
+#: os.walk and os.fwalk recurse, so a deeper tree would end in RecursionError).
+MAX_DEPTH = 32
+
+
 class UnsafePathError(InputError):
     """A path nslab would write through is (or passes through) a link."""
 
 
-def _inside(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
-
-
-def _trusted_link(path: str, st: os.stat_result, cwd: str) -> bool:
-    """A link root placed itself (``/var/run -> /run``), outside the folder."""
-    if _inside(path, cwd):
+def _trusted_link(path: str, st: os.stat_result) -> bool:
+    """A link the distribution made (``/var/run -> /run``; on Fedora Silverblue
+    ``/home -> var/home``, ``/usr/local -> ../var/usrlocal``): a top-level
+    directory or one of ``/var`` or ``/usr``, owned by root in a directory only
+    root writes. A folder cloned or unpacked by root ships root-owned links
+    too, deeper down: those are refused like any other."""
+    parent = os.path.dirname(path) or "/"
+    if parent not in ("/", "/var", "/usr"):
         return False
     try:
-        pst = os.lstat(os.path.dirname(path) or "/")
+        pst = os.lstat(parent)
     except OSError:
         return False
     return st.st_uid == 0 and pst.st_uid == 0 and not (pst.st_mode & 0o022)
@@ -56,24 +62,33 @@ def check_path(path: str, *, leaf: bool = True) -> str:
     is not checked (a file that will be replaced by rename). Returns the
     absolute path.
     """
-    cwd = os.getcwd()
-    full = os.path.abspath(path)
-    parts = [p for p in full.split("/") if p]
-    cur = ""
-    last = len(parts) - 1
+    # Walk the components as the kernel will, ".." included: normalising the
+    # text first would skip a link that a following ".." steps out of.
+    raw = path if path.startswith("/") else os.path.join(os.getcwd(), path)
+    parts = [p for p in raw.split("/") if p and p != "."]
+    while parts and parts[-1] == "..":
+        parts.pop()  # a trailing ".." names a directory above: checked below
+    stack: List[str] = []
+    missing = False
     for i, part in enumerate(parts):
-        cur = f"{cur}/{part}"
-        if i == last and not leaf:
-            break
+        if part == "..":
+            if stack:
+                stack.pop()
+            continue
+        stack.append(part)
+        if missing or (i == len(parts) - 1 and not leaf):
+            continue
+        cur = "/" + "/".join(stack)
         try:
             st = os.lstat(cur)
         except FileNotFoundError:
-            break
-        if stat.S_ISLNK(st.st_mode) and not _trusted_link(cur, st, cwd):
+            missing = True  # created later, as real directories (make_dirs)
+            continue
+        if stat.S_ISLNK(st.st_mode) and not _trusted_link(cur, st):
             raise UnsafePathError(
                 f"{path}: {cur} is a symbolic link; nslab runs as root and does not "
                 f"write through links (remove it, or write elsewhere)")
-    return full
+    return os.path.abspath(path)
 
 
 def make_dirs(path: str, mode: int = 0o755) -> str:
@@ -133,14 +148,19 @@ def open_append(path: str, *, encoding: str = "utf-8", perm: int = 0o644) -> IO:
     not a regular file, or has another hard link."""
     check_path(path, leaf=False)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     perm)
+        # O_NONBLOCK: a FIFO planted there must not hang nslab (it fails at
+        # once, or is refused as not a regular file below)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                     | os.O_NONBLOCK, perm)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UnsafePathError(f"{path} is a symbolic link; nslab runs as root and does not "
                                   "write through links") from None
+        if exc.errno == errno.ENXIO:
+            raise UnsafePathError(f"{path}: not a regular file of nslab's own (a FIFO)") from None
         raise
     _check_regular(fd, path)
+    os.set_blocking(fd, True)
     return os.fdopen(fd, "a", encoding=encoding)
 
 
@@ -221,6 +241,10 @@ def copy_tree(src: str, dst: str, *, limit: Optional[int] = None) -> List[str]:
     for top, dirs, files, dfd in os.fwalk(src, follow_symlinks=False):
         rel = os.path.relpath(top, src)
         out = dst if rel == "." else os.path.join(dst, rel)
+        if rel.count("/") >= MAX_DEPTH:  # os.fwalk recurses: a deep tree is left out
+            skipped.append(rel)
+            dirs.clear()
+            continue
         for d in list(dirs):
             if stat.S_ISDIR(os.stat(d, dir_fd=dfd, follow_symlinks=False).st_mode):
                 os.mkdir(os.path.join(out, d), 0o755)
@@ -260,6 +284,8 @@ def _tree_is_safe(path: str) -> Optional[str]:
     me = os.geteuid()
     unread: List[OSError] = []  # a directory that cannot be listed cannot be proved safe
     for top, dirs, files in os.walk(path, followlinks=False, onerror=unread.append):
+        if os.path.relpath(top, path).count("/") >= MAX_DEPTH:
+            return f"{top}: nested deeper than {MAX_DEPTH} directories"
         for name in [top] + [os.path.join(top, n) for n in dirs + files]:
             try:
                 st = os.lstat(name)

@@ -212,9 +212,8 @@ def write_report(run_dir: str) -> StudyReport:
 def plot(run_dir: str, summary: Summary, pub: Dict[str, Any], cfg: Dict[str, Any]) -> Dict[str, str]:
     """Mbit/s vs # of aliases (points and a smooth line), published series, the TCP
     goodput ceiling; a second panel for start margin and CPU."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from nslab.plotting import pyplot
+    plt = pyplot()
     import numpy as np
 
     from nslab.plotting import save_figure

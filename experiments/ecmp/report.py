@@ -46,7 +46,8 @@ MOSTLY = 0.5
 MORE = "undecided: run the default preset (10 trials per policy)"
 
 
-def claims(records: List[EcmpRecord], cfg: Dict[str, Any]) -> List[Claim]:
+def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
+           iperf: str = "of unknown version") -> List[Claim]:
     """The post's claims as proportions of trials (Wilson intervals) and a mean
     SUM (t interval), each with a verdict."""
     from nslab.stats import judge, mean, proportion
@@ -87,7 +88,7 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any]) -> List[Claim]:
             chk = judge(est, ceiling, math.inf, "more than one link can carry, i.e. above",
                         1e-6, " Mbit/s", 0, need=MORE)
             measured = (f"policy 1: {k1}/{n1} trials used more than one link; their SUM "
-                        f"{est.fmt(1e-6, 0, ' Mbit/s')}")
+                        f"{est.fmt(1e-6, 0, ' Mbit/s')} (iperf {iperf}'s -P SUM line)")
         else:
             chk = None
             measured = f"policy 1: {k1}/{n1} trials used more than one link"
@@ -190,7 +191,8 @@ def write_report(run_dir: str) -> StudyReport:
         vals = [r.measurements.sum_bps / 1e6 for r in recs if r.params.policy == policy]
         p = pub_by_policy.get(policy)
         sums.append((policy, statistics.median(vals), min(vals), max(vals), p["sum"] if p else ""))
-    found = claims(recs, cfg)
+    found = claims(recs, cfg, str((prov.get("versions") or {}).get("iperf2")
+                                  or "of unknown version"))
     ordered = sorted(recs, key=lambda r: (r.params.policy, r.params.trial))
     md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg,
                 setup=setup, streams=streams, spines=spines, splits=splits, sums=sums, pub=pub,
@@ -201,9 +203,8 @@ def write_report(run_dir: str) -> StudyReport:
 
 
 def plot(run_dir: str, recs: List[EcmpRecord], cfg: Dict[str, Any], pub: Dict[str, Any]) -> Dict[str, str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from nslab.plotting import pyplot
+    plt = pyplot()
 
     from nslab.plotting import save_figure
     policies = sorted({r.params.policy for r in recs})

@@ -65,7 +65,9 @@ def draw_plots(run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
     Titles, labels and legends come from the file: matplotlib draws them as
     text, never as mathtext (``$\\foo$`` would be parsed, and fail)."""
     import matplotlib
-    matplotlib.use("Agg")
+
+    from nslab.plotting import pyplot
+    pyplot()  # Agg, and matplotlib's own defaults whatever the folder's matplotlibrc says
     with matplotlib.rc_context({"text.parse_math": False}):
         return _draw_plots(run_dir, loaded, recs)
 

@@ -318,9 +318,8 @@ def write_report(run_dir: str) -> StudyReport:
 
 def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
          line_bps: Optional[float]) -> Dict[str, str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from nslab.plotting import pyplot
+    plt = pyplot()
 
     from nslab.plotting import save_figure
     colors = {"bridge": "C0", "router": "C1", "ovs": "C2"}

@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from nslab import results as results_mod
+from nslab import safeio
 from nslab.cli import main
 from nslab.errors import InputError
 from nslab.results import ResultStore
@@ -248,3 +249,62 @@ def test_report_takes_only_a_registered_study_name_from_the_provenance(folder, c
     assert rc == 2 and "experiment: '../evil.yaml' is not a registered study" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not os.path.exists(os.path.join(run, "report.md"))
+
+
+# -- found in review: '..' after a link, root-owned links deep down, FIFOs, matplotlibrc ----
+def test_a_link_that_a_following_dotdot_steps_out_of_is_still_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    os.symlink(outside / "sub", tmp_path / "lnk")
+    with pytest.raises(safeio.UnsafePathError, match="lnk is a symbolic link"):
+        safeio.write_atomic("lnk/../x.txt", "no")
+    assert not (outside / "x.txt").exists()
+    os.mkdir("plain")
+    assert safeio.write_atomic("plain/../y.txt", "ok") and (tmp_path / "y.txt").read_text() == "ok"
+
+
+def test_a_root_owned_link_deep_in_a_folder_is_refused_only_distribution_links_pass(tmp_path):
+    os.symlink(tmp_path / "elsewhere", tmp_path / "results")  # as `sudo git clone` leaves it
+    with pytest.raises(safeio.UnsafePathError):
+        safeio.make_dirs(str(tmp_path / "results" / "alias"))
+    if os.path.islink("/var/run") and os.lstat("/var/run").st_uid == 0:
+        assert safeio.check_path("/var/run/nslab-x") == "/var/run/nslab-x"
+
+
+def test_a_fifo_where_the_log_goes_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "run.log"
+    os.mkfifo(fifo)
+    with pytest.raises(safeio.UnsafePathError, match="FIFO|not a regular file"):
+        safeio.open_append(str(fifo))
+
+
+def test_a_folders_matplotlibrc_changes_nothing(tmp_path, monkeypatch):
+    (tmp_path / "matplotlibrc").write_text("backend: module://nslab_evil_backend\n"
+                                          "lines.linewidth: 42\n")
+    monkeypatch.chdir(tmp_path)
+    import subprocess
+    import sys
+    code = ("from nslab.plotting import pyplot; plt = pyplot(); import matplotlib; "
+            "print(matplotlib.get_backend(), matplotlib.rcParams['lines.linewidth'])")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    backend, width = out.stdout.split()
+    assert backend.lower() == "agg" and float(width) != 42
+
+
+def test_a_tree_nested_past_the_recursion_limit_is_one_line(tmp_path, monkeypatch):
+    deep = tmp_path / "run"
+    deep.mkdir()
+    monkeypatch.chdir(deep)
+    for _ in range(1100):  # past Python's recursion limit, under PATH_MAX via relative mkdir
+        os.mkdir("d")
+        os.chdir("d")
+    os.chdir(tmp_path)
+    why = safeio.tree_is_safe(str(deep))
+    assert why is not None and "nested deeper than" in why and "\n" not in why
+    out = tmp_path / "copy"
+    out.mkdir()
+    skipped = safeio.copy_tree(str(deep), str(out))
+    assert skipped and len(skipped) == 1
