@@ -294,11 +294,14 @@ def test_a_folders_matplotlibrc_changes_nothing(tmp_path, monkeypatch):
     assert backend.lower() == "agg" and float(width) != 42
 
 
-def test_a_tree_nested_past_the_recursion_limit_is_one_line(tmp_path, monkeypatch):
+def test_a_tree_nested_deeper_than_nslab_walks_is_one_line(tmp_path, monkeypatch):
+    # os.walk and os.fwalk recurse (RecursionError past ~1000 levels, which
+    # shutil.rmtree would hit too when pytest cleans up): 100 levels show the
+    # walk stops at MAX_DEPTH without building a tree nothing could remove
     deep = tmp_path / "run"
     deep.mkdir()
     monkeypatch.chdir(deep)
-    for _ in range(1100):  # past Python's recursion limit, under PATH_MAX via relative mkdir
+    for _ in range(3 * safeio.MAX_DEPTH):
         os.mkdir("d")
         os.chdir("d")
     os.chdir(tmp_path)
