@@ -95,6 +95,7 @@ setup(
             "watch = nslab.experiments.alias.bench:watch_cmd",
             "generator = nslab.experiments.rfc2544.bench:generator_cmd",
             "search = nslab.experiments.rfc2544.bench:search_cmd",
+            "verdicts = nslab.verdictbench:verdicts_cmd",
         ],
     },
 )

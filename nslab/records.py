@@ -31,6 +31,20 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class HostLoad(Strict):
+    """Host interference while a point was measured (:mod:`nslab.interference`):
+    other tasks' share of each CPU, the worst of them, and whether the point
+    stayed over the study's threshold after its re-runs."""
+
+    other_pct: Dict[str, float]
+    worst_cpu: Optional[int]
+    worst_pct: float
+    source: str
+    reruns: int = 0
+    disturbed: bool = False
+    threshold_pct: float
+
+
 class Record(Strict, Generic[P, M]):
     """One measured point."""
 
@@ -42,9 +56,19 @@ class Record(Strict, Generic[P, M]):
     params: P
     measurements: M
     raw: List[str] = []
+    #: host interference while it was measured (None: runs before it was recorded)
+    host: Optional[HostLoad] = None
 
 
 Upgrade = Callable[[Dict[str, Any]], Dict[str, Any]]
+
+
+def disturbed(rec: Any) -> bool:
+    """Was this point measured while other tasks took more of a CPU than its
+    study allows, even after its re-runs (``host.disturbed``)? Reports leave
+    such points out of their verdicts."""
+    host = getattr(rec, "host", None)
+    return bool(host is not None and host.disturbed)
 
 
 @dataclass(frozen=True)

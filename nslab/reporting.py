@@ -14,7 +14,7 @@ import html
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import jinja2
 
@@ -25,13 +25,16 @@ from .safeio import write_atomic
 class Claim:
     """One claim of a study, checked: what the source says, what we measured
     (with its interval), and the verdict (``agrees``/``disagrees``/``undecided``)
-    with the reason."""
+    with the reason. ``published`` is the source's own figure the claim is
+    judged against, in words with its unit (``"66.2 kfps (Table 3)"``), taken
+    from the published data; empty when the claim has no single published number."""
 
     claim: str
     measured: str
     verdict: str
     why: str
     source: str = ""
+    published: str = ""
 
     def __post_init__(self) -> None:
         from .stats import VERDICTS
@@ -43,7 +46,9 @@ class Claim:
 @dataclass
 class StudyReport:
     """What ``Study.report`` wrote: files by kind, the claims, and Markdown
-    for the reproduction's combined report."""
+    for the reproduction's combined report. That Markdown leaves the claims
+    out (the combined report lists every study's claims once, in its first
+    table); the study's own ``report.md`` lists them (:func:`render_study`)."""
 
     files: Dict[str, str]
     claims: List[Claim] = field(default_factory=list)
@@ -166,8 +171,41 @@ def environment(template_dir: str) -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True,
                              autoescape=False, finalize=_finalize)
-    env.filters.update(num=_num, mbps=_mbps, pct=_pct, cell=_cell, code=_code, url=_url)
+    env.filters.update(num=_num, mbps=_mbps, pct=_pct, cell=_cell, code=_code, url=_url,
+                       tools=tools_line)
     return env
+
+
+#: The tools a report names, by their key in a provenance's ``versions``.
+TOOL_NAMES = {"iperf2": "iperf", "frr": "FRR", "openvswitch": "Open vSwitch",
+              "iproute2": "iproute2", "ethtool": "ethtool"}
+
+
+def tools_line(provs: Any, *keys: str) -> MarkdownText:
+    """``iperf 2.1.8, FRR 8.4.4, Python 3.11.2``: the versions of the
+    tools ``keys`` (see :data:`TOOL_NAMES`) and Python that one run's
+    provenance recorded, or several runs' (a list: a version that differs
+    between them shows each, joined by " / "); "?" where none was recorded.
+    In a template: ``Tools: {{ prov | tools("iperf2", "frr") }}``."""
+    runs = [provs] if isinstance(provs, dict) else list(provs)
+
+    def seen(get: Callable[[Dict[str, Any]], Any]) -> str:
+        found: List[str] = []
+        for prov in runs:
+            value = get(prov) if isinstance(prov, dict) else None
+            if value not in (None, "") and str(value) not in found:
+                found.append(str(value))
+        return " / ".join(found) or "?"
+
+    def version(key: str) -> Callable[[Dict[str, Any]], Any]:
+        def get(prov: Dict[str, Any]) -> Any:
+            versions = prov.get("versions")
+            return versions.get(key) if isinstance(versions, dict) else None
+        return get
+
+    parts = [f"{TOOL_NAMES.get(k, k)} {seen(version(k))}" for k in keys]
+    parts.append(f"Python {seen(lambda prov: prov.get('python'))}")
+    return md_escape(", ".join(parts))
 
 
 def _cell(value: Any) -> MarkdownText:
@@ -193,6 +231,17 @@ def _code(value: Any) -> MarkdownText:
 def render(template_dir: str, name: str, **context: Any) -> str:
     """Render ``name`` from ``template_dir`` with ``context``."""
     return environment(template_dir).get_template(name).render(**context)
+
+
+def render_study(template_dir: str, name: str, **context: Any) -> Tuple[str, str]:
+    """A study's report template rendered twice: whole (its own ``report.md``,
+    claims included: ``claims_table`` true, as when the template is rendered
+    without it) and without its claims table (``claims_table`` false), the
+    part the reproduction's combined report shows under the study's heading,
+    after its one table of every claim."""
+    template = environment(template_dir).get_template(name)
+    return (template.render(claims_table=True, **context),
+            template.render(claims_table=False, **context))
 
 
 #: Link and image targets a report may hold: these schemes, or none (a path
@@ -275,16 +324,20 @@ def write(run_dir: str, name: str, text: str) -> str:
 
 
 def study_report(run_dir: str, markdown_text: str, title: str, claims: List[Claim],
-                 plot: Optional[Callable[[], Dict[str, str]]] = None) -> StudyReport:
+                 plot: Optional[Callable[[], Dict[str, str]]] = None,
+                 body: Optional[str] = None) -> StudyReport:
     """Write ``report.md``/``report.html`` and, when given, the plot (a callable
-    returning its files, ``plot_png`` among them); the study's report."""
+    returning its files, ``plot_png`` among them); the study's report.
+    ``body`` is the Markdown for the combined report, without the claims
+    (:func:`render_study`); ``markdown_text`` when not given."""
     files = write_markdown_and_html(run_dir, "report", markdown_text, title)
     figures: List[str] = []
     if plot is not None:
         out = plot()
         files.update(out)
         figures.append(out["plot_png"])
-    return StudyReport(files=files, claims=claims, markdown=markdown_text, figures=figures)
+    return StudyReport(files=files, claims=claims,
+                       markdown=markdown_text if body is None else body, figures=figures)
 
 
 def write_markdown_and_html(run_dir: str, stem: str, markdown_text: str, title: str) -> Dict[str, str]:

@@ -7,21 +7,23 @@ Reports read result files only: ``nslab report DIR`` redraws them without root.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import secrets
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 
 import click
+from pydantic import BaseModel, ConfigDict, Field
 
 from .cliutil import limit_option
 from .errors import InputError
 from .reporting import MarkdownText
 from .results import ResultStore
 from .safeio import make_fresh_dir, tree_is_safe, write_atomic
-from .study import PRESETS, results_dir_of, run_study
+from .study import PRESETS, report_of, results_dir_of, run_study
 
 log = logging.getLogger(__name__)
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -99,23 +101,123 @@ def _saved_mode(root: str) -> Optional[str]:
         return None
 
 
+class _HostNoise(BaseModel):
+    """The host noise figure a study's provenance holds (:mod:`nslab.noise`)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    p50_us: float = Field(ge=0)
+    p99_us: float = Field(ge=0)
+
+
+class _Interference(BaseModel):
+    """A run's summary of trials disturbed by other tasks on the bed's CPUs
+    (:mod:`nslab.interference`): re-run, excluded, the worst share seen."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    reruns: int = Field(0, ge=0)
+    excluded: int = Field(0, ge=0)
+    worst_other_pct: Optional[float] = Field(None, ge=0)
+
+
+def _checked(model: Any, value: Any, where: str) -> Any:
+    from pydantic import ValidationError
+
+    from .topo import explain
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise InputError(f"{where}: {explain(exc)}") from None
+
+
+def host_noise(prov: Dict[str, Any], where: str) -> Optional[_HostNoise]:
+    """The host noise figure measured at the run's start, if its provenance
+    has one (``where`` names the file in an error)."""
+    found = prov.get("host_noise")
+    return None if found is None else _checked(_HostNoise, found, f"{where}: host_noise")
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _dicts(obj: Any, depth: int = 0) -> Iterator[Dict[str, Any]]:
+    """Every dict inside a stored record (its trials, probes...)."""
+    if depth > 32:
+        return
+    if isinstance(obj, dict):
+        yield obj
+        obj = list(obj.values())
+    if isinstance(obj, list):
+        for x in obj:
+            yield from _dicts(x, depth + 1)
+
+
+def interference_of_records(run_dir: str) -> Optional[_Interference]:
+    """Trials or points re-run or excluded for host interference, from the
+    run's records: a trial's ``interference_reruns``, an ``invalid`` reason
+    that starts "host interference" and the worst ``interference.*.other_pct``
+    (RFC 2544 trials); a record's ``host`` (every study's points: ``reruns``,
+    ``disturbed``, ``worst_pct``). None when nothing was accounted (the run
+    predates it)."""
+    accounted, reruns, excluded, worst = False, 0, 0, None
+
+    def seen(pct: Any) -> None:
+        nonlocal worst
+        if _number(pct):
+            worst = pct if worst is None else max(worst, pct)
+    for rec in ResultStore.open(run_dir).records():
+        host = rec.get("host")
+        if isinstance(host, dict):
+            accounted = True
+            if _number(host.get("reruns")):
+                reruns += int(host["reruns"])
+            excluded += host.get("disturbed") is True
+            seen(host.get("worst_pct"))
+        for d in _dicts(rec.get("measurements")):
+            if d.get("interference_reruns") is not None or d.get("interference") is not None:
+                accounted = True
+            if _number(d.get("interference_reruns")):
+                reruns += int(d["interference_reruns"])
+            invalid = d.get("invalid")
+            if isinstance(invalid, list) and any(str(w).startswith("host interference")
+                                                 for w in invalid):
+                excluded += 1
+            cpus = d.get("interference")
+            for cpu in (cpus.values() if isinstance(cpus, dict) else ()):
+                seen(cpu.get("other_pct") if isinstance(cpu, dict) else None)
+    if not accounted:
+        return None
+    return _Interference(reruns=reruns, excluded=excluded, worst_other_pct=worst)
+
+
 def write_report(root: str) -> Dict[str, str]:
-    """Redraw every study's report and write report.md + report.html in ``root``."""
+    """Redraw every study's report and write report.md + report.html in ``root``:
+    first how the run went and one table of every claim of every study, then
+    each study's own report (its figures and tables; its claims are in the
+    first table)."""
     from .reporting import render, write_markdown_and_html
+    from .stats import VERDICTS
     mode = _saved_mode(root) or "?"
     sections: List[Dict[str, Any]] = []
     for name, cls in ordered_studies().items():
         run_dir = results_dir_of(root, name)
         section: Dict[str, Any] = {"name": name, "title": cls.title, "source": cls.source,
-                                   "run_dir": None}
+                                   "run_dir": None, "claims": []}
         if run_dir:
-            rep = cls().report(run_dir)
+            rep = report_of(cls(), run_dir)
             rel = os.path.relpath(run_dir, root)
-            section.update(run_dir=rel, prov=ResultStore.open(run_dir).provenance(),
-                           claims=rep.claims, figures=[os.path.relpath(f, root) for f in rep.figures],
-                           body=_demote(rep.markdown, rel))
+            prov = ResultStore.open(run_dir).provenance()
+            where = os.path.join(run_dir, "provenance.json")
+            section.update(run_dir=rel, prov=prov, claims=rep.claims,
+                           figures=[os.path.relpath(f, root) for f in rep.figures],
+                           body=_demote(rep.markdown, rel), noise=host_noise(prov, where),
+                           interference=interference_of_records(run_dir))
         sections.append(section)
-    md = render(TEMPLATES, "reproduce.md.j2", mode=mode, sections=sections)
+    claims = [c for s in sections for c in s["claims"]]
+    counts = {v: sum(1 for c in claims if c.verdict == v) for v in VERDICTS}
+    md = render(TEMPLATES, "reproduce.md.j2", mode=mode, sections=sections, counts=counts,
+                total=len(claims), decided=counts["agrees"] + counts["disagrees"],
+                provs=[s["prov"] for s in sections if s["run_dir"]])
     return write_markdown_and_html(root, "report", md, "nslab reproduction")
 
 

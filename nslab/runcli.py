@@ -170,7 +170,7 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
     Ctrl-C (and say how to resume), then print where the results are."""
     from .cliutil import install_signals, setup_logging
     from .naming import new_run_id
-    from .study import run_study
+    from .study import report_of, run_study
     study = study_cls()
     cfg = None if resume else _config(study_cls.Config, preset, overrides)
     if resume and overrides:
@@ -206,7 +206,7 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
             click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
                        f"`nslab run {getattr(study, 'invocation', '') or study.name} --resume {store_dir}`", err=True)
         raise
-    rep = study.report(path)
+    rep = report_of(study, path)
     click.echo(f"results: {path}")
     for c in rep.claims:
         click.echo(f"  [{c.verdict}] {c.claim}: {c.measured}")
@@ -315,6 +315,7 @@ def report(ctx: click.Context, run_dir: str) -> None:
                              f"{str(exp)[:80]!r} is not a registered study "
                              f"({', '.join(found) or 'none'})")
         cls = found[exp]
-    rep = cls().report(run_dir)
+    from .study import report_of
+    rep = report_of(cls(), run_dir)
     for name, path in rep.files.items():
         click.echo(f"{name}: {path}")

@@ -12,19 +12,55 @@ were computed:
 * "the same": two one-sided tests (TOST) at level alpha, i.e. the (1 - 2 alpha)
   interval of the relative difference lies inside +-margin.
 
+Sampling to a decision: a study may measure its points in up to ``rounds``
+rounds, judging its claims after each and stopping once every claim is decided
+(:func:`nslab.study.run_study`). Each look at the data is a chance to decide
+wrongly, so every interval of such a run is drawn at level 1 - alpha/rounds
+(Bonferroni over the looks planned, not the looks made): the chance that any
+look decides wrongly stays at most alpha. :func:`sequential` sets that for a
+block; the functions below take their default level from it.
+
 scipy does the distributions; nothing here is hand-rolled beyond arithmetic.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple
+from typing import Iterator, Optional, Sequence, Tuple
 
 from typing_extensions import Literal
 
 Verdict = Literal["agrees", "disagrees", "undecided"]
 VERDICTS: Tuple[str, ...] = ("agrees", "disagrees", "undecided")
+
+#: The error rate of every verdict: a claim is decided wrongly at most this often.
+ALPHA = 0.05
+_LOOKS: contextvars.ContextVar[int] = contextvars.ContextVar("nslab_stats_looks", default=1)
+
+
+@contextlib.contextmanager
+def sequential(looks: int) -> Iterator[None]:
+    """Within the block, intervals are drawn for a run that looks at its data
+    up to ``looks`` times (level 1 - :data:`ALPHA` / looks)."""
+    if looks < 1:
+        raise ValueError(f"looks {looks}: at least 1")
+    token = _LOOKS.set(int(looks))
+    try:
+        yield
+    finally:
+        _LOOKS.reset(token)
+
+
+def level() -> float:
+    """The confidence level of intervals here: 1 - ALPHA / looks (0.95 for one look)."""
+    return 1 - ALPHA / _LOOKS.get()
+
+
+def _level(given: Optional[float]) -> float:
+    return level() if given is None else given
 
 
 @dataclass(frozen=True)
@@ -84,7 +120,7 @@ class Summary:
         return (self.max - self.min) / self.median if self.median else 0.0
 
 
-def summarize(values: Sequence[float], level: float = 0.95) -> Summary:
+def summarize(values: Sequence[float], level: Optional[float] = None) -> Summary:
     """Median, mean, stdev, range and the t interval of the mean."""
     vals = [float(v) for v in values]
     if not vals:
@@ -94,8 +130,9 @@ def summarize(values: Sequence[float], level: float = 0.95) -> Summary:
                    statistics.stdev(vals) if len(vals) > 1 else 0.0, min(vals), max(vals), est.ci)
 
 
-def mean(values: Sequence[float], level: float = 0.95) -> Estimate:
+def mean(values: Sequence[float], level: Optional[float] = None) -> Estimate:
     """The mean with Student's t interval (None for one value)."""
+    level = _level(level)
     from scipy import stats
     vals = [float(v) for v in values]
     n = len(vals)
@@ -110,9 +147,10 @@ def mean(values: Sequence[float], level: float = 0.95) -> Estimate:
 
 
 def relative_difference(a: Sequence[float], b: Sequence[float],
-                        level: float = 0.95) -> Estimate:
+                        level: Optional[float] = None) -> Estimate:
     """(mean(a) - mean(b)) / mean(b), with Welch's t interval of the difference
     divided by mean(b). None interval when either side has one value."""
+    level = _level(level)
     mb = statistics.fmean([float(v) for v in b])
     if mb == 0:
         raise ValueError("relative difference to a zero mean")
@@ -121,8 +159,9 @@ def relative_difference(a: Sequence[float], b: Sequence[float],
     return Estimate(d.value / mb, ci, d.n)
 
 
-def proportion(k: int, n: int, level: float = 0.95) -> Estimate:
+def proportion(k: int, n: int, level: Optional[float] = None) -> Estimate:
     """k of n, with Wilson's score interval."""
+    level = _level(level)
     from scipy import stats
     if n <= 0:
         raise ValueError("a proportion of nothing")
@@ -131,11 +170,13 @@ def proportion(k: int, n: int, level: float = 0.95) -> Estimate:
 
 
 def equivalence(a: Sequence[float], b: Sequence[float], margin: float,
-                alpha: float = 0.05) -> Tuple[Verdict, Estimate]:
+                alpha: Optional[float] = None) -> Tuple[Verdict, Estimate]:
     """Two one-sided tests: are the means of ``a`` and ``b`` within
     +-``margin`` (relative to ``b``)? ``agrees`` when the (1 - 2 alpha) interval
     lies inside the margin, ``disagrees`` when it lies wholly outside,
     ``undecided`` otherwise or with too few values."""
+    if alpha is None:
+        alpha = 1 - level()
     est = relative_difference(a, b, level=1 - 2 * alpha)
     return within(est, -margin, margin), est
 
@@ -174,7 +215,8 @@ def below(est: Estimate, threshold: float) -> Verdict:
     return flipped["undecided"]  # type: ignore[return-value]
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Estimate:
+def paired_difference(a: Sequence[float], b: Sequence[float],
+                      level: Optional[float] = None) -> Estimate:
     """The mean of ``a[i] - b[i]`` with Student's t interval (pairs, e.g. our
     value and the paper's at the same offered load)."""
     if len(a) != len(b):
@@ -182,8 +224,9 @@ def paired_difference(a: Sequence[float], b: Sequence[float], level: float = 0.9
     return mean([float(x) - float(y) for x, y in zip(a, b)], level)
 
 
-def difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> Estimate:
+def difference(a: Sequence[float], b: Sequence[float], level: Optional[float] = None) -> Estimate:
     """mean(a) - mean(b) in the values' own unit, with Welch's t interval."""
+    level = _level(level)
     from scipy import stats
     xa, xb = [float(v) for v in a], [float(v) for v in b]
     ma, mb = statistics.fmean(xa), statistics.fmean(xb)

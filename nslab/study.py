@@ -30,7 +30,8 @@ import time
 from typing import (Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Protocol, Sequence,
                     Tuple, Type)
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing_extensions import Annotated
 
 from .errors import InputError
 from .grants import HostGrants
@@ -85,6 +86,22 @@ class StudyConfig(BaseModel):
     presets: ClassVar[Dict[str, Dict[str, Any]]] = {"default": {}}
     #: extra CLI option names, e.g. {"policy": "policies"}
     cli_aliases: ClassVar[Dict[str, str]] = {}
+    #: the field that counts repeats of every point (a sampling round adds as many)
+    repeat_field: ClassVar[str] = "repeat"
+
+    rounds: Annotated[int, Field(ge=1, le=10)] = Field(
+        1, description="sample to a decision: measure every point in up to this many rounds, "
+        "judging the claims after each and stopping once all are decided; intervals are drawn "
+        "at 1 - 0.05/rounds (Bonferroni over the looks), so no look decides wrongly more than "
+        "5 % of the time in all")
+    host_pct: Annotated[float, Field(gt=0, le=100)] = Field(
+        10.0, description="a point during which other tasks took more than this share "
+        "(percent) of any CPU is measured again, and left out of the verdicts if it stays so")
+    host_reruns: Annotated[int, Field(ge=0, le=5)] = Field(
+        1, description="times a point disturbed by other tasks is measured again")
+    budget_s: Optional[Annotated[float, Field(gt=0, le=86400)]] = Field(
+        None, description="seconds of measuring after which no further round starts "
+        "(a round is begun only if the rounds so far leave time for one more)")
 
     @classmethod
     def preset(cls, name: str = "default", **overrides: Any) -> "StudyConfig":
@@ -136,6 +153,10 @@ class Study:
     records: ClassVar[RecordSchema]
     #: sysctls recorded in the provenance of every lab
     sysctls: ClassVar[Sequence[str]] = ()
+    #: a point measured while other tasks took more than ``host_pct`` of a CPU
+    #: is measured again (False: the study re-runs its own trials and the
+    #: point's host figure is only recorded)
+    reruns_points: ClassVar[bool] = True
 
     def needs(self, cfg: Any) -> List[str]:
         return []
@@ -260,45 +281,140 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
         host_grants = HostGrants()  # the configuration came from a file
     store.schema_version = study.records.version
     caps.require(study.needs(cfg), f"the {study.name} study")
-    plan = study.points(cfg)
-    done = store.done_keys()
-    todo = [p for p in plan if point_key(p) not in done]
-    if len(todo) < len(plan):
-        log.info("resuming %s: %d of %d points already measured", store.path,
-                 len(plan) - len(todo), len(plan))
+    rounds = int(getattr(cfg, "rounds", 1) or 1)
+    budget = getattr(cfg, "budget_s", None)
     labs = study.labs(cfg)
     from .limits import check_plan
-    check_plan(len(labs), plan, f"the {study.name} study")  # before any lab is built
+    # before any lab is built: the plan of the last round bounds them all
+    check_plan(len(labs), study.points(config_of_round(cfg, rounds - 1)),
+               f"the {study.name} study")
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     from .noise import idle_jitter
     noise = idle_jitter()
-    prog = Progress(len(todo), enabled=progress)
-    try:
-        with study.session(cfg):
-            for i, (key, topo) in enumerate(labs.items()):
-                mine = [p for p in todo if study.lab_key(cfg, p) == key]
-                if not mine:
-                    continue
-                lab_id = run_id if i == 0 else new_run_id()
-                _draw(topo, store.path, key)
-                with (lab_factory or Lab)(topo, run_id=lab_id, host_grants=host_grants) as lab:
-                    runner = study.runner(key, lab, cfg, store)
-                    info = runner.setup()
-                    _provenance(store, collect_provenance(
-                        lab, sysctls=study.sysctls,
-                        extra={"config": cfg.model_dump(mode="json"), "started": started,
-                               "study": study.name, "host_noise": noise}), key, info)
-                    try:
-                        for point in mine:
-                            m, raw, summary = runner.measure(point)
-                            store.append(point, m, raw=raw)
-                            prog.point(study.describe_point(point), summary)
-                    finally:
-                        runner.finish()
-    finally:
-        prog.close()
-    study.report(store.path)
+    t0 = time.monotonic()
+    sampling: Dict[str, Any] = {"rounds": rounds, "budget_s": budget, "rounds_run": 0,
+                                "stopped": "one round" if rounds == 1 else ""}
+    first_id = True
+    for r in range(rounds):
+        cfg_r = config_of_round(cfg, r)
+        plan = study.points(cfg_r)
+        done = store.done_keys()
+        todo = [p for p in plan if point_key(p) not in done]
+        if r == 0 and len(todo) < len(plan):
+            log.info("resuming %s: %d of %d points already measured", store.path,
+                     len(plan) - len(todo), len(plan))
+        if todo:
+            if r > 0:
+                log.info("round %d of %d: %d more points", r + 1, rounds, len(todo))
+            prog = Progress(len(todo), enabled=progress)
+            try:
+                with study.session(cfg_r):
+                    for key, topo in labs.items():
+                        mine = [p for p in todo if study.lab_key(cfg_r, p) == key]
+                        if not mine:
+                            continue
+                        lab_id = run_id if first_id else new_run_id()
+                        first_id = False
+                        _draw(topo, store.path, key)
+                        with (lab_factory or Lab)(topo, run_id=lab_id,
+                                                  host_grants=host_grants) as lab:
+                            runner = study.runner(key, lab, cfg_r, store)
+                            info = runner.setup()
+                            _provenance(store, collect_provenance(
+                                lab, sysctls=study.sysctls,
+                                extra={"config": cfg.model_dump(mode="json"), "started": started,
+                                       "study": study.name, "host_noise": noise}), key, info)
+                            try:
+                                for point in mine:
+                                    m, raw, summary, host = measure_point(study, runner, point,
+                                                                          cfg_r)
+                                    store.append(point, m, raw=raw, host=host)
+                                    if host["disturbed"]:
+                                        summary += (f" [host interference: {host['worst_pct']:.0f}"
+                                                    f" % of CPU{host['worst_cpu']}]")
+                                    prog.point(study.describe_point(point), summary)
+                            finally:
+                                runner.finish()
+            finally:
+                prog.close()
+        sampling["rounds_run"] = r + 1
+        if r + 1 == rounds:
+            sampling["stopped"] = sampling["stopped"] or f"all {rounds} rounds measured"
+            break
+        claims = report_of(study, store.path).claims
+        open_claims = [c for c in claims if c.verdict == "undecided"]
+        if not open_claims:
+            sampling["stopped"] = f"every claim decided after round {r + 1}"
+            break
+        spent = time.monotonic() - t0
+        if budget is not None and spent + spent / (r + 1) > budget:
+            sampling["stopped"] = (f"the time budget ({budget:.0f} s) would not hold another "
+                                   f"round (spent {spent:.0f} s in {r + 1})")
+            break
+        log.info("after round %d: %d of %d claims undecided; measuring every point again",
+                 r + 1, len(open_claims), len(claims))
+    prov = store.provenance()
+    prov["sampling"] = sampling
+    store.write_provenance(prov)
+    report_of(study, store.path)
     return store.path
+
+
+def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
+                  ) -> Tuple[Dict[str, Any], List[str], str, Dict[str, Any]]:
+    """``runner.measure(point)`` with the host's interference over it: other
+    tasks' share of every CPU (:mod:`nslab.interference`). Over the
+    configuration's ``host_pct`` on any CPU, the point is measured again, up
+    to ``host_reruns`` times (studies that re-run their own trials, such as
+    RFC 2544, set ``Study.reruns_points`` False and only record it); still
+    over, the record says ``disturbed`` and reports leave it out."""
+    from .interference import Watch, account, worst
+    watch = Watch(range(os.cpu_count() or 1))
+    threshold = float(getattr(cfg, "host_pct", 10.0))
+    allowed = int(getattr(cfg, "host_reruns", 1)) if study.reruns_points else 0
+    tries = 0
+    while True:
+        a = watch.snapshot()
+        m, raw, summary = runner.measure(point)
+        b = watch.snapshot()
+        found = account(a, b, watch.cpus)
+        cpu, pct = worst(found)
+        if pct <= threshold or tries >= allowed:
+            break
+        tries += 1
+        log.info("%s: other tasks took %.0f %% of CPU%s: measuring it again (%d of %d)",
+                 study.describe_point(point), pct, cpu, tries, allowed)
+    host = {"other_pct": {str(c): round(v.other_pct, 2) for c, v in found.items()},
+            "worst_cpu": cpu, "worst_pct": round(pct, 2),
+            "source": next(iter(found.values())).source if found else "",
+            "reruns": tries, "disturbed": pct > threshold and study.reruns_points,
+            "threshold_pct": threshold}
+    return m, raw, summary, host
+
+
+def config_of_round(cfg: Any, r: int) -> Any:
+    """The configuration of sampling round ``r`` (0 first): the study's repeat
+    count (``repeat_field``) times ``r + 1``, so each round adds the repeats
+    after the ones measured (points are keyed by their repeat index)."""
+    if r == 0:
+        return cfg
+    field = getattr(type(cfg), "repeat_field", "repeat")
+    return cfg.model_copy(update={field: getattr(cfg, field) * (r + 1)})
+
+
+def report_of(study: Any, run_dir: str) -> Any:
+    """``study.report(run_dir)`` with every interval at the level the run's
+    sampling asks for (1 - alpha / rounds: :func:`nslab.stats.sequential`)."""
+    from .stats import sequential
+    prov = ResultStore.open(run_dir).provenance()
+    rounds = (prov.get("sampling") or {}).get("rounds") or \
+        (prov.get("config") or {}).get("rounds") or 1
+    try:
+        rounds = max(1, min(10, int(rounds)))
+    except (TypeError, ValueError):
+        rounds = 1
+    with sequential(rounds):
+        return study.report(run_dir)
 
 
 def _draw(topo: Any, run_dir: str, key: str) -> None:

@@ -75,5 +75,7 @@ SCHEMA = RecordSchema(AliasRecord, version=3, upgrades={1: _v1_to_v2, 2: _v2_to_
 
 
 def valid(rec: AliasRecord) -> bool:
-    """A point the fidelity checks passed (or that predates them)."""
-    return not rec.measurements.invalid
+    """A point the fidelity checks passed (or that predates them), not
+    disturbed by other tasks on the host (:func:`nslab.records.disturbed`)."""
+    from nslab.records import disturbed
+    return not rec.measurements.invalid and not disturbed(rec)

@@ -7,7 +7,7 @@ import os
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.reporting import Claim, StudyReport, load_run, render, study_report
+from nslab.reporting import Claim, StudyReport, load_run, render_study, study_report
 from nslab.shaping import goodput_ceiling
 
 from .model import LINK_BOUND, SNDBUF_STALL_PCT, rise
@@ -109,13 +109,33 @@ def iperf_version(prov: Dict[str, Any]) -> str:
     return str((prov.get("versions") or {}).get("iperf2") or "of unknown version")
 
 
+def published_rise(pub: Optional[Dict[str, Any]]) -> str:
+    """The posts' own rise from the small-N plateau to their largest N, per
+    published series (``"from N<=16 to N=254: post1 +8.9 %, ..."``); empty
+    without published data."""
+    parts, tops = [], set()
+    for s in (pub or {}).get("series", []):
+        points = {int(k): v for k, v in s["points"].items()}
+        r = rise(points)
+        if r is not None:
+            parts.append(f"{s['id']} {r * 100:+.1f} %")
+            tops.add(max(points))
+    if not parts:
+        return ""
+    top = f"N={tops.pop()}" if len(tops) == 1 else "their largest N"
+    return f"from N<={SMALL_N} to {top}: " + ", ".join(parts)
+
+
 def claims(records: List[AliasRecord], summary: Summary,
-           iperf: str = "of unknown version") -> List[Claim]:
+           iperf: str = "of unknown version",
+           pub: Optional[Dict[str, Any]] = None) -> List[Claim]:
     """The posts' claims, each with an interval and a verdict (Welch t over the
     repeats; equivalence by two one-sided tests). ``iperf`` is the version
-    that produced the clients' reports (the rows that read them name it)."""
+    that produced the clients' reports (the rows that read them name it);
+    ``pub``, the published data, gives the posts' own figures."""
     from nslab.stats import difference, equivalence, judge, relative_difference
     src = "seeds 000, 001"
+    posts = published_rise(pub)
     rec = samples(records, "alias", "receiver_bps")
     groups = small_and_large(rec)
     if groups is None:
@@ -127,11 +147,11 @@ def claims(records: List[AliasRecord], summary: Summary,
     chk = judge(rise, -OVERHEAD_MARGIN, math.inf, "a loss of at most", 100, " %", need=MORE)
     out.append(Claim("Linux IP aliasing adds no measurable overhead",
                      f"receiver throughput {base}: {rise.fmt(100, 1, ' %', sign=True)}", chk.verdict,
-                     chk.why, src))
+                     chk.why, src, posts))
     chk = judge(rise, RISE_MARGIN, math.inf, "a rise of at least", 100, " %", need=MORE)
     out.append(Claim("Throughput rises with the number of aliases (posts: +7.6 %, +7.8 %)",
                      f"at the receiver, {base}: {rise.fmt(100, 1, ' %', sign=True)}", chk.verdict, chk.why,
-                     src))
+                     src, posts))
     # The posts' own method: the clients' summed reports over the receiver's figure.
     excess: Dict[int, List[float]] = {}
     for r in records:
@@ -196,9 +216,9 @@ def write_report(run_dir: str) -> StudyReport:
     excluded = [r for r in records if r.measurements.invalid]
     unchecked = sum(1 for r in records if r.measurements.invalid is None)
     p2 = {int(k): v / 1e3 for k, v in pub["series"][1]["points"].items()}
-    found = claims(records, summary, iperf_version(prov))
+    found = claims(records, summary, iperf_version(prov), pub)
     limits = sender_limits(records)
-    md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, pub=pub, ns=ns, rows=rows,
+    md, body = render_study(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, pub=pub, ns=ns, rows=rows,
                 published_rises=[(s["label"], rise({int(k): v for k, v in s["points"].items()}))
                                  for s in pub["series"]],
                 methods=method_lines(summary), excluded=excluded, unchecked=unchecked,
@@ -206,7 +226,7 @@ def write_report(run_dir: str) -> StudyReport:
                 cs=summary.get(("alias", "clients_sum_bps"), {}), post2=p2, claims=found,
                 limits=limits)
     return study_report(run_dir, md, "Alias study", found,
-                        (lambda: plot(run_dir, summary, pub, cfg)) if records else None)
+                        (lambda: plot(run_dir, summary, pub, cfg)) if records else None, body)
 
 
 def plot(run_dir: str, summary: Summary, pub: Dict[str, Any], cfg: Dict[str, Any]) -> Dict[str, str]:

@@ -31,3 +31,4 @@ class EcmpConfig(StudyConfig):
         "full": {},  # the post's own: 10 trials of 10 s per policy
     }
     cli_aliases: ClassVar[Dict[str, str]] = {"policy": "policies"}
+    repeat_field: ClassVar[str] = "trials"

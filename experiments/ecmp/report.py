@@ -6,9 +6,9 @@ import math
 import os
 import statistics
 from collections import Counter
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.reporting import Claim, StudyReport, load_run, render, study_report
+from nslab.reporting import Claim, StudyReport, load_run, render_study, study_report
 from nslab.shaping import goodput_ceiling, parse_rate
 
 from .model import chance, trial_invalid
@@ -29,9 +29,12 @@ def post_format(rec: EcmpRecord) -> str:
 
 
 def valid(records: List[EcmpRecord], streams: int) -> List[EcmpRecord]:
-    """The trials whose split is known (the fidelity guard)."""
+    """The trials whose split is known (the fidelity guard), not disturbed by
+    other tasks on the host (:func:`nslab.records.disturbed`)."""
+    from nslab.records import disturbed
     return [r for r in records if not trial_invalid(len(r.measurements.streams),
-                                                    r.measurements.unassigned_streams, streams)]
+                                                    r.measurements.unassigned_streams, streams)
+            and not disturbed(r)]
 
 
 def distribution(records: List[EcmpRecord]) -> Dict[int, Counter]:
@@ -46,10 +49,22 @@ MOSTLY = 0.5
 MORE = "undecided: run the default preset (10 trials per policy)"
 
 
+def published_trial(pub: Optional[Dict[str, Any]], policy: int) -> str:
+    """The post's trial under ``policy`` (``"SUM 991 Mbit/s, streams 329 + 330
+    + 329, links 3+0"``); empty without published data."""
+    for t in (pub or {}).get("trials", []):
+        if t.get("policy") == policy:
+            return (f"SUM {t['sum']} Mbit/s, streams "
+                    f"{' + '.join(str(x) for x in t['streams'])}, links {t['links_inferred']}")
+    return ""
+
+
 def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
-           iperf: str = "of unknown version") -> List[Claim]:
+           iperf: str = "of unknown version",
+           pub: Optional[Dict[str, Any]] = None) -> List[Claim]:
     """The post's claims as proportions of trials (Wilson intervals) and a mean
-    SUM (t interval), each with a verdict."""
+    SUM (t interval), each with a verdict; ``pub``, the published data, gives
+    the post's own trials."""
     from nslab.stats import judge, mean, proportion
     streams, spines = int(cfg.get("streams", 3)), int(cfg.get("spines", 2))
     excluded = len(records) - len(valid(records, streams))
@@ -74,8 +89,9 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
                          + (est.ci.fmt(100, 0, " %") if est and est.ci else "one trial"),
                          chk.verdict if chk else "undecided",
                          (chk.why if chk else f"one trial: {MORE}")
-                         + (f"; {excluded} trial(s) excluded by the fidelity guard" if excluded else ""),
-                         "seed 002"))
+                         + (f"; {excluded} trial(s) excluded (split unknown, or disturbed by "
+                            "other tasks on the host)" if excluded else ""),
+                         "seed 002", published_trial(pub, 0)))
     if 1 in dist:
         n1 = sum(dist[1].values())
         k1 = n1 - dist[1].get(one, 0)
@@ -96,7 +112,7 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
                          chk.verdict if chk else "undecided",
                          chk.why if chk else ("no trial used more than one link; " + MORE
                                               if not sums else "unshaped links: no ceiling"),
-                         "seed 002"))
+                         "seed 002", published_trial(pub, 1)))
         k = dist[1].get(one, 0)
         est = prop(k, n1)
         if est is None or est.ci is None:
@@ -192,14 +208,15 @@ def write_report(run_dir: str) -> StudyReport:
         p = pub_by_policy.get(policy)
         sums.append((policy, statistics.median(vals), min(vals), max(vals), p["sum"] if p else ""))
     found = claims(recs, cfg, str((prov.get("versions") or {}).get("iperf2")
-                                  or "of unknown version"))
+                                  or "of unknown version"), pub)
     ordered = sorted(recs, key=lambda r: (r.params.policy, r.params.trial))
-    md = render(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg,
-                setup=setup, streams=streams, spines=spines, splits=splits, sums=sums, pub=pub,
-                trials=[post_format(r) for r in ordered], claims=found,
-                views=trial_views(run_dir, recs, cfg), policies=sorted(dist))
+    md, body = render_study(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov,
+                            cfg=cfg, setup=setup, streams=streams, spines=spines, splits=splits,
+                            sums=sums, pub=pub, trials=[post_format(r) for r in ordered],
+                            claims=found, views=trial_views(run_dir, recs, cfg),
+                            policies=sorted(dist))
     return study_report(run_dir, md, "ECMP study", found,
-                        (lambda: plot(run_dir, recs, cfg, pub)) if recs else None)
+                        (lambda: plot(run_dir, recs, cfg, pub)) if recs else None, body)
 
 
 def plot(run_dir: str, recs: List[EcmpRecord], cfg: Dict[str, Any], pub: Dict[str, Any]) -> Dict[str, str]:

@@ -109,11 +109,13 @@ def matches(params: Dict[str, Any], where: Dict[str, Any]) -> bool:
 
 
 def values_of(records: Iterable[Any], value: str, where: Dict[str, Any]) -> List[float]:
-    """The finite values of ``value`` in the valid records matching ``where``."""
+    """The finite values of ``value`` in the valid records matching ``where``
+    (neither invalid nor disturbed by other tasks on the host)."""
+    from nslab.records import disturbed
     out = []
     for r in records:
         m = r.measurements
-        if m.invalid or not matches(r.params, where):
+        if m.invalid or disturbed(r) or not matches(r.params, where):
             continue
         x = m.values.get(value)
         if x is not None and math.isfinite(x):
@@ -125,8 +127,32 @@ def _where_text(where: Dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in where.items()) or "all points"
 
 
+#: Units by a value's suffix, for the expectation a report prints.
+_UNITS = {"_ms": " ms", "_us": " us", "_pct": " %"}
+
+
+def expected(spec: ClaimSpec) -> str:
+    """The figure a claim of a study file is judged against, as the file gives
+    it (``"expected under 300 ms"``); empty for a comparison of two groups."""
+    if spec.versus is not None:
+        return ""
+    unit = next((u for suffix, u in _UNITS.items() if spec.value.endswith(suffix)), "")
+    if spec.below is not None:
+        return f"expected under {spec.below:g}{unit}"
+    if spec.above is not None:
+        return f"expected over {spec.above:g}{unit}"
+    low, high = spec.within  # type: ignore[misc]
+    return f"expected {low:g} to {high:g}{unit}"
+
+
 def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     """A claim of a study file, checked on the stored records."""
+    claim = _judge(spec, records)
+    claim.published = expected(spec)
+    return claim
+
+
+def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     a = values_of(records, spec.value, spec.where)
     where = _where_text(spec.where)
     if spec.versus is None:

@@ -420,10 +420,15 @@ class ClaimSpec(StrictModel):
 
 # -- the whole file ---------------------------------------------------------------------
 class PresetSpec(StrictModel):
-    """Overrides of ``repeat``, ``duration`` and sweep values."""
+    """Overrides of ``repeat``, ``duration``, sampling (``rounds``, ``budget_s``)
+    and sweep values."""
 
     repeat: Optional[Annotated[StrictInt, Field(ge=1, le=1000)]] = None
     duration: Optional[Annotated[float, Field(gt=0, le=MAX_DURATION)]] = None
+    rounds: Optional[Annotated[StrictInt, Field(ge=1, le=10)]] = Field(
+        None, description="sample to a decision: up to this many rounds of every point")
+    budget_s: Optional[Annotated[float, Field(gt=0, le=86400)]] = Field(
+        None, description="no further round starts after this many seconds of measuring")
     sweep: Dict[str, List[Scalar]] = Field(default_factory=dict)
 
 

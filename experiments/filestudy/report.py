@@ -7,12 +7,13 @@ import os
 import statistics
 from typing import Any, Dict, List, Optional
 
-from nslab.reporting import StudyReport, render, study_report
+from nslab import stats
+from nslab.reporting import StudyReport, render_study, study_report
 
 from . import analysis
 from .model import PlotLinks, PlotTimeseries, PlotVs
 from .records import SCHEMA
-from .spec import Loaded, value_names
+from .spec import Loaded, field_of, value_names
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
@@ -26,15 +27,38 @@ def write_report(run_dir: str, loaded: Loaded) -> StudyReport:
     keys = _sweep_keys(recs)
     values = value_names(loaded)
     rows = analysis.group_table(recs, keys, values)
-    claims = [analysis.judge_claim(c, recs) for c in spec.claims]
+    cfg = prov.get("config", {})
+    claims, not_made = [], []
+    for c in spec.claims:
+        why = not_planned(cfg if isinstance(cfg, dict) else {}, c)
+        if why:
+            not_made.append({"claim": c.claim, "why": why})
+        else:
+            claims.append(analysis.judge_claim(c, recs))
     pictures = sorted(f for f in os.listdir(run_dir)
                       if f.startswith("topology-") and f.endswith(".svg"))
     events = _events(recs)
-    md = render(TEMPLATES, "report.md.j2", spec=spec, prov=prov, cfg=prov.get("config", {}),
-                keys=keys, values=values, rows=rows, claims=claims, topologies=pictures,
-                events=events, n=len(recs), plots=bool(spec.plots and recs))
+    md, body = render_study(TEMPLATES, "report.md.j2", spec=spec, prov=prov,
+                            cfg=prov.get("config", {}), keys=keys, values=values, rows=rows,
+                            claims=claims, not_made=not_made, level=stats.level(),
+                            topologies=pictures, events=events, n=len(recs),
+                            plots=bool(spec.plots and recs))
     plot = (lambda: draw_plots(run_dir, loaded, recs)) if spec.plots and recs else None
-    return study_report(run_dir, md, spec.title, claims, plot)
+    return study_report(run_dir, md, spec.title, claims, plot, body)
+
+
+def not_planned(cfg: Dict[str, Any], claim: Any) -> Optional[str]:
+    """Why this run makes no verdict on ``claim``: its configuration's sweep
+    (the preset it ran) has no point the claim's ``where`` (or its
+    ``versus``) selects. None: the run planned such points."""
+    wheres = [claim.where] + ([{**claim.where, **claim.versus.where}] if claim.versus else [])
+    for where in wheres:
+        for key, want in where.items():
+            have = cfg.get(field_of(key))
+            if isinstance(have, list) and want not in have:
+                return (f"this run's sweep has no {key}={want} (its preset does not measure "
+                        "it; the default preset does)")
+    return None
 
 
 def _sweep_keys(recs: List[Any]) -> List[str]:

@@ -527,3 +527,6 @@ def _check_selections(loaded: Loaded) -> None:
                 raise loaded.fail(("presets", name, "sweep", k), f"{k} is not a sweep key")
 
 
+def field_of(key: str) -> str:
+    """The configuration field (and ``--option``) of a sweep key."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", key)

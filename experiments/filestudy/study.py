@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from typing import Any, ClassVar, Dict, List, Tuple, Type
 
 from pydantic import BeforeValidator, Field, ValidationError, create_model, model_validator
@@ -19,7 +18,8 @@ from nslab.study import Study, StudyConfig, StudyReport, expand
 from nslab.topo import Topology
 
 from .model import LinkNetem, Scalar
-from .spec import STORED_NAME, LAB_OVERHEAD_S, TRIAL_OVERHEAD_S, Loaded, check, lab_key, load
+from .spec import (STORED_NAME, LAB_OVERHEAD_S, TRIAL_OVERHEAD_S, Loaded, check, field_of, lab_key,
+                   load)
 
 
 # -- the study ---------------------------------------------------------------------------
@@ -36,11 +36,6 @@ def _scalar(value: Any) -> Any:
 CliScalar = Annotated[Scalar, BeforeValidator(_scalar)]
 
 
-def field_of(key: str) -> str:
-    """The configuration field (and ``--option``) of a sweep key."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", key)
-
-
 def config_class(loaded: Loaded) -> Type[StudyConfig]:
     """The typed configuration of a study file: ``repeat``, ``duration`` and one
     list per sweep key, with the file's presets; any value given on the command
@@ -55,7 +50,7 @@ def config_class(loaded: Loaded) -> Type[StudyConfig]:
     keys: Dict[str, str] = {}
     for key, values in spec.sweep.items():
         fname = field_of(key)
-        if fname in fields or fname in keys:
+        if fname in fields or fname in keys or fname in StudyConfig.model_fields:
             raise loaded.fail(("sweep", key), f"{key} clashes with another option ({fname})")
         keys[fname] = key
         fields[fname] = (Annotated[List[CliScalar], Field(min_length=1, max_length=1000)],
@@ -67,6 +62,10 @@ def config_class(loaded: Loaded) -> Type[StudyConfig]:
             d["repeat"] = p.repeat
         if p.duration is not None:
             d["duration"] = p.duration
+        if p.rounds is not None:
+            d["rounds"] = p.rounds
+        if p.budget_s is not None:
+            d["budget_s"] = p.budget_s
         d.update({field_of(k): v for k, v in p.sweep.items()})
         presets[name] = d
 

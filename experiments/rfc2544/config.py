@@ -73,6 +73,11 @@ class Rfc2544Config(StudyConfig):
         True, description="64-byte loss sweep at the paper's Table 3 rates instead")
     quick_loads: StrictBool = Field(
         False, description="a short load list (4 loads; 7 of the paper's rates)")
+    interference_pct: Annotated[float, Field(gt=0, le=100)] = Field(
+        5.0, description="a trial during which other tasks took more than this share (percent) "
+        "of the DUT's or the generator's CPU is measured again, and excluded if it stays so")
+    interference_reruns: Annotated[int, Field(ge=0, le=10)] = Field(
+        2, description="times a disturbed trial is measured again")
     mtu: Annotated[int, Field(ge=576, le=9000)] = Field(1500, description="MTU of both links")
     generator: Literal["auto", "udp", "packet", "xdp", "live"] = Field(
         "auto", description="nslab-pktgen's send path: udp (sockets, the reference), packet "

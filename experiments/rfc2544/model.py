@@ -93,3 +93,70 @@ def trial_invalid(m: Dict[str, Any], line_fps: float) -> List[str]:
     if m.get("generator_limited"):
         out.append("over 90 % of the generator's ceiling")
     return out
+
+
+#: The idle baseline of the DUT's CPU is refused above this busy share.
+BASELINE_CEILING_PCT = 20.0
+#: The low quantile of the baseline's windows taken as the baseline.
+BASELINE_QUANTILE = 0.25
+
+
+def baseline_of(windows: List[Dict[str, float]], threshold_pct: float) -> Dict[str, Any]:
+    """The idle baseline from short windows with nothing offered, each
+    ``{"busy_pct", "other_pct"}``.
+
+    Windows in which other tasks took more than ``threshold_pct`` of the CPU
+    are left out; of the rest, the low quantile (:data:`BASELINE_QUANTILE`) of
+    their busy shares is the baseline, so a burst of other work does not
+    become every trial's zero. ``ok``: some window was clean and the baseline
+    is at most :data:`BASELINE_CEILING_PCT`. With no clean window, the low
+    quantile of busy less other tasks' time stands in (``ok`` False, and
+    ``why`` says so)."""
+    if not windows:
+        raise ValueError("a baseline needs at least one window")
+    clean = [w for w in windows if w["other_pct"] <= threshold_pct]
+
+    def low(values: List[float]) -> float:
+        ranked = sorted(values)
+        return ranked[int(BASELINE_QUANTILE * (len(ranked) - 1))]
+    out: Dict[str, Any] = {"windows": [dict(w) for w in windows], "quantile": BASELINE_QUANTILE,
+                           "clean_windows": len(clean)}
+    if clean:
+        busy = low([float(w["busy_pct"]) for w in clean])
+        out.update(busy_pct=busy, ok=busy <= BASELINE_CEILING_PCT,
+                   other_pct=min(float(w["other_pct"]) for w in clean))
+        if not out["ok"]:
+            out["why"] = (f"the DUT's CPU was {busy:.0f} % busy with nothing offered and no "
+                          f"other task to account for it (ceiling {BASELINE_CEILING_PCT:.0f} %)")
+    else:
+        busy = low([max(0.0, float(w["busy_pct"]) - float(w["other_pct"])) for w in windows])
+        worst = low([float(w["other_pct"]) for w in windows])
+        out.update(busy_pct=busy, ok=False, other_pct=worst,
+                   why=f"host interference: other tasks took {worst:.0f} % of the DUT's CPU or "
+                       f"more in every window (over {threshold_pct:g} %)")
+    return out
+
+
+def disturbed(interference: Optional[Dict[str, Dict[str, Any]]],
+              threshold_pct: float) -> Optional[str]:
+    """Why a trial is disturbed by the host (None: it is not): other tasks took
+    more than ``threshold_pct`` of the DUT's or the generator's CPU during it.
+    The DUT's CPU is named first: its busy time is the DUT's occupancy."""
+    if not interference:
+        return None
+    for role, what in (("dut", "the DUT CPU's"), ("gen", "the generator/sink CPU's")):
+        got = interference.get(role)
+        if got and float(got["other_pct"]) > threshold_pct:
+            return (f"host interference: {float(got['other_pct']):.0f} % of {what} time went to "
+                    f"other tasks (over {threshold_pct:g} %)")
+    return None
+
+
+def cost_unmeasured(m: Dict[str, Any]) -> str:
+    """Why a cost trial gives no CPU time per frame."""
+    if m.get("cpus_kept_awake"):
+        return "the CPUs were kept awake"
+    if not m.get("dut_forwarded_fps"):
+        return "the DUT forwarded nothing"
+    return (f"the DUT's CPU was {m.get('dut_busy_pct', 0):.0f} % busy, not above its idle "
+            "baseline")

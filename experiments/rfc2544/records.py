@@ -29,6 +29,18 @@ class Latency(Strict):
     stdev: float
 
 
+class CpuInterference(Strict):
+    """Other tasks' time on one of the bed's CPUs during a trial
+    (:mod:`nslab.interference`)."""
+
+    cpu: int
+    window_s: float
+    other_ms: float
+    other_pct: float
+    bed_wait_ms: float
+    source: str
+
+
 class Trial(Strict):
     """One trial at one offered rate, counted with kernel counters."""
 
@@ -68,6 +80,10 @@ class Trial(Strict):
     #: OVS as the DUT: ovs-vswitchd's own share of the DUT's CPU (its threads
     #: pinned there; dut_busy_pct covers them and the kernel's receive work)
     ovs_vswitchd_busy_pct: Optional[float] = None
+    #: host interference on the DUT's and the generator's CPU ("dut", "gen")
+    interference: Optional[Dict[str, CpuInterference]] = None
+    #: disturbed tries measured again before this one
+    interference_reruns: Optional[int] = None
 
 
 class Probe(Strict):
@@ -79,6 +95,10 @@ class Probe(Strict):
     invalid: Optional[List[str]] = None
     #: nslab-pktgen's send path of the probe's trial
     gen_path: Optional[str] = None
+    #: disturbed tries measured again before this one
+    interference_reruns: Optional[int] = None
+    #: other tasks' share of the DUT's CPU during the (last) try, percent
+    dut_other_pct: Optional[float] = None
 
 
 class Throughput(Strict):
@@ -94,6 +114,9 @@ class Throughput(Strict):
     searches_fps: List[float]
     #: the DUT's occupancy in each search's confirmation trial (version 2)
     occupancy_at_throughput_pct: List[float]
+    #: per search: a probe of it stayed disturbed by host interference after
+    #: its re-runs, so its result is no measurement of the DUT (None: older runs)
+    searches_disturbed: Optional[List[bool]] = None
 
 
 class Trials(Strict):

@@ -26,6 +26,8 @@ class Rfc2544Study(Study):
     source = "seed 004"
     Config = Rfc2544Config
     records = SCHEMA
+    #: each trial is accounted and re-run on its own (runner.trial)
+    reruns_points = False
 
     def needs(self, cfg: Rfc2544Config) -> List[str]:
         from nslab.pktgen import pktgen_path

@@ -94,3 +94,42 @@ def test_a_dut_cost_beyond_the_kernels_2047_u32_priorities_applies(tmp_path):
     assert [r["params"]["frame"] for r in records] == [64]
     assert records[0]["measurements"]["searches"]
     assert '"dut_cost_filters": 2100' in (run / "provenance.json").read_text()
+
+
+def test_a_hog_on_the_dut_cpu_is_seen_and_its_trials_rerun_or_excluded_flipping_nothing(tmp_path):
+    """A neighbour that takes half of the DUT's CPU in bursts of 2-40 ms
+    (nslab.noisegen's dut-bursts profile): the idle baseline says so instead
+    of reading the neighbour as the DUT's zero, every trial it disturbed is
+    re-run or excluded with the reason, no throughput figure comes from a
+    disturbed search, and no verdict differs from the same run on a quiet
+    host but by becoming undecided."""
+    from nslab.noisegen import Noise, profile
+    from nslab.experiments.rfc2544.study import Rfc2544Study
+    args = ("--dut", "bridge", "--tests", "throughput", "--frame-sizes", "64",
+            "--searches", "2", "--dut-cost", "500")
+    quiet_dir, quiet = run_quick(tmp_path / "quiet", *args)
+    with Noise(profile("dut-bursts"), seed=1):
+        noisy_dir, noisy = run_quick(tmp_path / "noisy", *args)
+    (rec,) = noisy
+    m = rec["measurements"]
+    probes = m["probes"]
+    assert probes
+    for p in probes:
+        hit = [w for w in (p["invalid"] or []) if w.startswith("host interference")]
+        assert p["interference_reruns"] > 0 or hit or p["dut_other_pct"] <= 5.0, p
+        if hit:
+            assert "of the DUT CPU's time went to other tasks" in hit[0]
+    assert any(p["interference_reruns"] or p["invalid"] for p in probes)
+    # The baseline saw the neighbour and left it out (or said it could not).
+    prov = json.load(open(noisy_dir / "provenance.json"))
+    base = prov["setups"]["bridge"]["baseline"]
+    assert base["clean_windows"] < len(base["windows"]) or not base["ok"], base
+    # No flips: the noisy run's verdicts equal the quiet run's or are undecided.
+    quiet_claims = {c.claim: c.verdict for c in Rfc2544Study().report(str(quiet_dir)).claims}
+    noisy_claims = Rfc2544Study().report(str(noisy_dir)).claims
+    for c in noisy_claims:
+        assert c.verdict in ("undecided", quiet_claims.get(c.claim)), (c, quiet_claims)
+    # The quiet run's trials were not disturbed
+    (qrec,) = quiet
+    assert not any(w.startswith("host interference") for p in qrec["measurements"]["probes"]
+                   for w in (p["invalid"] or []))

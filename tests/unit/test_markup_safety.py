@@ -284,6 +284,40 @@ def test_no_accepted_title_or_name_changes_the_report(s):
     assert s.strip() in cells  # a table cell: the claim, as it was written
 
 
+CORE_TEMPLATES = os.path.join(ROOT, "nslab", "templates")
+
+
+def reproduction_page(s):
+    """The combined report's first screen and a study section, every string
+    a stored run gives it ``s`` (claims, published figures, names, provenance)."""
+    claim = Claim(claim=s, measured=s, verdict="disagrees", why=s, source=s, published=s)
+    prov = {"host": s, "kernel": s, "cpus": s, "cpu_model": s, "git_commit": s, "python": s,
+            "versions": {"iperf2": s, "frr": s}}
+    sections = [{"name": s, "title": s, "source": s, "run_dir": s, "prov": prov,
+                 "claims": [claim], "body": "", "noise": None, "interference": None},
+                {"name": s, "title": s, "source": s, "run_dir": None, "claims": []}]
+    md = render(CORE_TEMPLATES, "reproduce.md.j2", mode=s, sections=sections,
+                counts={"agrees": 0, "disagrees": 1, "undecided": 0}, total=1, decided=1,
+                provs=[prov])
+    return to_html(md, s)
+
+
+REPRODUCTION_BASELINE = Tags(reproduction_page("plain"))
+
+
+@PROPERTY
+@given(labels)
+def test_no_accepted_string_changes_the_reproduction_report(s):
+    """Whatever a study file's claim or a stored run's provenance says, the
+    combined report's first table keeps its rows and cells (no element of
+    its own), and the claim reads as the string."""
+    page = reproduction_page(s)
+    tags = Tags(page)
+    assert tags.shape() == REPRODUCTION_BASELINE.shape()
+    no_script_link(page)
+    assert s.strip() in [t.strip() for t in tags.text]
+
+
 @pytest.mark.skipif(not available(), reason="Graphviz (dot) is not installed")
 @PROPERTY
 @given(labels)

@@ -1,0 +1,236 @@
+"""Sampling to a decision: rounds of every point until the claims are decided,
+intervals at 1 - alpha/rounds (Bonferroni over the looks). The rule's error
+rate is measured by simulation at the edge of a band; the round loop of
+``run_study`` runs a study whose lab and measurements are simulated (no root)."""
+import contextlib
+import json
+import random
+import statistics
+
+import pytest
+
+from nslab import stats
+from nslab.records import Record, RecordSchema, Strict
+from nslab.reporting import Claim, StudyReport
+from nslab.results import ResultStore
+from nslab.study import Study, StudyConfig, config_of_round, run_study
+
+
+def decide(samples, low, high):
+    return stats.within(stats.mean(samples), low, high)
+
+
+def sequential_verdict(rng, mu, sd, n0, rounds, low, high):
+    """Round after round of n0 samples until decided, at level 1 - alpha/rounds."""
+    xs = []
+    with stats.sequential(rounds):
+        for _ in range(rounds):
+            xs += [rng.gauss(mu, sd) for _ in range(n0)]
+            v = decide(xs, low, high)
+            if v != "undecided":
+                return v, len(xs)
+    return "undecided", len(xs)
+
+
+@pytest.mark.parametrize("rounds", [1, 3, 5])
+def test_at_the_bands_edge_a_wrong_decision_is_rarer_than_alpha(rounds):
+    # The true mean sits exactly on the band's upper edge: "agrees" and
+    # "disagrees" are both wrong there... and each look could decide. Measured
+    # over 4,000 simulated runs, the share of runs decided either way stays
+    # under alpha (+ 3 standard errors of the simulation).
+    rng = random.Random(20261125 + rounds)
+    runs = 4000
+    wrong = sum(sequential_verdict(rng, 1.0, 0.2, 3, rounds, 0.0, 1.0)[0] != "undecided"
+                for _ in range(runs))
+    se = (stats.ALPHA * (1 - stats.ALPHA) / runs) ** 0.5
+    assert wrong / runs <= stats.ALPHA + 3 * se, (wrong, runs)
+
+
+def test_looking_again_without_the_correction_would_decide_wrongly_too_often():
+    # The same edge with the plain 95 % interval at every one of 5 looks: the
+    # error rate the correction exists for (a check that the simulation can
+    # tell the difference at all).
+    rng = random.Random(7)
+    runs = 4000
+    wrong = 0
+    for _ in range(runs):
+        xs = []
+        for _ in range(5):
+            xs += [rng.gauss(1.0, 0.2) for _ in range(3)]
+            if decide(xs, -10.0, 1.0) != "undecided":  # only the upper edge can be crossed
+                wrong += 1
+                break
+    assert wrong / runs > stats.ALPHA
+
+
+def test_away_from_the_edge_more_rounds_decide_more_runs():
+    # Mid-band (0.5 in [0, 1], sd 0.3), two samples a round: one round of two
+    # rarely decides (t with one degree of freedom); four rounds, each at the
+    # stricter level, decide most runs, and stop early when they can.
+    rng = random.Random(11)
+    one = [sequential_verdict(rng, 0.5, 0.3, 2, 1, 0.0, 1.0) for _ in range(2000)]
+    four = [sequential_verdict(rng, 0.5, 0.3, 2, 4, 0.0, 1.0) for _ in range(2000)]
+    share = lambda rs: sum(v == "agrees" for v, _ in rs) / len(rs)  # noqa: E731
+    assert share(four) > 2 * share(one), (share(one), share(four))
+    # deciding wrongly ("disagrees": the true mean is inside) stays under alpha
+    assert sum(v == "disagrees" for v, _ in four) / len(four) <= stats.ALPHA
+    assert statistics.mean(n for _, n in four) < 8
+
+
+def test_the_level_follows_the_looks_and_comes_back():
+    assert stats.level() == pytest.approx(0.95)
+    with stats.sequential(4):
+        assert stats.level() == pytest.approx(1 - 0.05 / 4)
+        est = stats.mean([1.0, 2.0, 3.0])
+        assert est.ci.level == pytest.approx(0.9875)
+        assert stats.proportion(3, 4).ci.level == pytest.approx(0.9875)
+        # TOST draws its (1 - 2 alpha) interval: alpha shrinks with the looks
+        _, eq = stats.equivalence([1.0, 1.1, 0.9], [1.0, 1.05, 0.95], 0.5)
+        assert eq.ci.level == pytest.approx(1 - 2 * 0.05 / 4)
+    assert stats.level() == pytest.approx(0.95)
+    with pytest.raises(ValueError):
+        with stats.sequential(0):
+            pass
+
+
+# -- the round loop of run_study -----------------------------------------------------
+class P(Strict):
+    repeat: int
+
+
+class M(Strict):
+    value: float
+
+
+class Cfg(StudyConfig):
+    repeat: int = 2
+
+
+class FakeLab:
+    run_id, datapath = "nl0000", "none"
+
+    class topology:
+        name = "fake"
+
+    def __init__(self, *a, **k):
+        FakeLab.built += 1
+
+    def __iter__(self):
+        return iter(())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class Values:
+    """A runner whose point values are given, in turn."""
+
+    def __init__(self, values):
+        self.values = list(values)
+
+    def setup(self):
+        return {}
+
+    def measure(self, point):
+        return {"value": self.values.pop(0)}, [], "ok"
+
+    def finish(self):
+        pass
+
+
+def make_study(*values):
+    values = Values(values)
+
+    class S(Study):
+        name = "fake"
+        Config = Cfg
+        records = RecordSchema(Record[P, M], version=1)
+
+        def labs(self, cfg):
+            return {"x": object()}
+
+        def points(self, cfg):
+            return [{"repeat": r} for r in range(cfg.repeat)]
+
+        def runner(self, key, lab, cfg, store):
+            return values
+
+        def report(self, run_dir):
+            with open(f"{run_dir}/records.jsonl") as f:
+                vals = [json.loads(line)["measurements"]["value"] for line in f]
+            chk = stats.judge(stats.mean(vals), 0.0, 1.0, "the band")
+            return StudyReport({}, [Claim("inside the band", f"n={len(vals)}", chk.verdict,
+                                          chk.why)])
+    return S()
+
+
+def run(tmp_path, study, cfg):
+    FakeLab.built = 0
+    with contextlib.ExitStack():
+        path = run_study(study, cfg, str(tmp_path), progress=False, lab_factory=FakeLab)
+    store = ResultStore.open(path)
+    with open(f"{path}/records.jsonl") as f:
+        return path, store.provenance()["sampling"], len(f.readlines())
+
+
+def test_rounds_stop_once_every_claim_is_decided(tmp_path):
+    # 0.5 and 0.51: two values decide "inside [0, 1]" at once, even at
+    # 1 - 0.05/4 (t with one degree of freedom: half-width 0.32).
+    path, sampling, n = run(tmp_path, make_study(0.5, 0.51), Cfg(repeat=2, rounds=4, host_reruns=0))
+    assert sampling["rounds_run"] == 1 and sampling["stopped"].startswith("every claim decided")
+    assert n == 2 and FakeLab.built == 1
+
+
+def test_rounds_go_on_while_undecided_and_stop_at_the_last(tmp_path):
+    # values around the band's edge, 1.0: undecided round after round.
+    path, sampling, n = run(tmp_path, make_study(0.7, 1.3, 0.8, 1.2, 0.9, 1.1),
+                            Cfg(repeat=2, rounds=3, host_reruns=0))
+    assert sampling == {"rounds": 3, "budget_s": None, "rounds_run": 3,
+                        "stopped": "all 3 rounds measured"}
+    assert n == 6 and FakeLab.built == 3
+    # the report of the run draws its intervals at 1 - 0.05/3
+    # the run's report draws its intervals at 1 - 0.05/3, as its looks ask
+    from nslab.study import report_of
+    seen = []
+    real_mean = stats.mean
+    try:
+        stats.mean = lambda v, level=None: seen.append(stats.level()) or real_mean(v, level)
+        rep = report_of(make_study(), path)
+    finally:
+        stats.mean = real_mean
+    assert seen == [pytest.approx(1 - 0.05 / 3)] and rep.claims[0].verdict == "undecided"
+
+
+def test_a_budget_stops_the_rounds_before_one_it_cannot_hold(tmp_path):
+    path, sampling, n = run(tmp_path, make_study(0.7, 1.3), Cfg(repeat=2, rounds=5, budget_s=1e-6, host_reruns=0))
+    assert sampling["rounds_run"] == 1 and "time budget" in sampling["stopped"]
+    assert n == 2
+
+
+def test_a_round_multiplies_the_repeat_field():
+    cfg = Cfg(repeat=3, rounds=3)
+    assert config_of_round(cfg, 0) is cfg
+    assert config_of_round(cfg, 2).repeat == 9 and cfg.repeat == 3
+
+
+def test_a_point_disturbed_by_other_tasks_is_measured_again_then_marked(monkeypatch):
+    from nslab import interference
+    from nslab.interference import CpuInterference, Snapshot
+    from nslab.study import measure_point
+    loads = iter([40.0, 3.0, 40.0, 40.0])  # others' share of CPU1 per measurement
+    monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
+    monkeypatch.setattr(interference, "account", lambda a, b, cpus: {
+        0: CpuInterference(0, 1.0, 10.0, 0.0, "schedstat"),
+        1: CpuInterference(1, 1.0, next(loads) * 10, 0.0, "schedstat")})
+    study = make_study(1.0, 2.0, 3.0, 4.0)
+    runner = study.runner("x", None, None, None)
+    m, _, _, host = measure_point(study, runner, {"repeat": 0}, Cfg(host_reruns=1))
+    # measured twice: the first at 40 % of CPU1, the second clean
+    assert m == {"value": 2.0} and host["reruns"] == 1 and not host["disturbed"]
+    assert host["other_pct"] == {"0": 1.0, "1": 3.0} and host["worst_cpu"] == 1
+    m, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=1))
+    assert m == {"value": 4.0} and host["reruns"] == 1 and host["disturbed"]
+    assert host["worst_pct"] == 40.0 and host["threshold_pct"] == 10.0
