@@ -96,6 +96,8 @@ def doctor() -> None:
                   f"{noise['samples']:.0f} sleeps")
     for study, (ok, why) in fitness(noise, os.cpu_count() or 1).items():
         console.print(f"  fit for {study}: {'[green]yes[/]' if ok else '[red]no[/]'} ({why})")
+    from .interference import accounting_source
+    console.print(f"host interference is accounted from {escape(accounting_source())}")
     if not found.get("root", None) or not found["root"].ok:
         console.print("Kernel features are probed only as root (they need a scratch namespace).")
     if missing_required:

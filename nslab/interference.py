@@ -9,21 +9,22 @@ that tasks other than the bed's own ran there, and the milliseconds the bed's
 own tasks waited for a CPU; the study re-runs a trial above its threshold and
 excludes it, with the reason, if it stays disturbed.
 
-Two sources, the exact one first:
+The source is every thread's ``/proc/<pid>/task/<tid>/schedstat``
+(``CONFIG_SCHED_INFO``: nanoseconds run and waited), read at both ends of the
+window; a thread born inside the window counts from zero, one that ended
+inside it is missed. A thread that is not the bed's counts on every CPU its
+affinity allows (an upper bound per CPU: the scheduler does not say where it
+ran), and once in :func:`others_share`, the share of all CPUs together.
 
-* ``/proc/schedstat`` (``CONFIG_SCHEDSTATS``, on in Debian's kernels): per
-  CPU, the nanoseconds every task ran there (``rq_cpu_time``). Other tasks'
-  time = that - the bed's pinned tasks' time.
-* Without it (a kernel built without schedstats): every thread's
-  ``/proc/<pid>/task/<tid>/schedstat`` (``CONFIG_SCHED_INFO``), summed over
-  the threads that are not the bed's and may run on that CPU (their affinity
-  includes it). An upper bound: a thread allowed on two CPUs is counted on
-  both, and a task born and gone within the trial is missed. The record says
-  which source it came from.
+The per-CPU ``/proc/schedstat`` is not used: its run time is booked when a
+task is switched out (a stint begun before the window lands inside it) and
+with IRQ time included, unlike a task's own, so "its total less the bed's"
+mixes two clocks and can make a quiet bed look disturbed.
 
-The bed's own tasks: this process and its descendants (the harness pins itself
-and every tool it starts), the kernel's softirq and NAPI threads, and any pid
-the caller names (ovs-vswitchd).
+The bed's own tasks: this process and its descendants (the harness, and every
+tool, iperf and FRR daemon the lab starts: none of them daemonizes), the
+kernel's softirq and NAPI threads, ovs-vswitchd (the lab's datapath), and any
+pid the caller names.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tupl
 
 PROC = "/proc"
 
-#: Kernel threads that do the bed's own packet work (softirq, threaded NAPI).
+#: Kernel threads that do the bed's own packet work (softirq, threaded NAPI),
+#: by name; ovs-vswitchd's threads are the bed's by their process's name.
 BED_KTHREAD_PREFIXES = ("ksoftirqd/", "napi/")
 
 
@@ -54,26 +56,6 @@ def parse_task_schedstat(text: str) -> SchedTimes:
     return SchedTimes(int(parts[0]), int(parts[1]))
 
 
-def parse_cpu_schedstat(text: str) -> Dict[int, SchedTimes]:
-    """``/proc/schedstat`` (versions 15-17): per ``cpuN`` line, the 7th and 8th
-    numbers are the time tasks ran on that CPU and waited for it (ns)."""
-    out: Dict[int, SchedTimes] = {}
-    version = None
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts:
-            continue
-        if parts[0] == "version":
-            version = int(parts[1])
-        elif parts[0].startswith("cpu") and parts[0][3:].isdigit():
-            if len(parts) < 10:
-                raise ValueError(f"schedstat: {parts[0]}: {len(parts) - 1} fields, expected 9")
-            out[int(parts[0][3:])] = SchedTimes(int(parts[7]), int(parts[8]))
-    if version is not None and not 15 <= version <= 17:
-        raise ValueError(f"schedstat version {version}: only 15 to 17 are known")
-    return out
-
-
 @dataclass
 class Task:
     """One thread at one moment: its times, the CPUs it may run on, whether it
@@ -89,7 +71,6 @@ class Snapshot:
     """The scheduler's counters at one moment."""
 
     t: float
-    cpus: Dict[int, SchedTimes] = field(default_factory=dict)  # empty: no /proc/schedstat
     tasks: Dict[int, Task] = field(default_factory=dict)
 
 
@@ -101,7 +82,7 @@ class CpuInterference:
     window_s: float
     other_ms: float
     bed_wait_ms: float
-    source: str  # "schedstat" or "task scan (upper bound)"
+    source: str  # "task scan (upper bound)"
 
     @property
     def other_pct(self) -> float:
@@ -167,9 +148,6 @@ class Watch:
 
     def snapshot(self) -> Snapshot:
         snap = Snapshot(time.monotonic())
-        text = _read(f"{self.proc}/schedstat")
-        if text is not None:
-            snap.cpus = parse_cpu_schedstat(text)
         bed = descendants(self.root_pid, self.proc) | self.bed_pids
         for name in os.listdir(self.proc):
             if not name.isdigit():
@@ -193,7 +171,8 @@ class Watch:
                 is_bed = pid in bed
                 if not is_bed:
                     comm = (_read(f"{self.proc}/{pid}/task/{t}/comm") or "").strip()
-                    is_bed = comm.startswith(BED_KTHREAD_PREFIXES)
+                    is_bed = comm.startswith(BED_KTHREAD_PREFIXES) or (
+                        (_read(f"{self.proc}/{pid}/comm") or "").strip() == "ovs-vswitchd")
                 snap.tasks[tid] = Task(times, allowed, is_bed)
         return snap
 
@@ -217,26 +196,46 @@ def parse_cpu_list(text: str) -> Set[int]:
     return out
 
 
+def _deltas(a: Snapshot, b: Snapshot) -> List[Tuple[Task, int, int]]:
+    """(thread at b, ns run, ns waited) between two snapshots; a thread born
+    between them counts from zero."""
+    out = []
+    zero = SchedTimes(0, 0)
+    for tid, y in b.tasks.items():
+        x = a.tasks[tid].times if tid in a.tasks else zero
+        out.append((y, max(0, y.times.run_ns - x.run_ns), max(0, y.times.wait_ns - x.wait_ns)))
+    return out
+
+
 def account(a: Snapshot, b: Snapshot, cpus: Iterable[int]) -> Dict[int, CpuInterference]:
-    """Per CPU of ``cpus``, other tasks' run time and the bed's wait between
-    two snapshots (see the module's docstring for the two sources)."""
+    """Per CPU of ``cpus``: other tasks' run time (each counted on every CPU
+    its affinity allows: an upper bound) and the bed's pinned tasks' wait."""
     window = b.t - a.t
-    both = [(a.tasks[tid], b.tasks[tid]) for tid in b.tasks if tid in a.tasks]
+    moved = _deltas(a, b)
     out: Dict[int, CpuInterference] = {}
     for cpu in cpus:
-        bed_wait = sum(max(0, y.times.wait_ns - x.times.wait_ns) for x, y in both
-                       if y.bed and cpu in y.cpus and len(y.cpus) == 1)
-        if cpu in a.cpus and cpu in b.cpus:
-            total = b.cpus[cpu].run_ns - a.cpus[cpu].run_ns
-            bed_run = sum(max(0, y.times.run_ns - x.times.run_ns) for x, y in both
-                          if y.bed and y.cpus == frozenset({cpu}))
-            other, source = max(0, total - bed_run), "schedstat"
-        else:
-            other = sum(max(0, y.times.run_ns - x.times.run_ns) for x, y in both
-                        if not y.bed and cpu in y.cpus)
-            source = "task scan (upper bound)"
-        out[cpu] = CpuInterference(cpu, window, other / 1e6, bed_wait / 1e6, source)
+        other = sum(run for t, run, _ in moved if not t.bed and cpu in t.cpus)
+        bed_wait = sum(wait for t, _, wait in moved if t.bed and t.cpus == frozenset({cpu}))
+        out[cpu] = CpuInterference(cpu, window, other / 1e6, bed_wait / 1e6,
+                                   "task scan (upper bound)")
     return out
+
+
+def others_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
+    """Other tasks' run time, each counted once, as a share (percent) of all
+    ``ncpus`` CPUs over the window: the figure for a study whose tasks are
+    not pinned (they run wherever the scheduler puts them)."""
+    window = b.t - a.t
+    if window <= 0 or ncpus <= 0:
+        return 0.0
+    other = sum(run for t, run, _ in _deltas(a, b) if not t.bed)
+    return 100.0 * other / 1e9 / (window * ncpus)
+
+
+def accounting_source() -> str:
+    """Where the accounting comes from, in words (``nslab doctor``)."""
+    return ("every thread's /proc/<pid>/task/<tid>/schedstat at both ends of a trial (other "
+            "tasks counted on every CPU they may run on: an upper bound per CPU)")
 
 
 def worst(found: Mapping[int, CpuInterference]) -> Tuple[Optional[int], float]:

@@ -33,7 +33,8 @@ class Strict(BaseModel):
 
 class HostLoad(Strict):
     """Host interference while a point was measured (:mod:`nslab.interference`):
-    other tasks' share of each CPU, the worst of them, and whether the point
+    other tasks' share of each CPU (an upper bound each), ``worst_pct`` their
+    share of all CPUs together (the figure judged), and whether the point
     stayed over the study's threshold after its re-runs."""
 
     other_pct: Dict[str, float]

@@ -331,7 +331,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                                     store.append(point, m, raw=raw, host=host)
                                     if host["disturbed"]:
                                         summary += (f" [host interference: {host['worst_pct']:.0f}"
-                                                    f" % of CPU{host['worst_cpu']}]")
+                                                    " % of the CPUs]")
                                     prog.point(study.describe_point(point), summary)
                             finally:
                                 runner.finish()
@@ -362,14 +362,18 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
 
 def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
                   ) -> Tuple[Dict[str, Any], List[str], str, Dict[str, Any]]:
-    """``runner.measure(point)`` with the host's interference over it: other
-    tasks' share of every CPU (:mod:`nslab.interference`). Over the
-    configuration's ``host_pct`` on any CPU, the point is measured again, up
-    to ``host_reruns`` times (studies that re-run their own trials, such as
-    RFC 2544, set ``Study.reruns_points`` False and only record it); still
-    over, the record says ``disturbed`` and reports leave it out."""
-    from .interference import Watch, account, worst
-    watch = Watch(range(os.cpu_count() or 1))
+    """``runner.measure(point)`` with the host's interference over it
+    (:mod:`nslab.interference`): other tasks' run time as a share of all
+    CPUs together (each task once: the lab's own tasks are not pinned, so
+    they share every CPU with them), and per CPU (an upper bound, for the
+    record). Over the configuration's ``host_pct``, the point is measured
+    again, up to ``host_reruns`` times; still over, the record says
+    ``disturbed`` and reports leave it out. Studies that account and re-run
+    each trial themselves (RFC 2544: ``Study.reruns_points`` False) only
+    record it."""
+    from .interference import Watch, account, others_share, worst
+    ncpus = os.cpu_count() or 1
+    watch = Watch(range(ncpus))
     threshold = float(getattr(cfg, "host_pct", 10.0))
     allowed = int(getattr(cfg, "host_reruns", 1)) if study.reruns_points else 0
     tries = 0
@@ -377,18 +381,18 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
         a = watch.snapshot()
         m, raw, summary = runner.measure(point)
         b = watch.snapshot()
-        found = account(a, b, watch.cpus)
-        cpu, pct = worst(found)
-        if pct <= threshold or tries >= allowed:
+        share = others_share(a, b, ncpus)
+        if share <= threshold or tries >= allowed:
             break
         tries += 1
-        log.info("%s: other tasks took %.0f %% of CPU%s: measuring it again (%d of %d)",
-                 study.describe_point(point), pct, cpu, tries, allowed)
+        log.info("%s: other tasks took %.0f %% of the CPUs: measuring it again (%d of %d)",
+                 study.describe_point(point), share, tries, allowed)
+    found = account(a, b, watch.cpus)
+    cpu, _ = worst(found)
     host = {"other_pct": {str(c): round(v.other_pct, 2) for c, v in found.items()},
-            "worst_cpu": cpu, "worst_pct": round(pct, 2),
-            "source": next(iter(found.values())).source if found else "",
-            "reruns": tries, "disturbed": pct > threshold and study.reruns_points,
-            "threshold_pct": threshold}
+            "worst_cpu": cpu, "worst_pct": round(share, 2),
+            "source": "task scan: share of all CPUs", "reruns": tries,
+            "disturbed": share > threshold and study.reruns_points, "threshold_pct": threshold}
     return m, raw, summary, host
 
 

@@ -127,20 +127,30 @@ def nslab_path() -> str:
     return cand
 
 
-def run_once(results: str, mode: str, only: Optional[str], echo) -> RunResult:
-    """One ``nslab reproduce`` into ``results``; its directory and verdicts."""
+def run_once(results: str, mode: str, only: Optional[str]) -> RunResult:
+    """One ``nslab reproduce`` into ``results`` (its progress shows on this
+    terminal); its directory and verdicts. On Ctrl-C the reproduction, which
+    got the signal too, is waited for while it tears its lab down."""
     argv = [nslab_path(), "--results", results, "reproduce", f"--{mode}"]
     if only:
         argv += ["--only", only]
     t0 = time.monotonic()
-    proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            proc.wait()
+        raise
     dt = time.monotonic() - t0
     base = os.path.join(results, "reproduce")
     roots = sorted(os.path.join(base, d) for d in os.listdir(base)) if os.path.isdir(base) else []
-    if proc.returncode != 0 or not roots:
-        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
-        return RunResult(roots[-1] if roots else results, dt, failed=tail)
+    if rc != 0 or not roots:
+        return RunResult(roots[-1] if roots else results, dt,
+                         failed=f"nslab reproduce exited with {rc} (its log is under {results})")
     root = roots[-1]
     res = RunResult(root, dt, claims_of(root))
     res.reruns, res.excluded = interference_counts(root)
@@ -174,8 +184,7 @@ def verdicts_cmd(ctx: click.Context, runs: int, noise: str, mode: str, only: Opt
     for i in range(runs):
         click.echo(f"== run {i + 1}/{runs} (noise: {noise})", err=True)
         with Noise(hogs, seed=seed + i):
-            r = run_once(os.path.join(out_dir, f"run{i + 1}"), mode, only,
-                         lambda m: click.echo(m, err=True))
+            r = run_once(os.path.join(out_dir, f"run{i + 1}"), mode, only)
         results.append(r)
         click.echo(f"   {r.decided} of {len(r.verdicts)} decided in {r.seconds:.0f} s"
                    + (f"; failed: {r.failed}" if r.failed else ""), err=True)

@@ -173,10 +173,13 @@ def claims(records: List[AliasRecord], summary: Summary,
     if common:
         n = common[-1]
         verdict, est = equivalence(par[n], rec[n], ALIKE_MARGIN)
-        why = {"agrees": "the 90 % interval lies inside", "disagrees": "the 90 % interval lies "
-               "outside", "undecided": "the 90 % interval straddles"}[verdict]
-        why += f" +-{ALIKE_MARGIN * 100:.0f} % (two one-sided tests at 5 %)"
-        if est.ci is None:
+        if est.ci is not None:
+            lvl = f"{est.ci.level * 100:.0f} %"
+            why = {"agrees": f"the {lvl} interval lies inside", "disagrees": f"the {lvl} "
+                   "interval lies outside", "undecided": f"the {lvl} interval straddles"}[verdict]
+            why += (f" +-{ALIKE_MARGIN * 100:.0f} % (two one-sided tests at "
+                    f"{(1 - est.ci.level) / 2 * 100:.2g} %)")
+        else:
             why = f"n={est.n}: no interval from one sample; {MORE}"
         pcs = samples(records, "parallel", "clients_sum_bps").get(n)
         out.append(Claim("The rise comes from more TCP connections, not from the aliases",

@@ -84,6 +84,9 @@ class Trial(Strict):
     interference: Optional[Dict[str, CpuInterference]] = None
     #: disturbed tries measured again before this one
     interference_reruns: Optional[int] = None
+    #: the lab's idle baseline was clean, so dut_occupancy_pct means something
+    #: (None: older runs)
+    baseline_ok: Optional[bool] = None
 
 
 class Probe(Strict):
@@ -97,8 +100,10 @@ class Probe(Strict):
     gen_path: Optional[str] = None
     #: disturbed tries measured again before this one
     interference_reruns: Optional[int] = None
-    #: other tasks' share of the DUT's CPU during the (last) try, percent
+    #: other tasks' share of the DUT's and the generator's CPU during the
+    #: (last) try, percent
     dut_other_pct: Optional[float] = None
+    gen_other_pct: Optional[float] = None
 
 
 class Throughput(Strict):
@@ -117,6 +122,8 @@ class Throughput(Strict):
     #: per search: a probe of it stayed disturbed by host interference after
     #: its re-runs, so its result is no measurement of the DUT (None: older runs)
     searches_disturbed: Optional[List[bool]] = None
+    #: the lab's idle baseline was clean (False: no occupancy figure was kept)
+    baseline_ok: Optional[bool] = None
 
 
 class Trials(Strict):

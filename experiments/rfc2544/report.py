@@ -33,11 +33,30 @@ def table3(recs: List[RfcRecord], dut: str, frame: int = 64) -> List[Dict[str, A
         for t in r.measurements.trials:
             rows.append({"fps": t.target_fps, "input_bps": t.offered_bps,
                          "latency_us": t.latency_us.avg, "throughput_bps": t.throughput_bps,
-                         "cpu_pct": t.dut_occupancy_pct, "loss_pct": t.loss_pct,
+                         "cpu_pct": t.dut_occupancy_pct, "cpu_ok": t.baseline_ok is not False,
+                         "loss_pct": t.loss_pct,
                          "backlog_drops": t.dut_backlog_drops,
                          "generator_limited": t.generator_limited,
                          "invalid": t.invalid or []})
     return sorted(rows, key=lambda x: x["fps"])
+
+
+def sweep_knees(recs: List[RfcRecord], dut: str, frame: int = 64) -> List[Tuple[float, float]]:
+    """Per load sweep (one record each, every repeat), where latency first
+    exceeds 10x its low-load value: (that load in fps, the DUT CPU's
+    occupancy there), from its valid trials; sweeps without a knee give none."""
+    from .model import knee_index
+    out = []
+    for r in by_test(recs, "loss"):
+        if r.params.dut != dut or r.params.frame != frame:
+            continue
+        assert isinstance(r.measurements, Trials)
+        rows = sorted((t for t in r.measurements.trials if not t.invalid),
+                      key=lambda t: t.target_fps)
+        i = knee_index([t.latency_us.avg for t in rows])
+        if i is not None and rows[i].baseline_ok is not False:
+            out.append((rows[i].target_fps, rows[i].dut_occupancy_pct))
+    return out
 
 
 def back_to_back_rows(recs: List[RfcRecord]) -> List[Dict[str, Any]]:
@@ -92,7 +111,7 @@ def interfered(recs: List[RfcRecord]) -> Dict[Tuple[str, int], str]:
     interference: why, in one phrase (the worst share of the DUT's CPU that
     other tasks took in a probe that stayed disturbed)."""
     left: Dict[Tuple[str, int], List[int]] = {}
-    worst: Dict[Tuple[str, int], float] = {}
+    worst: Dict[Tuple[str, int], Tuple[float, str]] = {}
     for r in by_test(recs, "throughput"):
         m = r.measurements
         assert isinstance(m, Throughput)
@@ -103,18 +122,33 @@ def interfered(recs: List[RfcRecord]) -> Dict[Tuple[str, int], str]:
         n[1] += len(flags)
         for p in m.probes:
             if any(str(w).startswith("host interference") for w in (p.invalid or [])):
-                worst[key] = max(worst.get(key, 0.0), p.dut_other_pct or 0.0)
-    return {k: (f"host interference: {worst.get(k, 0.0):.0f} % of the DUT CPU's time went to "
-                f"other tasks ({n[0]} of {n[1]} searches of the {k[0]} at {k[1]} B left out)")
+                for pct, cpu in ((p.dut_other_pct, "the DUT CPU's"),
+                                 (p.gen_other_pct, "the generator/sink CPU's")):
+                    if pct is not None and pct > worst.get(key, (-1.0, ""))[0]:
+                        worst[key] = (pct, cpu)
+    return {k: (f"host interference: {worst.get(k, (0.0, 'the DUT CPU'))[0]:.0f} % of "
+                f"{worst.get(k, (0.0, 'the DUT CPU'))[1]} time went to other tasks ({n[0]} of "
+                f"{n[1]} searches of the {k[0]} at {k[1]} B left out)")
             for k, n in left.items() if n[0]}
 
 
-def baseline_why(prov: Optional[Dict[str, Any]], dut: str) -> Optional[str]:
-    """Why the DUT's idle baseline cannot carry an occupancy figure (None: it can)."""
-    base = (((prov or {}).get("setups") or {}).get(dut) or {}).get("baseline")
-    if isinstance(base, dict) and base.get("ok") is False:
-        return f"the idle baseline of the {dut}'s CPU: {base.get('why', 'not clean')}"
-    return None
+def baseline_why(recs: List[RfcRecord], dut: str) -> Optional[str]:
+    """Why some of the DUT's occupancy figures were left out: a lab whose idle
+    baseline other tasks disturbed (``baseline_ok`` False on its trials or
+    searches). None: every lab's baseline was clean, or the run predates it."""
+    refused = total = 0
+    for r in recs:
+        if r.params.dut != dut:
+            continue
+        m = r.measurements
+        flags = ([m.baseline_ok] if isinstance(m, Throughput) else
+                 [t.baseline_ok for t in m.trials] if isinstance(m, Trials) else [])
+        total += sum(f is not None for f in flags)
+        refused += sum(f is False for f in flags)
+    if not refused:
+        return None
+    return (f"host interference: other tasks disturbed the idle baseline of the {dut}'s CPU "
+            f"({refused} of {total} measurements): no occupancy figure from them")
 
 
 def generator_limited(recs: List[RfcRecord]) -> Dict[Tuple[str, int], float]:
@@ -293,6 +327,12 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
         verdict, why = chk.verdict, chk.why
         if ("bridge", 64) in limited:
             verdict, why = "undecided", limited_why([("bridge", 64)], limited)
+        elif cal and cal.get("checked") is False:
+            last = (cal.get("checks") or [{}])[-1]
+            verdict, why = "undecided", (
+                f"the calibration was not confirmed: its check forwarded "
+                f"{float(last.get('capacity_fps', 0)):,.0f} fps with {cal['filters']} filters, "
+                f"not within 5 % of {float(cal.get('target_fps', 0)):,.0f}")
         elif too_few([("bridge", 64)]):
             verdict, why = "undecided", str(too_few([("bridge", 64)]))
         out.append(Claim("The bridge saturates at ~66 kfps of 64-byte frames (Table 3)",
@@ -301,15 +341,17 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
     for dut in duts:
         occ = [o for r in by_test(recs, "throughput") if r.params.dut == dut and r.params.frame == 64
                for o in r.measurements.occupancy_at_throughput_pct]  # type: ignore[union-attr]
-        if occ:
+        if not occ and baseline_why(recs, dut):
+            out.append(Claim(f"{dut}: the CPU is the limit (it saturates at the throughput)",
+                             "no occupancy figure left", "undecided", str(baseline_why(recs, dut)),
+                             src, paper_says.get("cpu", "") if dut == "bridge" else ""))
+        elif occ:
             est = mean(occ)
             chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU, i.e.", 1, " %", 0,
                         need=MORE)
             verdict, why = chk.verdict, chk.why
             if (dut, 64) in limited:
                 verdict, why = "undecided", limited_why([(dut, 64)], limited)
-            elif baseline_why(prov, dut):
-                verdict, why = "undecided", str(baseline_why(prov, dut))
             out.append(Claim(f"{dut}: the CPU is the limit (it saturates at the throughput)",
                              f"DUT CPU in the confirmation trials at the 64-byte throughput: "
                              f"{est.fmt(1, 0, ' %')}", verdict, why, src,
@@ -334,7 +376,11 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
             knee_text += (f" ({excluded} load(s) excluded by the fidelity guard or for host "
                           "interference)")
         pairs = [(x["cpu_pct"], paper[x["fps"]][4]) for x in rows
-                 if x["fps"] in paper and paper[x["fps"]][4] is not None]
+                 if x["fps"] in paper and paper[x["fps"]][4] is not None and x["cpu_ok"]]
+        if len(pairs) < 2 and dut == "bridge" and baseline_why(recs, dut):
+            out.append(Claim("bridge: occupancy vs load follows the paper's Table 3", knee_text,
+                             "undecided", str(baseline_why(recs, dut)), src,
+                             paper_says.get("occupancy", "")))
         if len(pairs) >= 2 and dut == "bridge":
             ours, theirs = [p[0] for p in pairs], [float(p[1]) for p in pairs]
             d = paired_difference(ours, theirs)
@@ -342,8 +388,6 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
             chk = judge(d, -OCCUPANCY_BAND, OCCUPANCY_BAND, "a mean difference in", 1, " points", 0,
                         need=MORE)
             verdict, why = chk.verdict, chk.why + " (paired t over the loads)"
-            if baseline_why(prov, dut):
-                verdict, why = "undecided", str(baseline_why(prov, dut))
             out.append(Claim("bridge: occupancy vs load follows the paper's Table 3",
                              f"{knee_text}; our CPU minus the paper's at {len(pairs)} of its "
                              f"rates: {d.fmt(1, 1, ' points', sign=True)}"
@@ -351,12 +395,23 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
                              verdict, why, src,
                              paper_says.get("occupancy", "")))
         elif dut != "bridge":
-            low = [x for x in rows if x["fps"] < 0.5 * (rows[i]["fps"] if i else rows[-1]["fps"])]
+            # Judged per sweep: the DUT CPU's occupancy at the load where
+            # latency jumped, over every sweep that has a knee.
+            ks = sweep_knees(recs, dut)
+            if len(ks) >= 2:
+                est = mean([cpu for _, cpu in ks])
+                chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU at the knee, i.e.", 1,
+                            " %", 0, need=MORE)
+                verdict, why = chk.verdict, chk.why
+                measured = (f"{knee_text}; DUT CPU where latency jumped, over {len(ks)} sweeps: "
+                            f"{est.fmt(1, 0, ' %')}")
+            else:
+                verdict, measured = "undecided", knee_text
+                why = baseline_why(recs, dut) or (
+                    f"{len(ks)} sweep(s) with a knee: the CPU at the knee needs two "
+                    "(--repeat 2, or --rounds 2)")
             out.append(Claim(f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
-                             knee_text, "undecided",
-                             "one sweep: a knee is one observation; the throughput searches "
-                             "above carry the interval" if i is not None or low else MORE, src,
-                             paper_says.get("latency_knee", "")))
+                             measured, verdict, why, src, paper_says.get("latency_knee", "")))
     for r in by_test(recs, "mlrsearch"):
         m = r.measurements
         assert isinstance(m, Mlr)
@@ -413,7 +468,9 @@ def write_report(run_dir: str) -> StudyReport:
     throughput = sorted(by_test(recs, "throughput"), key=lambda r: (r.params.dut, r.params.frame))
     latency = sorted(by_test(recs, "latency"), key=lambda r: (r.params.dut, r.params.frame))
     found = claims(recs, duts, pub, prov)
-    md, body = render_study(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov,
+    from nslab.stats import level
+    md, body = render_study(TEMPLATES, "report.md.j2", level=level(), topologies=run.topologies,
+                            prov=prov,
                             cfg=cfg, duts=duts, setups=prov.get("setups") or {},
                             throughput=throughput, latency=latency,
                             table3={d: table3(recs, d) for d in duts}, b2b=back_to_back_rows(recs),

@@ -92,6 +92,7 @@ class Rfc2544Runner:
         #: the scheduler's counters on both of the bed's CPUs (host interference)
         self.watch = Watch([GEN_CPU, DUT_CPU])
         self._excluded_streak = 0
+        self.baseline_ok = True
 
     # -- the generator's send path ------------------------------------------------
     def gen_args(self, iface: str = "gen-eth0", dst_mac: Optional[str] = None) -> List[str]:
@@ -158,6 +159,7 @@ class Rfc2544Runner:
         time.sleep(0.3)
         base = self.baseline()
         self.baseline_busy = base["busy_pct"]
+        self.baseline_ok = bool(base["ok"])
         info["baseline_busy_pct"] = self.baseline_busy
         info["baseline"] = base
         info["cpu_accounting"] = "busy = elapsed - idle (idle is exact on a tickless kernel)"
@@ -338,6 +340,9 @@ class Rfc2544Runner:
                 while True:
                     cap = self._capacity_with(n, offered)
                     steps.append({"filters": n, "capacity_fps": cap})
+                    if cap <= 0:
+                        raise LabError(f"calibration: the {self.dut} forwarded nothing with {n} "
+                                       "filters in place")
                     if cap < 0.95 * offered:
                         if (abs(cap / target - 1) <= CAL_TOLERANCE
                                 or len(steps) - since >= CAL_STEPS):
@@ -350,6 +355,9 @@ class Rfc2544Runner:
                 # while the host was busy elsewhere puts the count far off; the
                 # check catches it and the search goes on from the check's figure.
                 check = self._capacity_with(n, offered)
+                if check <= 0:
+                    raise LabError(f"calibration check: the {self.dut} forwarded nothing with {n} "
+                                   "filters in place")
                 ok = abs(check / target - 1) <= CAL_CHECK_TOLERANCE
                 checks.append({"filters": n, "capacity_fps": check, "ok": ok})
                 if ok or len(checks) >= CAL_CHECKS:
@@ -518,6 +526,7 @@ class Rfc2544Runner:
             "gen_path": gj.get("path"),
             "latency_us": sj["latency_us"], "latency_samples": sj["in_window"],
             "dut_busy_pct": dut_busy, "dut_occupancy_pct": occ,
+            "baseline_ok": self.baseline_ok,
             "us_per_packet": ((occ / 100.0) * 1e6 / fwd_pps if fwd_pps > 0 and not self._awake
                               else None),
             "cpus_kept_awake": self._awake,
@@ -581,9 +590,10 @@ class Rfc2544Runner:
                                              "loss_pct", "dut_occupancy_pct", "invalid",
                                              "gen_path", "interference_reruns")})
             probes[-1]["dut_other_pct"] = m["interference"]["dut"]["other_pct"]
+            probes[-1]["gen_other_pct"] = m["interference"]["gen"]["other_pct"]
             # an invalid trial's occupancy (a disturbed host, a saturated
             # generator) is not the DUT's: none from it
-            occ.append(None if m["invalid"] else m["dut_occupancy_pct"])
+            occ.append(None if m["invalid"] or not self.baseline_ok else m["dut_occupancy_pct"])
             return m["loss_pct"] <= cfg.loss_tolerance
 
         lo, hi = 0.0, top
@@ -629,11 +639,13 @@ class Rfc2544Runner:
             disturbed_searches.append(any(
                 any(str(w).startswith("host interference") for w in (p["invalid"] or []))
                 for p in probes[first:]))
-        lo = statistics.median(found)
+        kept = [f for f, bad in zip(found, disturbed_searches) if not bad] or found
+        lo = statistics.median(kept)
         return {"throughput_fps": lo, "throughput_bps": lo * size * 8, "line_fps": line,
                 "generator_ceiling_fps": ceiling, "generator_limited": lo >= 0.9 * ceiling,
                 "confirmed": confirmed, "probes": probes, "pct_of_line": 100 * lo / line,
                 "searches_fps": found, "searches_disturbed": disturbed_searches,
+                "baseline_ok": self.baseline_ok,
                 "occupancy_at_throughput_pct": [x for x in occ if x is not None]}
 
     def mlr(self, size: int) -> Dict[str, Any]:

@@ -218,19 +218,17 @@ def test_a_round_multiplies_the_repeat_field():
 
 def test_a_point_disturbed_by_other_tasks_is_measured_again_then_marked(monkeypatch):
     from nslab import interference
-    from nslab.interference import CpuInterference, Snapshot
+    from nslab.interference import Snapshot
     from nslab.study import measure_point
-    loads = iter([40.0, 3.0, 40.0, 40.0])  # others' share of CPU1 per measurement
+    shares = iter([40.0, 3.0, 40.0, 40.0])  # others' share of all CPUs per measurement
     monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
-    monkeypatch.setattr(interference, "account", lambda a, b, cpus: {
-        0: CpuInterference(0, 1.0, 10.0, 0.0, "schedstat"),
-        1: CpuInterference(1, 1.0, next(loads) * 10, 0.0, "schedstat")})
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n: next(shares))
     study = make_study(1.0, 2.0, 3.0, 4.0)
     runner = study.runner("x", None, None, None)
     m, _, _, host = measure_point(study, runner, {"repeat": 0}, Cfg(host_reruns=1))
-    # measured twice: the first at 40 % of CPU1, the second clean
+    # measured twice: the first at 40 % of the CPUs, the second clean
     assert m == {"value": 2.0} and host["reruns"] == 1 and not host["disturbed"]
-    assert host["other_pct"] == {"0": 1.0, "1": 3.0} and host["worst_cpu"] == 1
+    assert host["worst_pct"] == 3.0
     m, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=1))
     assert m == {"value": 4.0} and host["reruns"] == 1 and host["disturbed"]
     assert host["worst_pct"] == 40.0 and host["threshold_pct"] == 10.0
