@@ -217,7 +217,8 @@ def account(a: Snapshot, b: Snapshot, cpus: Iterable[int]) -> Dict[int, CpuInter
         other = sum(run for t, run, _ in moved if not t.bed and cpu in t.cpus)
         bed_wait = sum(wait for t, _, wait in moved if t.bed and t.cpus == frozenset({cpu}))
         out[cpu] = CpuInterference(cpu, window, other / 1e6, bed_wait / 1e6,
-                                   "task scan (upper bound)")
+                                   "task scan (upper bound)" if b.tasks else
+                                   "unavailable: no /proc/<pid>/schedstat (CONFIG_SCHED_INFO)")
     return out
 
 
@@ -234,6 +235,9 @@ def others_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
 
 def accounting_source() -> str:
     """Where the accounting comes from, in words (``nslab doctor``)."""
+    if not os.path.exists(f"{PROC}/self/schedstat"):
+        return ("nothing: this kernel has no /proc/<pid>/schedstat (CONFIG_SCHED_INFO), so "
+                "trials are not checked for other tasks")
     return ("every thread's /proc/<pid>/task/<tid>/schedstat at both ends of a trial (other "
             "tasks counted on every CPU they may run on: an upper bound per CPU)")
 

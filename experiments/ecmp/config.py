@@ -26,7 +26,7 @@ class EcmpConfig(StudyConfig):
 
     presets: ClassVar[Dict[str, Dict[str, object]]] = {
         # 4 trials: the fewest whose Wilson interval can tell "all on one link" from chance
-        "quick": {"trials": 4, "duration": 3},
+        "quick": {"trials": 4, "duration": 3, "rounds": 3, "budget_s": 90},
         "default": {},
         "full": {},  # the post's own: 10 trials of 10 s per policy
     }

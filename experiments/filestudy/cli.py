@@ -56,6 +56,18 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
     for key, values in sweep.items():
         click.echo(f"  sweep {key}: {', '.join(map(str, values))}")
     click.echo(f"  repeat {cfg.repeat}; needs: {', '.join(study.needs(cfg))}")
+    if cfg.rounds > 1:
+        from nslab.study import config_of_round
+        _, most, longest = cls.estimate(config_of_round(cfg, cfg.rounds - 1))
+        click.echo(f"  sampling: up to {cfg.rounds} rounds (intervals at "
+                   f"{100 - 5 / cfg.rounds:.1f} %), at most {most:,} trials, about "
+                   f"{longest / 60:.1f} min" + (f", no round begun after {cfg.budget_s:g} s"
+                                               if cfg.budget_s else ""))
+    from .report import not_planned
+    for c in cls.loaded.spec.claims:
+        why = not_planned(cfg.model_dump(), c)
+        if why:
+            click.echo(f"  not made by this preset: {c.claim!r}: {why}")
     lim = active()
     biggest = max((t.size() for t in study.labs(cfg).values()), default=(0, 0, 0))
     click.echo(f"  size: {labs} lab(s), {points // cfg.repeat:,} points, {points:,} trials, "

@@ -56,8 +56,7 @@ def not_planned(cfg: Dict[str, Any], claim: Any) -> Optional[str]:
         for key, want in where.items():
             have = cfg.get(field_of(key))
             if isinstance(have, list) and want not in have:
-                return (f"this run's sweep has no {key}={want} (its preset does not measure "
-                        "it; the default preset does)")
+                return f"this run's sweep has no {key}={want}"
     return None
 
 

@@ -102,7 +102,8 @@ def test_a_clos_split_over_two_hosts_converges_over_vxlan(hosts):
 def test_the_ecmp_study_runs_unchanged_across_the_hosts(hosts):
     ph = hosts
     results = os.path.join(ph.dir, "ecmp-results")
-    res = _nslab(ph, "run", "ecmp", "--quick", "--duration", "2", "--hosts", HOSTS,
+    res = _nslab(ph, "run", "ecmp", "--quick", "--rounds", "1", "--duration", "2",
+                 "--hosts", HOSTS,
                  "--ssh-config", ph.ssh_config, results=results, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     run_dir = os.path.join(results, "ecmp", os.listdir(os.path.join(results, "ecmp"))[0])

@@ -85,7 +85,7 @@ def test_a_minimal_study_file_end_to_end(tmp_path):
 @needs("frr")
 def test_the_failover_study_at_a_tiny_preset(tmp_path):
     res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "ecmp-failover", "--quick",
-                          "--topology-bfd", "true", "--vars-failure", "blackhole"],
+                          "--rounds", "1", "--topology-bfd", "true", "--vars-failure", "blackhole"],
                          capture_output=True, text=True, timeout=400)
     assert res.returncode == 0, res.stderr
     (run,) = (tmp_path / "ecmp-failover").iterdir()
