@@ -43,6 +43,19 @@ class Claim:
                              f"{', '.join(VERDICTS)}")
 
 
+def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
+    """The claims, an undecided one's reason followed by the host
+    interference that left points out, if any did (``host.disturbed``)."""
+    from .records import disturbed
+    hit = [r.host for r in records if disturbed(r)]
+    if not hit:
+        return claims
+    note = (f"host interference: other tasks took up to {max(h.worst_pct for h in hit):.0f} % of "
+            f"the CPUs during {len(hit)} of {len(records)} points (measured again, then left out)")
+    return [Claim(c.claim, c.measured, c.verdict, f"{c.why}; {note}", c.source, c.published)
+            if c.verdict == "undecided" else c for c in claims]
+
+
 @dataclass
 class StudyReport:
     """What ``Study.report`` wrote: files by kind, the claims, and Markdown

@@ -68,6 +68,7 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
     from nslab.stats import judge, mean, proportion
     streams, spines = int(cfg.get("streams", 3)), int(cfg.get("spines", 2))
     excluded = len(records) - len(valid(records, streams))
+    every = records
     records = valid(records, streams)
     dist = distribution(records)
     one = f"{streams}+" + "+".join(["0"] * (spines - 1))
@@ -78,23 +79,28 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
     def prop(k: int, n: int):
         return proportion(k, n) if n >= 2 else None
 
-    if 0 in dist:
-        n0 = sum(dist[0].values())
-        k0 = dist[0].get(one, 0)
+    # a policy's claims stay when host interference left none of its trials:
+    # undecided, saying so
+    policies = {r.params.policy for r in every}
+    if 0 in policies:
+        d0 = dist.get(0, Counter())
+        n0 = sum(d0.values())
+        k0 = d0.get(one, 0)
         est = prop(k0, n0)
         chk = (judge(est, MOSTLY, 1.0, "'most trials', a share in", 100, " %", 0, need=MORE)
                if est else None)
         out.append(Claim("L3 hashing keeps -P3 on one link (991 Mbit/s)",
                          f"policy 0: {k0}/{n0} trials all on one link, "
-                         + (est.ci.fmt(100, 0, " %") if est and est.ci else "one trial"),
+                         + (est.ci.fmt(100, 0, " %") if est and est.ci else f"{n0} trial(s)"),
                          chk.verdict if chk else "undecided",
-                         (chk.why if chk else f"one trial: {MORE}")
+                         (chk.why if chk else f"{n0} trial(s): {MORE}")
                          + (f"; {excluded} trial(s) excluded (split unknown, or disturbed by "
                             "other tasks on the host)" if excluded else ""),
                          "seed 002", published_trial(pub, 0)))
-    if 1 in dist:
-        n1 = sum(dist[1].values())
-        k1 = n1 - dist[1].get(one, 0)
+    if 1 in policies:
+        d1 = dist.get(1, Counter())
+        n1 = sum(d1.values())
+        k1 = n1 - d1.get(one, 0)
         sums = [r.measurements.sum_bps for r in records
                 if r.params.policy == 1 and r.measurements.split not in (None, one)]
         rate = str(cfg.get("link_rate", "1Gbit"))
@@ -113,10 +119,10 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
                          chk.why if chk else ("no trial used more than one link; " + MORE
                                               if not sums else "unshaped links: no ceiling"),
                          "seed 002", published_trial(pub, 1)))
-        k = dist[1].get(one, 0)
+        k = d1.get(one, 0)
         est = prop(k, n1)
         if est is None or est.ci is None:
-            verdict, why = "undecided", f"one trial: {MORE}"
+            verdict, why = "undecided", f"{n1} trial(s): {MORE}"
         elif k > 0:
             verdict, why = "agrees", (f"seen in {k} of {n1} trials (chance per trial with "
                                       f"random hashing: {p_one * 100:.0f} %)")
@@ -129,9 +135,10 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
                                          f" %; {MORE}")
         out.append(Claim("With L4, some attempts still hash all streams onto one link",
                          f"{k}/{n1} trials all on one link, "
-                         + (est.ci.fmt(100, 0, " %") if est and est.ci else "one trial")
+                         + (est.ci.fmt(100, 0, " %") if est and est.ci else f"{n1} trial(s)")
                          + f"; random hashing: {p_one * 100:.0f} %", verdict, why, "seed 002"))
-    return out
+    from nslab.reporting import note_interference
+    return note_interference(out, every)
 
 
 #: Edge colours by the number of streams a link carried in a trial.

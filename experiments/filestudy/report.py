@@ -35,6 +35,8 @@ def write_report(run_dir: str, loaded: Loaded) -> StudyReport:
             not_made.append({"claim": c.claim, "why": why})
         else:
             claims.append(analysis.judge_claim(c, recs))
+    from nslab.reporting import note_interference
+    claims = note_interference(claims, recs)
     pictures = sorted(f for f in os.listdir(run_dir)
                       if f.startswith("topology-") and f.endswith(".svg"))
     events = _events(recs)

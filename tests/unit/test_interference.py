@@ -187,3 +187,35 @@ def test_the_routers_knee_is_judged_over_sweeps(tmp_path):
     (run / "records.jsonl").write_text("\n".join(lines + extra) + "\n")
     two = {c.claim: c for c in Rfc2544Study().report(str(run)).claims}[name]
     assert "over 2 sweeps" in two.measured and two.verdict == "agrees", two
+
+
+@pytest.mark.parametrize("study, src", [("alias", "alias_run"), ("ecmp", "ecmp_run"),
+                                        ("ecmp-failover", "failover_run")])
+def test_points_left_out_for_host_interference_say_so_in_every_undecided_claim(tmp_path, study,
+                                                                                src):
+    """Every point of a stored run marked disturbed (as a run beside a busy
+    neighbour leaves it): no claim is decided, none disappears, and each says
+    host interference left its points out."""
+    import json
+    import shutil
+
+    from nslab.registry import studies
+    from tests.conftest import data
+    run = tmp_path / "nl0003"
+    shutil.copytree(data(src), run)
+    before = [c.claim for c in studies()[study]().report(str(run)).claims]
+    lines = (run / "records.jsonl").read_text().splitlines()
+    out = []
+    for line in lines:
+        r = json.loads(line)
+        if r.get("kind", "point") == "point":
+            r["host"] = {"other_pct": {"0": 30.0, "1": 30.0}, "worst_cpu": 0, "worst_pct": 27.5,
+                         "source": "task scan: share of all CPUs", "reruns": 1,
+                         "disturbed": True, "threshold_pct": 10.0}
+        out.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    claims = studies()[study]().report(str(run)).claims
+    assert claims and all(c.verdict == "undecided" for c in claims)
+    assert set(c.claim for c in claims) <= set(before)
+    for c in claims:
+        assert "host interference: other tasks took up to 28 % of the CPUs" in c.why, c
