@@ -218,7 +218,8 @@ def test_a_study_file_adds_netem_mid_trial_and_takes_it_away(tmp_path):
     assert len(recs) == 2
     for r in recs:
         v = r["measurements"]["values"]
-        assert v["latency-ping.p50_ms"] is not None and v["latency-ping.max_ms"] >= 45, v
+        assert v["latency-ping.p50_ms"] is not None and v["latency-ping.max_ms"] >= 45, \
+            (v, r["measurements"]["events"], r["params"])
         assert v["latency-ping.p50_ms"] < v["latency-ping.p90_ms"], v
     # the second trial started with the netem taken away: its first round trips are fast
     raw = sorted((run / "raw").glob("*repeat=1-ping.txt"))[0].read_text()

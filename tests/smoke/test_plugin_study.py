@@ -38,7 +38,13 @@ def test_a_plugin_study_runs_through_run_and_reproduce(tmp_path, tiny_registered
     assert [r["params"]["repeat"] for r in recs] == [0, 1, 2]
     assert all(0 < r["measurements"]["rtt_ms"] < 50 for r in recs)
     prov = json.load(open(run_dir / "provenance.json"))
-    assert prov["config"] == {"pings": 2, "repeat": 3} and prov["setups"]["pair"]["peer"]
+    # the plugin's own fields, then what every study's configuration has (one
+    # sampling round, the host-interference defaults)
+    assert prov["config"] == {"pings": 2, "repeat": 3, "rounds": 1, "budget_s": None,
+                              "host_pct": 10.0, "host_reruns": 1}
+    assert prov["setups"]["pair"]["peer"]
+    assert prov["sampling"] == {"rounds": 1, "budget_s": None, "rounds_run": 1,
+                                "stopped": "one round"}
     rep = subprocess.run([NSLAB, "--results", str(tmp_path / "q"), "reproduce", "--quick",
                           "--only", "tiny"], capture_output=True, text=True, env=env, timeout=120)
     assert rep.returncode == 0, rep.stderr
