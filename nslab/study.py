@@ -188,6 +188,13 @@ class Study:
     def describe_point(self, point: Dict[str, Any]) -> str:
         return " ".join(f"{k}={v}" for k, v in point.items())
 
+    def needed(self, cfg: Any, points: List[Dict[str, Any]],
+               open_claims: List[Any]) -> List[Dict[str, Any]]:
+        """Of a later sampling round's ``points``, those that can move one of
+        ``open_claims`` (the claims still undecided). A study that cannot tell
+        which point serves which claim keeps them all (the default)."""
+        return points
+
 
 class Progress:
     """One line per point on stderr, with a rich progress bar on a terminal:
@@ -295,11 +302,16 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     sampling: Dict[str, Any] = {"rounds": rounds, "budget_s": budget, "rounds_run": 0,
                                 "stopped": "one round" if rounds == 1 else ""}
     first_id = True
+    open_claims: List[Any] = []
+    # what a lab's build and one point cost so far: the next round's estimate
+    cost = {"points": 0, "point_s": 0.0, "labs": 0}
     for r in range(rounds):
         cfg_r = config_of_round(cfg, r)
         plan = study.points(cfg_r)
         done = store.done_keys()
         todo = [p for p in plan if point_key(p) not in done]
+        if r > 0:
+            todo = study.needed(cfg_r, todo, open_claims)
         if r == 0 and len(todo) < len(plan):
             log.info("resuming %s: %d of %d points already measured", store.path,
                      len(plan) - len(todo), len(plan))
@@ -316,6 +328,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                         lab_id = run_id if first_id else new_run_id()
                         first_id = False
                         _draw(topo, store.path, key)
+                        cost["labs"] += 1
                         with (lab_factory or Lab)(topo, run_id=lab_id,
                                                   host_grants=host_grants) as lab:
                             runner = study.runner(key, lab, cfg_r, store)
@@ -326,8 +339,11 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                                        "study": study.name, "host_noise": noise}), key, info)
                             try:
                                 for point in mine:
+                                    t_point = time.monotonic()
                                     m, raw, summary, host = measure_point(study, runner, point,
                                                                           cfg_r)
+                                    cost["points"] += 1
+                                    cost["point_s"] += time.monotonic() - t_point
                                     store.append(point, m, raw=raw, host=host)
                                     if host["disturbed"]:
                                         summary += (f" [host interference: {host['worst_pct']:.0f}"
@@ -347,12 +363,18 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
             sampling["stopped"] = f"every claim decided after round {r + 1}"
             break
         spent = time.monotonic() - t0
-        if budget is not None and spent + spent / (r + 1) > budget:
+        nxt = config_of_round(cfg, r + 1)
+        nxt_todo = study.needed(nxt, [p for p in study.points(nxt)
+                                      if point_key(p) not in store.done_keys()], open_claims)
+        need = round_cost(cost, spent, len(nxt_todo),
+                          len({study.lab_key(nxt, p) for p in nxt_todo}))
+        if budget is not None and spent + need > budget:
             sampling["stopped"] = (f"the time budget ({budget:.0f} s) would not hold another "
-                                   f"round (spent {spent:.0f} s in {r + 1})")
+                                   f"round (spent {spent:.0f} s in {r + 1}; the next, "
+                                   f"{len(nxt_todo)} points, would take ~{need:.0f} s)")
             break
-        log.info("after round %d: %d of %d claims undecided; measuring every point again",
-                 r + 1, len(open_claims), len(claims))
+        log.info("after round %d: %d of %d claims undecided; measuring the %d points they "
+                 "need again", r + 1, len(open_claims), len(claims), len(nxt_todo))
     prov = store.provenance()
     prov["sampling"] = sampling
     store.write_provenance(prov)
@@ -394,6 +416,17 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
             "source": "task scan: share of all CPUs", "reruns": tries,
             "disturbed": share > threshold and study.reruns_points, "threshold_pct": threshold}
     return m, raw, summary, host
+
+
+def round_cost(cost: Dict[str, Any], spent: float, points: int, labs: int) -> float:
+    """Seconds a round of ``points`` points on ``labs`` labs should take, from
+    what the rounds so far cost: the mean time of a point, and the rest of the
+    time spent (building labs, set-up, judging) per lab built."""
+    if not cost["points"]:
+        return spent
+    per_point = cost["point_s"] / cost["points"]
+    per_lab = max(0.0, spent - cost["point_s"]) / max(1, cost["labs"])
+    return points * per_point + labs * per_lab
 
 
 def config_of_round(cfg: Any, r: int) -> Any:

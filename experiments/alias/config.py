@@ -44,7 +44,7 @@ class AliasConfig(StudyConfig):
     presets: ClassVar[Dict[str, Dict[str, object]]] = {
         # enough repeats for an interval at the two ends of the posts' range
         "quick": {"aliases": QUICK_ALIASES, "duration": 3, "repeat": 3,
-                  "modes": ["alias", "parallel"], "rounds": 3, "budget_s": 170},
+                  "modes": ["alias", "parallel"], "rounds": 3, "budget_s": 180},
         "default": {},
         # the seeds' own sweep (10 s points instead of the posts' 60 s) with the control
         "full": {"modes": ["alias", "parallel"]},

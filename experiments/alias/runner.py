@@ -148,11 +148,13 @@ class AliasRunner:
             costs.append(time.monotonic() - t0)
         return max(costs)
 
-    def lead(self, n: int) -> float:
-        """Seconds from now to the clients' common start: 1 s plus three times the
-        time spawning them takes on this machine (254 clients: ~0.5 s natively,
-        minutes in an emulated guest)."""
-        return max(1.0 + 0.004 * n, 1.0 + 3 * self.spawn_s * (n + 1))
+    def lead(self, procs: int) -> float:
+        """Seconds from now to the clients' common start, for ``procs`` client
+        processes: 1 s plus twice the time spawning them takes on this machine by
+        the slowest of five probes (254 clients: ~1 s natively, minutes in an
+        emulated guest). Three times left 4-6 s idle before every N=254 point
+        here, with the clients spawned in under 1 s."""
+        return max(1.0 + 0.004 * procs, 1.0 + 2 * self.spawn_s * (procs + 1))
 
     def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
         n, mode = int(point["n"]), point["mode"]
@@ -163,7 +165,7 @@ class AliasRunner:
         # How the senders were limited, read at the senders (two-box mode: the
         # one sampler is there already).
         senders = None if self.remote else start_sampler(self.client, SERVER_IFACE, sender=True)
-        start = math.ceil(time.time() + self.lead(n))
+        start = math.ceil(time.time() + self.lead(n if mode == "alias" else 1))
         for proc in (sampler, senders):
             if proc is not None:
                 sample_at(proc, [start + warm, start + dur - cool])

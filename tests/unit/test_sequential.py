@@ -210,6 +210,67 @@ def test_a_budget_stops_the_rounds_before_one_it_cannot_hold(tmp_path):
     assert n == 2
 
 
+def test_a_later_round_measures_only_the_points_the_open_claims_need(tmp_path):
+    # two claims over two conditions: "a" decides at once (0.5, 0.51), "b" sits on
+    # the band's edge; the later rounds measure b's points only.
+    vals = {"a": [0.5, 0.51], "b": [0.7, 1.3, 0.8, 1.2, 0.9, 1.1]}
+    measured = []
+
+    class Two(Values):
+        def measure(self, point):
+            measured.append(point["cond"])
+            return {"value": vals[point["cond"]].pop(0)}, [], "ok"
+
+    class C(Strict):
+        repeat: int
+        cond: str
+
+    class S(Study):
+        name = "two"
+        Config = Cfg
+        records = RecordSchema(Record[C, M], version=1)
+
+        def labs(self, cfg):
+            return {"x": object()}
+
+        def points(self, cfg):
+            return [{"repeat": r, "cond": c} for r in range(cfg.repeat) for c in "ab"]
+
+        def runner(self, key, lab, cfg, store):
+            return Two([])
+
+        def needed(self, cfg, points, open_claims):
+            conds = {c.claim for c in open_claims}
+            return [p for p in points if p["cond"] in conds]
+
+        def report(self, run_dir):
+            with open(f"{run_dir}/records.jsonl") as f:
+                recs = [json.loads(line) for line in f]
+            out = []
+            for c in "ab":
+                v = [r["measurements"]["value"] for r in recs if r["params"]["cond"] == c]
+                chk = stats.judge(stats.mean(v), 0.0, 1.0, "the band")
+                out.append(Claim(c, f"n={len(v)}", chk.verdict, chk.why))
+            return StudyReport({}, out)
+
+    FakeLab.built = 0
+    path = run_study(S(), Cfg(repeat=2, rounds=3, host_reruns=0), str(tmp_path), progress=False,
+                     lab_factory=FakeLab)
+    assert measured == ["a", "b", "a", "b", "b", "b", "b", "b"]
+    sampling = ResultStore.open(path).provenance()["sampling"]
+    assert sampling["rounds_run"] == 3
+
+
+def test_the_next_rounds_cost_is_its_points_and_labs_at_the_rates_so_far():
+    from nslab.study import round_cost
+    # 10 points took 40 s of a 60 s round that built 2 labs: 4 s a point, 10 s a lab
+    cost = {"points": 10, "point_s": 40.0, "labs": 2}
+    assert round_cost(cost, 60.0, 3, 1) == pytest.approx(3 * 4.0 + 10.0)
+    assert round_cost(cost, 60.0, 0, 0) == 0.0
+    # nothing measured yet: the round so far is the estimate
+    assert round_cost({"points": 0, "point_s": 0.0, "labs": 1}, 5.0, 3, 1) == 5.0
+
+
 def test_a_round_multiplies_the_repeat_field():
     cfg = Cfg(repeat=3, rounds=3)
     assert config_of_round(cfg, 0) is cfg
