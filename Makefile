@@ -32,6 +32,7 @@ help:
 system:
 	@scripts/setup-system.sh
 	@scripts/setup-sshd.sh
+	@scripts/setup-prometheus.sh
 
 $(STAMP): setup.py
 	$(PY) -m venv --system-site-packages $(VENV)

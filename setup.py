@@ -40,11 +40,15 @@ setup(
         "MLRsearch>=1.2",
         "graphviz>=0.20",
         "aiohttp>=3.9",
+        # /metrics of `nslab watch --web/--metrics` (Prometheus/OpenMetrics exposition)
+        "prometheus_client>=0.17",
         # graph partitioning for labs that span machines (nslab.multihost)
         "networkx>=3.0",
     ],
-    extras_require={"test": ["pytest>=7.0", "pytest-timeout>=2.1", "hypothesis>=6.80",
+    extras_require={"parquet": ["pyarrow>=14.0"],  # nslab export --format parquet
+                    "test": ["pytest>=7.0", "pytest-timeout>=2.1", "hypothesis>=6.80",
                              "jsonschema>=4.0", "import-linter>=2.0", "pyflakes>=3.0",
+                             "pyarrow>=14.0",
                              # the live page in a real browser (Debian's chromium-driver)
                              "selenium>=4.10",
                              # the stock-kernel tier: QEMU guests of the host's own filesystem

@@ -343,3 +343,43 @@ def node_configs(context: Dict[str, Any], version: FrrVersion) -> Dict[str, str]
     if version.mgmtd:
         out["vtysh.conf"] = _ENV.get_template("vtysh.conf.j2").render(**values)
     return out
+
+
+#: Lines that an FRR configuration file holds once, at its top, and that every
+#: daemon's file of a node repeats (see the templates).
+_ONCE = ("frr defaults ", "hostname ")
+
+
+def integrated_config(context: Dict[str, Any], version: FrrVersion) -> str:
+    """The node's configuration as one file (FRR's integrated ``frr.conf``,
+    which ``vtysh -b`` hands to each daemon): every daemon's file as
+    :func:`node_configs` renders it, in start order, with the lines a file
+    holds once (``frr defaults``, ``hostname``) kept from the first only."""
+    seen = set()
+    out = [f"! FRR for {config_token(context['node'])}: every daemon's configuration, as "
+           "nslab renders it for the lab"]
+    for name, text in node_configs(context, version).items():
+        if name == "vtysh.conf":  # the dry run's stand-in for the host's
+            continue
+        for ln in text.splitlines():
+            if ln.startswith(_ONCE):
+                if ln in seen:
+                    continue
+                seen.add(ln)
+            out.append(ln)
+    return "\n".join(out) + "\n"
+
+
+def container_configs(context: Dict[str, Any], version: FrrVersion) -> Dict[str, str]:
+    """The files that configure FRR's own container image the way the lab
+    configures a node (``{file name in FRR's config directory: text}``): the
+    integrated ``frr.conf``, a ``vtysh.conf`` that makes it the only file, and
+    the ``daemons`` file naming the daemons the lab would start."""
+    kinds = daemon_kinds(bool(context["bgp"].bfd), version)
+    started = {k.NAME for k in kinds}
+    daemons = [(k.NAME, True) for k in kinds if k is not Mgmtd]
+    daemons += [(name, False) for name in ("bgpd", "bfdd") if name not in started]
+    values = dict(context, mgmtd=version.mgmtd, frr_version=version.text, daemons=daemons)
+    return {"frr.conf": integrated_config(context, version),
+            "vtysh.conf": _ENV.get_template("vtysh-integrated.conf.j2").render(**values),
+            "daemons": _ENV.get_template("daemons.j2").render(**values)}

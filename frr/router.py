@@ -23,17 +23,21 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 from nslab.errors import LabError, ReadinessError
 from nslab.extension import Extension
 
-from .daemon import Daemon, daemon_kinds, node_configs
+from .daemon import Daemon, container_configs, daemon_kinds, node_configs
 from .rundir import NodeDir, frr_ids
-from .version import FrrVersion, detect
+from .version import FrrVersion, detect, parse_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.fields import BgpOptions
     from nslab.lab import Lab
     from nslab.node import LabNode
     from nslab.plan import BuildPlan
+    from nslab.topo import Topology
 
 log = logging.getLogger(__name__)
+
+#: The FRR release an export is written for when the image's tag names none.
+EXPORT_RELEASE = "10.3"
 
 
 def node_dir(lab: "Lab", node: str) -> str:
@@ -151,6 +155,22 @@ class FrrExtension(Extension):
         for r in self.routers.values():
             r.stop()
         return []
+
+    def export_files(self, topo: "Topology", node: str,
+                     release: Optional[str] = None) -> Dict[str, str]:
+        """FRR's configuration of ``node`` for FRR's container image (``nslab
+        topo export``): the files the lab renders for it, as one ``frr.conf``,
+        with ``daemons`` and ``vtysh.conf``, at their paths in the image.
+        ``release``: the image's FRR version (``10.3.1``); unknown, the
+        current layout (10.x, with ``mgmtd``) is assumed."""
+        bgp = topo.nodes[node].bgp
+        if not bgp:
+            return {}
+        version = parse_version(f"version {release or EXPORT_RELEASE}")
+        context = {"node": node, "run_id": "export", "interfaces": topo.node_interfaces()[node],
+                   "bgp": bgp}
+        return {os.path.join(version.sysconfdir, name): text
+                for name, text in container_configs(context, version).items()}
 
 
 def wait_ready(daemons: List[Daemon], timeout: float) -> None:

@@ -37,6 +37,7 @@ PACKAGES = {
     "ip": "iproute2", "tc": "iproute2", "ovs-vsctl": "openvswitch-switch",
     "ovs-ofctl": "openvswitch-switch", "iperf": "iperf", "ethtool": "ethtool",
     "tcpdump": "tcpdump", "gcc": "gcc", "mn": "mininet", "zebra": "frr", "bgpd": "frr",
+    "dumpcap": "wireshark-common",
 }
 FRR_DIR = "/usr/lib/frr"
 
@@ -195,7 +196,8 @@ def probe() -> Dict[str, Capability]:
     root = is_root()
     caps["root"] = Capability("root", root, "running as root" if root else "not root", True,
                               "run as root (sudo)")
-    for tool in ("ip", "tc", "iperf", "ethtool", "ovs-vsctl", "tcpdump", "gcc", "mn"):
+    for tool in ("ip", "tc", "iperf", "ethtool", "ovs-vsctl", "tcpdump", "dumpcap", "gcc",
+                 "mn"):
         found = shutil.which(tool)
         caps[f"tool:{tool}"] = Capability(f"tool:{tool}", bool(found), found or "missing",
                                           tool in ("ip", "tc"), f"apt install {PACKAGES[tool]}")

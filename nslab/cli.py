@@ -19,7 +19,9 @@ import click
 from . import __version__
 from .cliutil import (RESULTS_ENV, Ctx, current_log, install_signals, limit_option, print_lab,
                       setup_logging)
+from .capturecli import capture_cmd
 from .errors import InputError, LabError
+from .export import export_cmd
 from .reproduce import reproduce_cmd
 from .runcli import report, run_group
 from .safeio import make_dirs
@@ -113,24 +115,31 @@ def doctor() -> None:
 @click.option("--count", type=click.IntRange(1), default=None,
               help="Stop after this many refreshes (default: until Ctrl-C or the lab goes).")
 @click.option("--web", is_flag=True,
-              help="Serve a page with the topology picture and live rates on its links.")
+              help="Serve a page with the topology picture and live rates on its links "
+                   "(and /metrics for Prometheus).")
+@click.option("--metrics", "metrics_only", is_flag=True,
+              help="Serve /metrics alone (Prometheus or OpenMetrics text): per-interface "
+                   "counters labelled lab, node, interface. See docs/metrics.md.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
-              help="The page's port (--web; 0: any free one).")
+              help="The server's port (--web, --metrics; 0: any free one).")
 @click.option("--bind", default="127.0.0.1", show_default=True,
-              help="The page's address (--web); another than 127.0.0.1 exposes the lab's "
-                   "counters to the network.")
+              help="The server's address (--web, --metrics); another than 127.0.0.1 exposes "
+                   "the lab's counters to the network.")
 @click.option("--max-clients", type=click.IntRange(1, 1024), default=16, show_default=True,
               help="Pages served live at once (--web); one more is refused (503).")
-def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bool, port: int,
-              bind: str, max_clients: int) -> None:
+def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bool,
+              metrics_only: bool, port: int, bind: str, max_clients: int) -> None:
     """Live per-link rates (bit/s, packets/s, drops) of a running lab.
 
     RUN is a lab's run id (`nslab clean --dry-run` lists them); with no RUN and
     exactly one lab up, that one. With --web, a local page shows the lab's
-    picture, its links coloured and labelled with their live rates.
+    picture, its links coloured and labelled with their live rates, and
+    /metrics gives the counters to Prometheus; --metrics serves /metrics alone.
+    One sampler reads the counters, whatever the number of pages and scrapers.
+    Ctrl-C stops the server within a second.
     """
     try:
-        if web:
+        if web or metrics_only:
             import ipaddress
 
             from .webwatch import serve
@@ -138,7 +147,7 @@ def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bo
                 ipaddress.ip_address(bind)
             except ValueError:
                 raise InputError(f"--bind {bind!r}: not an IP address") from None
-            serve(run, interval, bind, port, max_clients)
+            serve(run, interval, bind, port, max_clients, page=web)
         else:
             from .watch import watch
             watch(run, interval, count)
@@ -223,6 +232,47 @@ def topo_draw(ctx: click.Context, topology: str, output: str) -> None:
     from .topoload import extra_kwargs, load_topology
     t = load_topology(topology, extra_kwargs(ctx.args))
     click.echo(draw(t, output))
+
+
+@topo.command("export", context_settings={"ignore_unknown_options": True,
+                                           "allow_extra_args": True})
+@click.argument("topology")
+@click.option("--format", "fmt", default="containerlab", show_default=True,
+              help="containerlab: a .clab.yml for containerlab (one host) or clabernetes "
+                   "(Kubernetes).")
+@click.option("-o", "--output", default=None, metavar="FILE.clab.yml",
+              help="Write here, with the FRR routers' files in a folder beside it "
+                   "(default: standard output, for a topology without FRR routers).")
+@click.option("--name", default=None, help="The lab's name (default: the topology's).")
+@click.option("--image", default="wbitt/network-multitool:alpine-extra", show_default=True,
+              help="Image of the hosts, plain routers and switches (needs ip and tc).")
+@click.option("--frr-image", default="quay.io/frrouting/frr:10.3.1", show_default=True,
+              help="Image of the FRR routers; its tag's version picks the config layout.")
+@click.option("--interface-names", default="keep", show_default=True, metavar="keep|eth",
+              help="keep nslab's interface names, or rename to eth1, eth2... per node.")
+@click.option("--no-mgmt", is_flag=True,
+              help="No management network (network-mode: none): only the topology's links.")
+@limit_option
+@click.pass_context
+def topo_export(ctx: click.Context, topology: str, fmt: str, output: Optional[str],
+                name: Optional[str], image: str, frr_image: str, interface_names: str,
+                no_mgmt: bool) -> None:
+    """Write TOPOLOGY (a ready name with its options, .yaml or Mininet file) for
+    another tool. No root. What carries over and what does not: docs/multi-host.md.
+
+    \b
+      nslab topo export clos --spines 2 --servers 4 -o clos.clab.yml
+      nslab topo export examples/two-hosts.yaml > two-hosts.clab.yml
+    """
+    from .clab import export_command
+    from .topoload import extra_kwargs, load_topology
+    t = load_topology(topology, extra_kwargs(ctx.args))
+    text, messages = export_command(t, fmt, output, name=name, image=image, frr_image=frr_image,
+                                    interface_names=interface_names, mgmt=not no_mgmt)
+    for m in messages:
+        click.echo(m, err=True)
+    if text is not None:
+        click.echo(text, nl=False)
 
 
 HOSTS_HELP = ("Build the lab across these hosts (ssh destinations; NAME=ADDRESS gives the "
@@ -455,7 +505,9 @@ def bench_all_cmd(ctx: click.Context) -> None:
 cli.add_command(bench)
 cli.add_command(run_group)
 cli.add_command(report)
+cli.add_command(export_cmd)
 cli.add_command(reproduce_cmd)
+cli.add_command(capture_cmd)
 
 
 def _register_plugins() -> None:

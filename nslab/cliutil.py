@@ -76,7 +76,8 @@ def int_list(text: str, what: str) -> List[int]:
 
 
 LIMIT_HELP = ("Raise (or lower) a size ceiling, e.g. nodes=30000 or duration=36h; repeatable. "
-              "KEY: nodes, links, namespaces, labs, points, trials, duration. Defaults come "
+              "KEY: nodes, links, namespaces, labs, points, trials, duration, capture and "
+              "captures (bytes of one packet capture and of a run's, e.g. 4G). Defaults come "
               "from this machine's memory (nslab topo check FILE shows them); a file cannot "
               "raise them.")
 

@@ -71,6 +71,15 @@ class Extension:
         """Undo :meth:`build` (best effort); return the problems met."""
         return []
 
+    def export_files(self, topo: "Topology", node: str,
+                     release: Optional[str] = None) -> Dict[str, str]:
+        """The files that run this extension's part of ``node`` outside nslab,
+        in a container of the software's own image (``nslab topo export``):
+        ``{absolute path in the container: text}``, empty when ``node`` has no
+        part in it. ``release``: the software's version in that image, when
+        its tag says (``10.3.1``)."""
+        return {}
+
     def journal(self, lab: "Lab") -> Dict[str, Any]:
         """What to record in the run's journal before building (read by :meth:`release`)."""
         return {}

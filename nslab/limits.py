@@ -36,6 +36,12 @@ Keys, and where their default ceilings come from:
 * ``duration`` (per run, seconds): :data:`MAX_DURATION_S`, one day. Not a
   property of the machine: a run planned longer than that should be asked
   for on purpose.
+* ``capture`` (bytes of one packet capture) and ``captures`` (bytes of all
+  the captures of a run): :data:`CAPTURE_BYTES` and :data:`CAPTURES_BYTES`.
+  They bound disk, not memory: a study file's ``captures:`` are counted as
+  packets x (snap length + pcapng's per-packet bytes) per capture, times the
+  trials it captures, before anything runs; dumpcap stops each file at its
+  count and size.
 
 The CPU count bounds none of these: more CPUs make a lab faster, not smaller.
 
@@ -62,7 +68,7 @@ __all__ = ["KEYS", "Limits", "LimitError", "active", "use", "activate", "machine
 
 #: What may be limited, in the order the plan shows them.
 KEYS: Tuple[str, ...] = ("nodes", "links", "namespaces", "labs", "points", "trials",
-                         "duration")
+                         "duration", "capture", "captures")
 #: Estimated memory per namespace of a lab, KiB (see the module docstring).
 NAMESPACE_KIB = 512
 #: Estimated memory per link (a veth pair) of a lab, KiB.
@@ -77,11 +83,18 @@ PLAN_SHARE = 0.125
 MAX_LABS = 64
 #: One day.
 MAX_DURATION_S = 86400.0
+#: Bytes one packet capture may take (a study file's ``snaplen`` x ``max_packets``).
+CAPTURE_BYTES = 256 * 1024 ** 2
+#: Bytes all the packet captures of one run may take.
+CAPTURES_BYTES = 2 * 1024 ** 3
+#: Keys counted in bytes.
+BYTE_KEYS = ("capture", "captures")
 #: Used when the machine's memory cannot be read.
 FALLBACK_MEM_KIB = 2 * 1024 * 1024
 
 _WHAT = {"nodes": "nodes", "links": "links", "namespaces": "namespaces", "labs": "labs",
-         "points": "sweep points", "trials": "trials", "duration": "planned"}
+         "points": "sweep points", "trials": "trials", "duration": "planned",
+         "capture": "in one capture", "captures": "of captures"}
 
 
 class LimitError(InputError):
@@ -97,6 +110,8 @@ class Limits:
         nodes, links, namespaces: per lab.
         labs, points, trials: per run of a study.
         duration: seconds a run of a study is planned to take.
+        capture, captures: bytes of one packet capture, and of all the
+            captures of a run.
         why: for each key, a short reason (``from 23.5 GiB of memory``, or
             ``--limit`` when given on the command line).
     """
@@ -108,6 +123,8 @@ class Limits:
     points: int
     trials: int
     duration: float
+    capture: int = CAPTURE_BYTES
+    captures: int = CAPTURES_BYTES
     why: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
     def get(self, key: str) -> float:
@@ -150,7 +167,13 @@ class Limits:
 
 
 def fmt(key: str, value: float) -> str:
-    """A value of ``key`` for a message: ``1,000,000``, or ``2.5 h`` for a duration."""
+    """A value of ``key`` for a message: ``1,000,000``, ``2.5 h`` for a
+    duration, ``1.5 GiB`` for bytes."""
+    if key in BYTE_KEYS:
+        for unit, size in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+            if value >= size:
+                return f"{value / size:,.1f} {unit}"
+        return f"{int(value):,} B"
     if key == "duration":
         if value >= 3600:
             return f"{value / 3600:,.1f} h"
@@ -194,9 +217,11 @@ def derive(mem_kib: int, netns_max: Optional[int] = None) -> Limits:
     trials = max(1, int(mem_kib * PLAN_SHARE // TRIAL_KIB))
     return Limits(nodes=per_ns, links=max(1, int(lab // LINK_KIB)), namespaces=namespaces,
                   labs=MAX_LABS, points=trials, trials=trials, duration=MAX_DURATION_S,
+                  capture=CAPTURE_BYTES, captures=CAPTURES_BYTES,
                   why={"nodes": f"from {gib}", "links": f"from {gib}", "namespaces": ns_why,
                        "labs": "default", "points": f"from {gib}", "trials": f"from {gib}",
-                       "duration": "default: a day"})
+                       "duration": "default: a day", "capture": "default",
+                       "captures": "default"})
 
 
 def machine() -> Limits:
@@ -239,6 +264,7 @@ def activate(items: Iterable[str]) -> Limits:
 
 _DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*(s|m|min|h|d)?$")
 _UNIT_S = {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+_SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)(?:i?b)?$")
 
 
 def parse_limit(item: str) -> Tuple[str, float]:
@@ -255,6 +281,12 @@ def parse_limit(item: str) -> Tuple[str, float]:
             raise InputError(f"--limit {item!r}: a duration in seconds (or 90m, 36h, 2d), "
                              "at most ten years")
         return key, value
+    if key in BYTE_KEYS:
+        m = _SIZE_RE.fullmatch(text.lower())
+        value = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ") if m else math.nan
+        if not m or not 1 <= value <= 1024 ** 5:
+            raise InputError(f"--limit {item!r}: a size in bytes (or 500M, 2G, 1T), at most 1 PiB")
+        return key, int(value)
     if not text.isdigit() or not 0 < int(text) <= 10**9:
         raise InputError(f"--limit {item!r}: a whole number from 1 to 1,000,000,000")
     return key, int(text)

@@ -270,6 +270,27 @@ def run_group(ctx: click.Context, list_: bool) -> None:
             click.echo(f"{name:10} {cls.title} ({cls.source}); presets: {', '.join(cls.Config.presets)}")
 
 
+def study_of_run(run_dir: str, parent: Optional[str] = None) -> Any:
+    """The study class that reads the run directory ``run_dir``: the study file
+    the run kept (``study.yaml``), or the registered study its provenance names
+    (else ``parent``, the name of the folder the run was found in). Used by
+    ``nslab report`` and ``nslab export``."""
+    from .registry import studies, study_from_file
+    from .results import PROVENANCE, ResultStore
+    store = ResultStore.open(run_dir)
+    kept = os.path.join(run_dir, "study.yaml")  # a study file's run keeps the file it ran
+    if os.path.isfile(kept):
+        return study_from_file(kept)
+    # a registered study's name, never a path (a file would be read from anywhere)
+    exp = store.provenance().get("experiment") or parent
+    found = studies()
+    if not isinstance(exp, str) or exp not in found:
+        raise InputError(f"{os.path.join(run_dir, PROVENANCE)}: experiment: "
+                         f"{str(exp)[:80]!r} is not a registered study "
+                         f"({', '.join(found) or 'none'})")
+    return found[exp]
+
+
 @click.command("report")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False))
 @click.pass_context
@@ -282,8 +303,7 @@ def report(ctx: click.Context, run_dir: str) -> None:
     into a new directory under <results>/reports/, and the report goes there.
     """
     from .cliutil import RESULTS_ENV
-    from .registry import studies, study_from_file
-    from .results import PROVENANCE, ResultStore, copy_to_report_dir
+    from .results import copy_to_report_dir
     from .safeio import tree_is_safe
     if os.path.islink(run_dir.rstrip("/") or "/"):
         raise InputError(f"{run_dir}: a symbolic link; give the run directory itself")
@@ -302,19 +322,7 @@ def report(ctx: click.Context, run_dir: str) -> None:
         for name, path in write_report(run_dir).items():
             click.echo(f"{name}: {path}")
         return
-    store = ResultStore.open(run_dir)
-    kept = os.path.join(run_dir, "study.yaml")  # a study file's run keeps the file it ran
-    if os.path.isfile(kept):
-        cls = study_from_file(kept)
-    else:
-        # a registered study's name, never a path (a file would be read from anywhere)
-        exp = store.provenance().get("experiment") or parent
-        found = studies()
-        if not isinstance(exp, str) or exp not in found:
-            raise InputError(f"{os.path.join(run_dir, PROVENANCE)}: experiment: "
-                             f"{str(exp)[:80]!r} is not a registered study "
-                             f"({', '.join(found) or 'none'})")
-        cls = found[exp]
+    cls = study_of_run(run_dir, parent)
     from .study import report_of
     rep = report_of(cls(), run_dir)
     for name, path in rep.files.items():

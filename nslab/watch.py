@@ -58,7 +58,8 @@ def namespaces(run: str) -> Dict[str, str]:
 
 def parse_link_stats(text: str) -> Counters:
     """``ip -s -j link`` output -> ``{intf: {rx_bytes, tx_bytes, rx_packets,
-    tx_packets, drops}}`` (loopback left out)."""
+    tx_packets, rx_dropped, tx_dropped, rx_errors, tx_errors, drops}}``
+    (loopback left out; ``drops`` is both directions' drops)."""
     out: Counters = {}
     for link in json.loads(text or "[]"):
         name = link.get("ifname", "")
@@ -66,10 +67,10 @@ def parse_link_stats(text: str) -> Counters:
         if not name or name == "lo" or not st:
             continue
         rx, tx = st.get("rx", {}), st.get("tx", {})
-        out[name.split("@")[0]] = {
-            "rx_bytes": rx.get("bytes", 0), "tx_bytes": tx.get("bytes", 0),
-            "rx_packets": rx.get("packets", 0), "tx_packets": tx.get("packets", 0),
-            "drops": rx.get("dropped", 0) + tx.get("dropped", 0)}
+        c = {f"{d}_{k}": int(side.get(k, 0)) for d, side in (("rx", rx), ("tx", tx))
+             for k in ("bytes", "packets", "dropped", "errors")}
+        c["drops"] = c["rx_dropped"] + c["tx_dropped"]
+        out[name.split("@")[0]] = c
     return out
 
 

@@ -16,22 +16,39 @@ own script (a Content-Security-Policy with a per-response nonce), every request
 must name the bound address in its ``Host`` header (so a DNS-rebinding page of
 another site cannot read the lab's counters), and at most ``max_clients`` event
 streams are served at once.
+
+``/metrics`` (:mod:`nslab.watchmetrics`) gives the same sampler's readings to
+Prometheus; ``nslab watch --metrics`` serves it alone, without the page.
+
+The server stops within a second of SIGINT (Ctrl-C) or SIGTERM, whatever pages
+and scrapers are connected: the signal ends every event stream, then the
+server closes (a write that a stuck client never reads is cancelled after
+:data:`SHUTDOWN_TIMEOUT`). A page that closes is not an error (a debug line).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import json
 import logging
 import os
 import re
 import secrets
+import signal
+import socket
+import time
 import xml.etree.ElementTree as ET
-from typing import Any, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
+from . import watchmetrics
 from .errors import InputError
 from .shaping import format_rate
-from .watch import Rate, find_run, namespaces, rates, sample
+from .watch import Counters, Rate, find_run, namespaces, rates, sample
+
+#: What a sampler returns: ``(time.monotonic(), {node: counters})`` (see
+#: :func:`nslab.watch.sample`).
+Sample = Tuple[float, Dict[str, Counters]]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +61,9 @@ UNSHAPED_FULL = 1e9
 
 #: Event streams (``/events``, one per open page) served at once by default.
 MAX_CLIENTS = 16
+#: Seconds a stopping server waits for a request still being written (a client
+#: that does not read) before cancelling it; event streams end at once.
+SHUTDOWN_TIMEOUT = 0.5
 
 SVG_NS = "http://www.w3.org/2000/svg"
 #: What a Graphviz picture is made of: plain drawing elements (no ``script``,
@@ -186,7 +206,7 @@ def host_allowed(host: Optional[str], bind: str) -> bool:
     return addr in addrs if addrs else True
 
 
-def page(run: str, svg: Optional[str], interval: float, nonce: str = "") -> str:
+def page_html(run: str, svg: Optional[str], interval: float, nonce: str = "") -> str:
     """The live page: the picture (if the lab wrote its topology) and a table;
     its script carries ``nonce`` (see the Content-Security-Policy of
     :func:`app`)."""
@@ -222,12 +242,29 @@ def load_topology(run: str) -> Optional[Any]:
 
 
 class Watcher:
-    """The sampler shared by every open page."""
+    """The sampler shared by every open page and every scraper: one reading of
+    the lab's counters per interval, whatever the number of clients.
 
-    def __init__(self, run: str, interval: float) -> None:
+    Args:
+        run: the lab's run id.
+        interval: seconds between two readings.
+        picture: load the lab's topology and draw it (the page); False for
+            ``/metrics`` alone.
+        sampler: reads ``{node: namespace}`` once (default
+            :func:`nslab.watch.sample`: one ``ip -s -j link`` per namespace).
+        nss: ``{node: namespace}`` (default: the run's namespaces).
+        live: whether the lab is still up (default: its run journal says so).
+    """
+
+    def __init__(self, run: str, interval: float, *, picture: bool = True,
+                 sampler: Optional[Callable[[Dict[str, str]], Sample]] = None,
+                 nss: Optional[Dict[str, str]] = None,
+                 live: Optional[Callable[[], bool]] = None) -> None:
         self.run, self.interval = run, interval
-        self.nss = namespaces(run)
-        topo = load_topology(run)
+        self.nss = namespaces(run) if nss is None else nss
+        self.sampler = sampler or sample
+        self.live = live or self._journal_says_live
+        topo = load_topology(run) if picture else None
         self.links: List[Dict[str, Any]] = []
         self.svg: Optional[str] = None
         if topo is not None:
@@ -240,44 +277,75 @@ class Watcher:
                 except UnsafeSvgError as exc:
                     log.warning("lab %s: no picture on the page: %s", run, exc)
         self.latest: Optional[Dict[str, Any]] = None
+        #: The latest counters, for ``/metrics``.
+        self.reading: Optional[watchmetrics.Reading] = None
         self.seq = 0
+        self.samples = 0  # readings taken
+        self.samplers = 0  # sample loops running: one while the server runs
+        self.streams = 0  # event streams open
         self.gone = False
+        self.stopping = False
         self.changed = asyncio.Condition()
 
-    async def sample_forever(self) -> None:
-        """Sample every interval until the lab goes; wake every page each time."""
+    def _journal_says_live(self) -> bool:
         from .clean import read_journal, run_is_live
+        return run_is_live(read_journal(self.run))
+
+    def _keep(self, s: Sample) -> None:
+        # the reading's wall-clock time, from the sampler's monotonic one
+        self.reading = watchmetrics.Reading(time.time() - (time.monotonic() - s[0]), s[1])
+        self.samples += 1
+
+    async def sample_forever(self) -> None:
+        """Sample every interval until the lab goes or the server stops; wake
+        every page each time."""
         loop = asyncio.get_running_loop()
-        prev = await loop.run_in_executor(None, sample, self.nss)
-        while not self.gone:
-            await asyncio.sleep(self.interval)
-            if not run_is_live(read_journal(self.run)):
-                self.gone = True
-                log.info("lab %s is gone", self.run)
-            else:
-                cur = await loop.run_in_executor(None, sample, self.nss)
-                self.latest = payload(self.run, self.links, rates(prev, cur))
-                prev = cur
-            async with self.changed:
-                self.seq += 1
-                self.changed.notify_all()
+        self.samplers += 1
+        try:
+            prev = await loop.run_in_executor(None, self.sampler, self.nss)
+            self._keep(prev)
+            while not (self.gone or self.stopping):
+                await asyncio.sleep(self.interval)
+                if not self.live():
+                    self.gone = True
+                    log.info("lab %s is gone", self.run)
+                else:
+                    cur = await loop.run_in_executor(None, self.sampler, self.nss)
+                    self.latest = payload(self.run, self.links, rates(prev, cur))
+                    self._keep(cur)
+                    prev = cur
+                async with self.changed:
+                    self.seq += 1
+                    self.changed.notify_all()
+        finally:
+            self.samplers -= 1
+
+    async def stop(self) -> None:
+        """End every event stream now: the server is stopping."""
+        self.stopping = True
+        async with self.changed:
+            self.changed.notify_all()
 
 
-def app(watcher: Watcher, bind: str = "127.0.0.1", max_clients: int = MAX_CLIENTS) -> Any:
+def app(watcher: Watcher, bind: str = "127.0.0.1", max_clients: int = MAX_CLIENTS,
+        page: bool = True) -> Any:
     """The aiohttp application: ``/`` the page, ``/events`` the stream,
-    ``/rates.json`` the latest sample.
+    ``/rates.json`` the latest sample, ``/metrics`` the counters for
+    Prometheus (:mod:`nslab.watchmetrics`); with ``page`` False, ``/metrics``
+    alone.
 
     Args:
         watcher: the sampler.
         bind: the address the server listens on: a request whose ``Host``
             header names anything else gets 421 (see :func:`host_allowed`).
         max_clients: event streams served at once; one more gets 503.
+        page: serve the page (``/``, ``/events``, ``/rates.json``) too.
     """
     from aiohttp import web
 
     if max_clients < 1:
         raise InputError(f"max_clients {max_clients}: must be at least 1")
-    clients = [0]  # open event streams
+    registry = watchmetrics.registry(watcher)
 
     @web.middleware
     async def only_our_host(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -292,7 +360,7 @@ def app(watcher: Watcher, bind: str = "127.0.0.1", max_clients: int = MAX_CLIENT
 
     async def index(request: web.Request) -> web.Response:
         nonce = secrets.token_urlsafe(16)
-        return web.Response(text=page(watcher.run, watcher.svg, watcher.interval, nonce),
+        return web.Response(text=page_html(watcher.run, watcher.svg, watcher.interval, nonce),
                             content_type="text/html",
                             headers={"Content-Security-Policy": csp(nonce),
                                      "X-Frame-Options": "DENY", "Cache-Control": "no-store"})
@@ -301,79 +369,144 @@ def app(watcher: Watcher, bind: str = "127.0.0.1", max_clients: int = MAX_CLIENT
         return web.json_response(watcher.latest or {"run": watcher.run, "links": [],
                                                     "interfaces": []})
 
+    async def metrics(request: web.Request) -> web.Response:
+        # the sampler's latest reading, formatted: a scrape runs no tool
+        body, content_type = watchmetrics.exposition(registry, request.headers.get("Accept"))
+        return web.Response(body=body, headers={"Content-Type": content_type,
+                                                "Cache-Control": "no-store"})
+
     async def events(request: web.Request) -> web.StreamResponse:
-        if clients[0] >= max_clients:
+        if watcher.streams >= max_clients:
             return web.Response(status=503, headers={"Retry-After": "10"},
                                 text=f"nslab watch: {max_clients} pages are open already; "
                                      "close one\n")
-        clients[0] += 1
+        watcher.streams += 1
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                           "Cache-Control": "no-cache"})
         try:
-            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
-                                               "Cache-Control": "no-cache"})
             await resp.prepare(request)
             seen = -1
             while True:
                 async with watcher.changed:
-                    await watcher.changed.wait_for(lambda: watcher.seq != seen)
+                    await watcher.changed.wait_for(
+                        lambda: watcher.seq != seen or watcher.stopping)
                     seen = watcher.seq
+                if watcher.stopping:  # the server is stopping: end the stream now
+                    return resp
                 if watcher.gone:
                     await resp.write(b"event: gone\ndata: {}\n\n")
                     return resp
                 if watcher.latest is not None:
                     await resp.write(f"data: {json.dumps(watcher.latest)}\n\n".encode())
-        except ConnectionResetError:  # the page was closed
+        except ConnectionError:  # aiohttp's ClientConnectionResetError is one
+            log.debug("lab %s: a page closed its event stream", watcher.run)
             return resp
         finally:
-            clients[0] -= 1
+            watcher.streams -= 1
 
     sampler = web.AppKey("sampler", asyncio.Task)
 
     async def start(application: web.Application) -> None:
         application[sampler] = asyncio.create_task(watcher.sample_forever())
 
+    async def end_streams(application: web.Application) -> None:
+        # before aiohttp waits for the handlers still running: streams end now
+        await watcher.stop()
+
     async def stop(application: web.Application) -> None:
-        application[sampler].cancel()
+        task = application[sampler]
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     application = web.Application(middlewares=[only_our_host])
-    application.router.add_get("/", index)
-    application.router.add_get("/events", events)
-    application.router.add_get("/rates.json", latest)
+    if page:
+        application.router.add_get("/", index)
+        application.router.add_get("/events", events)
+        application.router.add_get("/rates.json", latest)
+    application.router.add_get("/metrics", metrics)
     application.on_response_prepare.append(plain_headers)
     application.on_startup.append(start)
+    application.on_shutdown.append(end_streams)
     application.on_cleanup.append(stop)
     return application
 
 
-def serve(run: Optional[str], interval: float, bind: str, port: int,
-          max_clients: int = MAX_CLIENTS) -> None:
-    """Serve the live page of ``run`` until Ctrl-C, or until the lab goes;
-    ``max_clients`` pages at once (see :func:`app`)."""
-    import socket
+def listen(bind: str, port: int) -> socket.socket:
+    """A listening socket on ``bind``:``port`` (0: any free port).
 
-    from aiohttp import web
-    run = find_run(run)
+    Raises:
+        InputError: the address cannot be bound (in use, not this machine's).
+    """
     try:
-        sock = socket.create_server((bind, port), reuse_port=False)
+        return socket.create_server((bind, port), reuse_port=False)
     except OSError as exc:
         raise InputError(f"cannot listen on {bind}:{port}: {exc.strerror} "
                          "(choose another with --port)") from None
-    watcher = Watcher(run, interval)
+
+
+def serve(run: Optional[str], interval: float, bind: str, port: int,
+          max_clients: int = MAX_CLIENTS, page: bool = True) -> None:
+    """Serve the live page of ``run`` (and ``/metrics``; with ``page`` False,
+    ``/metrics`` alone) until SIGINT or SIGTERM, or until the lab goes;
+    ``max_clients`` pages at once (see :func:`app`)."""
+    run = find_run(run)
+    sock = listen(bind, port)
+    try:
+        watcher = Watcher(run, interval, picture=page)
+    except BaseException:
+        sock.close()
+        raise
+    serve_watcher(watcher, sock, bind, max_clients, page)
+
+
+def serve_watcher(watcher: Watcher, sock: socket.socket, bind: str,
+                  max_clients: int = MAX_CLIENTS, page: bool = True) -> None:
+    """Serve ``watcher`` on the listening ``sock`` until SIGINT or SIGTERM, or
+    until the lab goes; prints the address first."""
     host, bound_port = sock.getsockname()[:2]
     host = f"[{host}]" if ":" in host else host
-    print(f"nslab watch {run}: http://{host}:{bound_port}/  (Ctrl-C to stop)", flush=True)
+    url = f"http://{host}:{bound_port}/" + ("" if page else "metrics")
+    print(f"nslab watch {watcher.run}: {url}  (Ctrl-C to stop)", flush=True)
+    asyncio.run(run_server(watcher, sock, bind, max_clients, page,
+                           signals=(signal.SIGINT, signal.SIGTERM, signal.SIGHUP)))
 
-    async def main() -> None:
-        runner = web.AppRunner(app(watcher, bind, max_clients), handle_signals=False,
-                               shutdown_timeout=1.0)
+
+async def run_server(watcher: Watcher, sock: socket.socket, bind: str,
+                     max_clients: int = MAX_CLIENTS, page: bool = True,
+                     stop: Optional[asyncio.Event] = None,
+                     signals: Sequence[int] = ()) -> None:
+    """Serve until ``stop`` is set (by one of ``signals``, if given) or the lab
+    goes, then stop within about a second whatever clients are connected.
+
+    The signals are handled by the event loop (also one that was ignored when
+    the process started, as a background job's SIGINT is): the first one sets
+    ``stop``; while the server closes they have their former handlers back (a
+    second Ctrl-C interrupts as it did before).
+    """
+    from aiohttp import web
+    loop = asyncio.get_running_loop()
+    stop = stop or asyncio.Event()
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(app(watcher, bind, max_clients, page), handle_signals=False,
+                           shutdown_timeout=SHUTDOWN_TIMEOUT)
+    try:
         await runner.setup()
-        site = web.SockSite(runner, sock)
-        await site.start()
-        try:
-            while not watcher.gone:
-                await asyncio.sleep(0.2)
+        await web.SockSite(runner, sock).start()
+        while not (watcher.gone or stop.is_set()):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.2)
+        if watcher.gone and not stop.is_set():
             await asyncio.sleep(0.5)  # pages get the last event
-            print(f"lab {run} is gone", flush=True)
-        finally:
-            await runner.cleanup()
-
-    asyncio.run(main())
+            print(f"lab {watcher.run} is gone", flush=True)
+    finally:
+        for sig, handler in before.items():
+            loop.remove_signal_handler(sig)
+            if handler is not None:
+                signal.signal(sig, handler)
+        t0 = time.monotonic()
+        await watcher.stop()
+        await runner.cleanup()
+        log.debug("lab %s: server stopped in %.2f s", watcher.run, time.monotonic() - t0)

@@ -17,7 +17,7 @@
 #   tmpfs on run and tmp    as a booted trixie has them (daemons' pid files, sockets)
 #   the repository          read-write, at the same path
 #   <repo>/.cache           the root's own var/cache/nslab-repo: the unpacked
-#                           sshd and kernels are per userland (and the root
+#                           sshd, prometheus and kernels are per userland (and the root
 #                           itself lives in the host's .cache)
 #   /lib/modules/<uname -r> this machine's modules, read-only, if it has any
 #   pip's find-links dirs   read-only (PIP_FIND_LINKS), at the same path

@@ -19,9 +19,10 @@ name=${PRETTY_NAME:-$ID}
 
 # The same names on every distribution below. libc6-dev: gcc's headers (only
 # recommended by gcc, and recommends are not installed; a fresh Debian 13 root
-# has no arpa/inet.h without it).
+# has no arpa/inet.h without it). wireshark-common: dumpcap, which `nslab capture`
+# runs (its debconf question, non-root capture, keeps its default "no" here).
 pkgs=(mininet iputils-ping bridge-utils openvswitch-switch frr iperf iproute2 ethtool tcpdump
-      gcc libc6-dev python3-venv sysstat procps graphviz tmux openssh-client)
+      wireshark-common gcc libc6-dev python3-venv sysstat procps graphviz tmux openssh-client)
 case "$ID:$VERSION_ID" in
   debian:12|debian:13)
     # the browser tests' Chromium; debootstrap makes the Debian 13 root of

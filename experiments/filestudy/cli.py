@@ -73,6 +73,11 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
     click.echo(f"  size: {labs} lab(s), {points // cfg.repeat:,} points, {points:,} trials, "
                f"~{fmt('duration', seconds)}; largest lab {biggest[0]:,} nodes, "
                f"{biggest[1]:,} links, {biggest[2]:,} namespaces")
+    if cls.loaded.spec.captures:
+        from .captures import planned
+        n, most = planned(cls.resolved(cfg).spec)
+        click.echo(f"  captures: {len(cls.loaded.spec.captures)} asked, in {n:,} trials, at most "
+                   f"{fmt('captures', most)} (raw/*-capture-*.pcapng)")
     click.echo(f"  limits: {lim.describe()} (raise with --limit KEY=N)")
     click.echo(f"run it: nslab run {path}" + (f" --preset {preset}" if preset != "default" else ""))
 

@@ -19,10 +19,12 @@ import math
 import re
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from pydantic import BeforeValidator, Field, StrictBool, StrictInt, model_validator
+from pydantic import (BeforeValidator, Field, StrictBool, StrictInt, WithJsonSchema,
+                      model_validator)
 from typing_extensions import Annotated, Literal
 
-from nslab.fields import (Address, Delay, Label, NodeName, Percent, Rate, StrictModel,
+from nslab.errors import InputError
+from nslab.fields import (NAME_RE, Address, Delay, Label, NodeName, Percent, Rate, StrictModel,
                           SysctlKey, SysctlValue)
 from nslab.pktgen import MIN_RATE as PKTGEN_MIN_RATE
 
@@ -418,6 +420,69 @@ class ClaimSpec(StrictModel):
         return self
 
 
+# -- packet captures --------------------------------------------------------------------
+def _capture_link(value: Any) -> str:
+    """``[A, B]`` (as events name a link) becomes ``A-B``; a string is
+    ``NODE:IFACE``, ``A-B`` or ``NODE``, as ``nslab capture`` takes it."""
+    from nslab.capture import parse_target
+    if isinstance(value, (list, tuple)):
+        if len(value) != 2 or not all(isinstance(v, str) for v in value):
+            raise ValueError("[A, B] names a link by its two nodes")
+        value = f"{value[0]}-{value[1]}"
+    if not isinstance(value, str):
+        raise ValueError("NODE:IFACE, A-B or [A, B] (a link, captured at A's end), or NODE")
+    try:
+        parse_target(value)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+CaptureLink = Annotated[str, BeforeValidator(_capture_link), WithJsonSchema({
+    "anyOf": [{"type": "string", "pattern": r"^[A-Za-z0-9_:.-]{1,64}$"},
+              {"type": "array", "items": {"type": "string", "pattern": NAME_RE.pattern},
+               "minItems": 2, "maxItems": 2}]})]
+
+
+def _capture_filter(value: Any) -> str:
+    from nslab.capture import check_filter
+    if not isinstance(value, str):
+        raise ValueError("a capture filter is text, e.g. 'icmp or arp'")
+    try:
+        return check_filter(value)
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class CaptureSpec(StrictModel):
+    """A packet capture (pcapng, by dumpcap) during chosen trials, kept beside
+    their raw output (``raw/<trial>-capture-<name>.pcapng``) and named in the
+    report. Its size is bounded by ``max_packets`` x ``snaplen``; the
+    captures of a run are counted against ``--limit capture``/``captures``
+    before anything is built."""
+
+    link: CaptureLink = Field(description="[A, B] or A-B: the link, captured at A's end; "
+                                          "NODE:IFACE: one interface; NODE: all its links' "
+                                          "interfaces, one file")
+    name: Optional[Ident] = Field(None, description="the file's name (default: from link)")
+    where: Dict[str, Scalar] = Field(default_factory=dict,
+                                     description="only at points with these sweep values")
+    trials: Literal["first", "all"] = Field(
+        "first", description="first: the first trial of each point; all: every trial")
+    snaplen: Annotated[StrictInt, Field(ge=64, le=65535)] = Field(
+        128, description="bytes kept of each packet")
+    max_packets: Annotated[StrictInt, Field(ge=1, le=10_000_000)] = Field(
+        10_000, description="the capture stops after this many packets")
+    filter: Optional[Annotated[str, BeforeValidator(_capture_filter),
+                               Field(max_length=1024)]] = Field(
+        None, description="a capture (BPF) filter, e.g. 'icmp or arp'")
+
+    @property
+    def file_name(self) -> str:
+        """The stem of its files: ``name``, else the link (``h1_h1-eth0``)."""
+        return self.name or re.sub(r"[^A-Za-z0-9_.-]", "_", self.link)
+
+
 # -- the whole file ---------------------------------------------------------------------
 class PresetSpec(StrictModel):
     """Overrides of ``repeat``, ``duration``, sampling (``rounds``, ``budget_s``)
@@ -455,4 +520,5 @@ class StudyFile(StrictModel):
     metrics: List[Metric] = Field(min_length=1, max_length=128)
     plots: List[Plot] = Field(default_factory=list, max_length=32)
     claims: List[ClaimSpec] = Field(default_factory=list, max_length=128)
+    captures: List[CaptureSpec] = Field(default_factory=list, max_length=32)
     presets: Dict[Literal["quick", "full"], PresetSpec] = Field(default_factory=dict)

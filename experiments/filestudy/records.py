@@ -3,7 +3,8 @@
 ``params`` are the sweep keys of the point (and ``repeat``); ``values`` the
 metric values (``NAME`` or ``NAME.VALUE``, None where a value could not be
 measured), ``series`` each goodput metric's bit/s per second, ``events``
-what was done when.
+what was done when, ``captures`` the packet captures the file asked for
+(``raw/...pcapng``; absent in records of runs without them).
 """
 from __future__ import annotations
 
@@ -19,6 +20,18 @@ class EventDone(Strict):
     done_at: float
 
 
+class CaptureDone(Strict):
+    """One packet capture of a trial: its link, its file (relative to the run
+    directory; None if it was skipped), what dumpcap wrote, and why it
+    stopped early or was skipped, if it did."""
+
+    link: str
+    file: Optional[str] = None
+    packets: Optional[int] = None
+    bytes: int = 0
+    error: Optional[str] = None
+
+
 class FileMeasurements(Strict):
     values: Dict[str, Optional[float]]
     series: Dict[str, List[float]] = {}
@@ -26,6 +39,7 @@ class FileMeasurements(Strict):
     events: List[EventDone] = []
     #: why a trial cannot count (e.g. a flow reported nothing); empty when valid
     invalid: List[str] = []
+    captures: Dict[str, CaptureDone] = {}
 
 
 class FileRecord(Record[Dict[str, Any], FileMeasurements]):

@@ -11,6 +11,7 @@ from nslab import stats
 from nslab.reporting import StudyReport, render_study, study_report
 
 from . import analysis
+from .captures import REPORT_ROWS, report_rows
 from .model import PlotLinks, PlotTimeseries, PlotVs
 from .records import SCHEMA
 from .spec import Loaded, field_of, value_names
@@ -44,7 +45,8 @@ def write_report(run_dir: str, loaded: Loaded) -> StudyReport:
                             cfg=prov.get("config", {}), keys=keys, values=values, rows=rows,
                             claims=claims, not_made=not_made, level=stats.level(),
                             topologies=pictures, events=events, n=len(recs),
-                            plots=bool(spec.plots and recs))
+                            plots=bool(spec.plots and recs), captures=report_rows(recs),
+                            captures_cut=REPORT_ROWS)
     plot = (lambda: draw_plots(run_dir, loaded, recs)) if spec.plots and recs else None
     return study_report(run_dir, md, spec.title, claims, plot, body)
 

@@ -21,6 +21,7 @@ from nslab.proc import run, wait_path
 from nslab.safeio import write_atomic
 
 from . import analysis
+from .trialcap import TrialCaptures
 from .model import (Convergence, Cpu, DaemonCont, Delivery, Pktgen, DaemonKill, DaemonStart, DaemonStop,
                     Goodput, IperfTcp, IperfUdp, Latency, LinkBlackhole, LinkDown, LinkNetem,
                     LinkRate, LinkRestore, LinkUp, Links, Outage, Probe, SetSysctl)
@@ -42,6 +43,7 @@ class FileRunner:
         self.baseline: Dict[str, Dict[str, int]] = {}
         self.bgp_nodes = [n for n, node in self.topo.nodes.items() if node.bgp]
         self._killed: Dict[str, int] = {}
+        self.captures = TrialCaptures(lab, loaded.spec, store)
 
     # -- the lab's resting state ---------------------------------------------------------
     def _routes(self) -> Dict[str, Dict[str, int]]:
@@ -107,6 +109,15 @@ class FileRunner:
     # -- one trial ------------------------------------------------------------------------
     def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
         tag = raw_tag(point)
+        captures = self.captures.start(point, tag)  # those the file asks of this trial
+        try:
+            m, raw, summary = self._measure(point, tag, captures)
+        finally:
+            captures.stop()  # once: a trial that failed keeps what its captures caught
+        return m, raw, summary
+
+    def _measure(self, point: Dict[str, Any], tag: str, captures: Any
+                 ) -> Tuple[Dict[str, Any], List[str], str]:
         self._set_sweep_sysctls(point)
         events = self._events(point)
         servers = self._start_receivers(tag)
@@ -134,8 +145,12 @@ class FileRunner:
                 except Exception as exc:  # noqa: BLE001 - undo all, then complain
                     log.warning("undoing an event: %s", exc)
         time.sleep(0.2)  # the last probes in flight
+        cap_raw, m_caps = captures.stop()
         rec_out = {fid: _finish(p) for fid, p in servers.items()}
         raw, m, invalid = self._collect(tag, outputs, rec_out, samplers, done)
+        raw += cap_raw
+        if m_caps:
+            m["captures"] = m_caps
         if self.bgp_nodes:
             back = self.wait_rest()
             log.info("routes back %.2f s after the trial", back)

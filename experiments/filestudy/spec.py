@@ -28,6 +28,7 @@ from nslab.errors import InputError, TopologyError
 from nslab.limits import active, product
 from nslab.topo import Topology
 
+from .captures import check as check_captures
 from .model import (METRIC_VALUES, Convergence, Goodput, IperfTcp, IperfUdp, Ping, Pktgen,
                     Probe, StudyFile, _DaemonEvent, _LinkEvent)
 
@@ -279,6 +280,7 @@ def check(loaded: Loaded) -> None:
     _check_times(loaded)
     _check_metrics(loaded)
     _check_selections(loaded)
+    check_captures(loaded)
 
 
 def _check_sweep_key(loaded: Loaded, key: str) -> None:

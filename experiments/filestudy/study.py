@@ -130,6 +130,8 @@ class FileStudy(Study):
             pktgen_path()  # not built: one line saying how, before anything is built
         if any(isinstance(e, LinkNetem) for e in lo.spec.events):
             out.add("netem")
+        if lo.spec.captures:
+            out.add("tool:dumpcap")
         return sorted(out)
 
     def labs(self, cfg: Any) -> Dict[str, Topology]:
@@ -151,6 +153,22 @@ class FileStudy(Study):
             raise InputError(f"{self.loaded.path}: exclude leaves no point to measure")
         order = list(self.labs(cfg))
         return sorted(pts, key=lambda p: order.index(self.lab_key(cfg, p)))
+
+    def needed(self, cfg: Any, points: List[Dict[str, Any]],
+               open_claims: List[Any]) -> List[Dict[str, Any]]:
+        """The points that one of ``open_claims`` selects (its ``where``, or its
+        ``where`` with its ``versus``): a later round measures only those."""
+        from .analysis import matches
+        specs = {c.claim: c for c in self.loaded.spec.claims}
+        wheres: List[Dict[str, Any]] = []
+        for claim in open_claims:
+            spec = specs.get(claim.claim)
+            if spec is None:  # a claim the file does not make: keep every point
+                return points
+            wheres.append(dict(spec.where))
+            if spec.versus is not None:
+                wheres.append({**spec.where, **spec.versus.where})
+        return [p for p in points if any(matches(p, w) for w in wheres)]
 
     def runner(self, key: str, lab: Any, cfg: Any, store: Any) -> Any:
         from .runner import FileRunner

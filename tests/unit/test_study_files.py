@@ -326,3 +326,24 @@ def test_nslab_run_file_has_an_option_per_sweep_key():
         assert opt in res.stdout
     res = subprocess.run([NSLAB, "run", "--list"], capture_output=True, text=True)
     assert "ecmp-failover" in res.stdout
+
+
+def test_a_later_round_of_a_study_file_measures_what_its_open_claims_select():
+    from nslab.reporting import Claim
+    cls = study_class(FAILOVER)
+    study = cls()
+    cfg = cls.Config.preset("quick")
+    points = study.points(cfg)
+    hold = "A silent failure takes the hold time without BFD (2 to 3.5 s of outage)"
+    got = study.needed(cfg, points, [Claim(hold, "", "undecided", "")])
+    assert got and len(got) < len(points)
+    assert all(p["vars.failure"] == "blackhole" and p["topology.bfd"] is False for p in got)
+    assert len(got) == sum(1 for p in points if p["vars.failure"] == "blackhole"
+                           and p["topology.bfd"] is False)
+    # a claim with a `versus` keeps both sides: with BFD and without
+    shorter = "BFD shortens a silent failure's outage"
+    both = study.needed(cfg, points, [Claim(shorter, "", "undecided", "")])
+    assert {p["topology.bfd"] for p in both} == {False, True}
+    assert {p["vars.failure"] for p in both} == {"blackhole"}
+    # a claim the file does not make keeps every point
+    assert study.needed(cfg, points, [Claim("something else", "", "undecided", "")]) == points

@@ -1,0 +1,616 @@
+"""`nslab capture` and study files' `captures:` without root: targets parsed
+and resolved against a lab's map (namespaces, root-namespace OVS ports, a
+part of a lab across hosts), dumpcap's command line (the filter can never be
+an option; ring flags), the limits, and the files a trial's captures leave."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nslab import capture, limits
+from nslab.capture import (LabMap, Target, bound_bytes, check_filter, dumpcap_argv,
+                           parse_target, resolve)
+from nslab.capturerun import root_ports
+from nslab.capturecli import split_rest
+from nslab.errors import InputError
+from nslab.topologies import single
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+
+
+def fake_lab(run="nl0a0b", host=None):
+    """single(k=2) with an OVS switch: h1, h2 in namespaces, s1's ports in the
+    root namespace under the run's names; h1 also has lo and a VLAN device."""
+    m = LabMap.of_topology(single(k=2, switch="ovs"), run)
+    m.netns["s1"] = None
+    m.ports["s1"] = {"s1-eth1": f"{run}-p1", "s1-eth2": f"{run}-p2"}
+    m.extra["h1"] = ["lo", "h1-eth0.10"]
+    m.host = host
+    return m
+
+
+def one_line(exc_info):
+    msg = str(exc_info.value)
+    assert "\n" not in msg
+    return msg
+
+
+# -- targets -----------------------------------------------------------------------------
+@pytest.mark.parametrize("text,want", [
+    ("h1:h1-eth0", Target("intf", "h1", intf="h1-eth0")),
+    ("s1:s1-eth2", Target("intf", "s1", intf="s1-eth2")),
+    ("h1-s1", Target("link", "h1", peer="s1")),
+    ("s1-h1", Target("link", "s1", peer="h1")),
+    ("r1", Target("node", "r1")),
+])
+def test_the_three_forms_of_a_target(text, want):
+    assert parse_target(text) == want
+    assert str(want) == text
+
+
+@pytest.mark.parametrize("text,says", [
+    ("", "use NODE:IFACE"),
+    ("h1:", "NODE:IFACE takes"),
+    (":h1-eth0", "NODE:IFACE takes"),
+    ("h1:-eth0", "not starting with -"),
+    ("h1:h1 eth0", "NODE:IFACE takes"),
+    ("h1:2", "interface number"),
+    ("h1-s1-s2", "a link is A-B"),
+    ("h1;reboot", "use NODE:IFACE"),
+    ("a" * 65, "use NODE:IFACE"),
+    ("h1:eth0\n", "NODE:IFACE takes"),
+])
+def test_a_bad_target_is_one_line(text, says):
+    with pytest.raises(InputError) as exc:
+        parse_target(text)
+    assert says in one_line(exc)
+
+
+def test_an_interface_resolves_in_its_namespace():
+    w = resolve(parse_target("h1:h1-eth0"), fake_lab())
+    assert (w.node, w.netns, w.devs, w.intfs) == ("h1", "nl0a0b-h1", ("h1-eth0",), ("h1-eth0",))
+    assert w.label == "h1:h1-eth0"
+    # any interface the namespace has, not only the links' ends
+    assert resolve(parse_target("h1:lo"), fake_lab()).devs == ("lo",)
+
+
+def test_an_ovs_port_resolves_to_its_device_in_the_root_namespace():
+    w = resolve(parse_target("s1:s1-eth2"), fake_lab())
+    assert (w.netns, w.devs, w.intfs) == (None, ("nl0a0b-p2",), ("s1-eth2",))
+    assert "nl0a0b-p2 in the root namespace" in w.label
+
+
+def test_a_link_is_captured_at_the_end_named_first():
+    m = fake_lab()
+    at_h1 = resolve(parse_target("h1-s1"), m)
+    at_s1 = resolve(parse_target("s1-h1"), m)
+    assert (at_h1.netns, at_h1.devs) == ("nl0a0b-h1", ("h1-eth0",))
+    assert (at_s1.netns, at_s1.devs, at_s1.intfs) == (None, ("nl0a0b-p1",), ("s1-eth1",))
+
+
+def test_a_node_is_every_interface_of_its_links_in_one_capture():
+    w = resolve(parse_target("s1"), fake_lab())
+    assert w.devs == ("nl0a0b-p1", "nl0a0b-p2") and w.netns is None
+    w = resolve(parse_target("h1"), fake_lab())
+    assert w.devs == ("h1-eth0",)  # not lo, not the VLAN device
+
+
+@pytest.mark.parametrize("text,says", [
+    ("h9:h9-eth0", "no node 'h9' in lab nl0a0b (nodes: s1, h1, h2)"),
+    ("h1:h1-eth7", "h1 has no interface 'h1-eth7' (it has: h1-eth0, lo, h1-eth0.10)"),
+    ("h1-h2", "no link between h1 and h2 (h1 is linked to: s1)"),
+    ("h1-eth0", "no node 'eth0' in lab nl0a0b; the interface is h1:h1-eth0"),
+    ("h3", "no node 'h3'"),
+])
+def test_what_the_lab_does_not_have_is_one_line(text, says):
+    with pytest.raises(InputError) as exc:
+        resolve(parse_target(text), fake_lab())
+    assert says in one_line(exc)
+
+
+def test_parallel_links_ask_for_one_end():
+    m = fake_lab()
+    m.links.append(("h1", "h1-eth1", "s1", "s1-eth3"))
+    m.ports["h1"]["h1-eth1"] = "h1-eth1"
+    with pytest.raises(InputError) as exc:
+        resolve(parse_target("h1-s1"), m)
+    assert "2 links join h1 and s1; name one end: h1:h1-eth0 or h1:h1-eth1" in one_line(exc)
+
+
+def test_a_node_on_another_host_is_refused_in_one_line_saying_where_to_run_it():
+    m = fake_lab(host="boxA")
+    del m.netns["h2"], m.ports["h2"]  # built by the other host
+    with pytest.raises(InputError) as exc:
+        resolve(parse_target("h2:h2-eth0"), m)
+    msg = one_line(exc)
+    assert "h2 is not on this host" in msg and "boxA" in msg and "not built yet" in msg
+    assert "ssh HOST nslab capture h2:h2-eth0 -w -" in msg
+
+
+def test_a_study_check_resolves_against_the_topology_alone():
+    m = LabMap.of_topology(single(k=3))
+    assert resolve(parse_target("s1-h3"), m).intfs == ("s1-eth3",)
+    with pytest.raises(InputError, match="in the topology"):
+        resolve(parse_target("h4"), m)
+
+
+def test_root_ports_are_found_by_the_runs_alias_only():
+    links = [
+        {"ifname": "nl0a0b-p1", "ifalias": "nslab:nl0a0b:s1:s1-eth1"},
+        {"ifname": "nl0a0b-p2", "ifalias": "nslab:nl0a0b:s1:s1-eth2"},
+        {"ifname": "nl9999-p1", "ifalias": "nslab:nl9999:s1:s1-eth1"},   # another run
+        {"ifname": "eth0"},                                                # the host's
+        {"ifname": "nl0a0b-p3", "ifalias": "nslab:nl0a0b:s1:s1-eth3:x"},  # not one we write
+        {"ifname": "-x", "ifalias": "nslab:nl0a0b:s2:s2-eth1"},            # not a name
+        {"ifname": "nl0a0b-p4", "ifalias": "nslab:nl0a0b:bad node:e"},
+    ]
+    assert root_ports("nl0a0b", links) == {"s1": {"s1-eth1": "nl0a0b-p1",
+                                                  "s1-eth2": "nl0a0b-p2"}}
+
+
+# -- dumpcap's command line --------------------------------------------------------------
+def test_the_command_line_of_a_capture_to_stdout():
+    argv = dumpcap_argv(["h1-eth0"], "-", count=10, duration=2.5, filt="icmp", snaplen=128)
+    assert argv == ["dumpcap", "-q", "-n", "-p", "-f", "icmp", "-s", "128", "-i", "h1-eth0",
+                    "-c", "10", "-a", "duration:2.5", "-w", "-"]
+
+
+def test_the_filter_and_snap_length_come_before_every_interface():
+    argv = dumpcap_argv(["a", "b", "c"], "-", filt="arp", snaplen=96)
+    first_i = argv.index("-i")
+    assert argv.index("-f") < first_i and argv.index("-s") < first_i
+    assert [argv[i + 1] for i, x in enumerate(argv) if x == "-i"] == ["a", "b", "c"]
+
+
+def test_a_ring_buffer_as_tcpdump_takes_it():
+    argv = dumpcap_argv(["h1-eth0"], "/root/caps/h1.pcapng", ring_mb=10, ring_files=5)
+    assert argv[-6:] == ["-b", "filesize:10000", "-b", "files:5", "-w", "/root/caps/h1.pcapng"]
+    with pytest.raises(InputError, match="needs -C"):
+        dumpcap_argv(["h1-eth0"], "/root/x", ring_files=5)
+    with pytest.raises(InputError, match="needs -w FILE"):
+        dumpcap_argv(["h1-eth0"], "-", ring_mb=1)
+
+
+def test_a_size_cap_stops_the_file():
+    assert dumpcap_argv(["x"], "-", max_bytes=2_500_000)[-4:] == ["-a", "filesize:2500", "-w",
+                                                                   "-"]
+    assert bound_bytes(128, 10_000) == capture.FILE_OVERHEAD + 10_000 * (128 + 36)
+
+
+@pytest.mark.parametrize("filt,says", [
+    ("-x", "may not start with '-'"),
+    ("  --version", "may not start with '-'"),
+    ("icmp\nor arp", "only printable"),
+    ("icmp\x1b[2J", "only printable"),
+    ("", "empty"),
+    ("a" * 1025, "longer than"),
+])
+def test_a_filter_that_could_be_an_option_or_hide_a_line_is_refused(filt, says):
+    with pytest.raises(InputError) as exc:
+        dumpcap_argv(["h1-eth0"], "-", filt=filt)
+    assert says in one_line(exc)
+
+
+@pytest.mark.parametrize("dev", ["5", "-i", "a b", "rpcap://x/y", "TCP@h:1", ""])
+def test_an_interface_dumpcap_would_read_otherwise_is_refused(dev):
+    with pytest.raises(InputError):
+        dumpcap_argv([dev], "-")
+
+
+@pytest.mark.parametrize("out", ["-x", "--help", ""])
+def test_an_output_that_reads_as_an_option_is_refused(out):
+    with pytest.raises(InputError):
+        dumpcap_argv(["h1-eth0"], out)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=200))
+def test_an_accepted_filter_is_exactly_one_element_after_f(text):
+    try:
+        check_filter(text)
+    except InputError:
+        assert not text.strip() or not text.isprintable() or text.lstrip().startswith("-")
+        return
+    argv = dumpcap_argv(["h1-eth0", "h1-eth1"], "-", filt=text, count=5)
+    plain = dumpcap_argv(["h1-eth0", "h1-eth1"], "-", count=5)
+    assert argv[argv.index("-f") + 1] == text
+    assert len(argv) == len(plain) + 2
+    assert [a for i, a in enumerate(argv) if i not in (argv.index("-f"), argv.index("-f") + 1)] \
+        == plain
+
+
+def test_words_after_the_target_are_a_run_then_the_filter():
+    assert split_rest(("nl3f2a", "icmp", "or", "arp"), None) == ("nl3f2a", "icmp or arp")
+    assert split_rest(("icmp",), None) == (None, "icmp")
+    assert split_rest(("nl3f2a",), "tcp port 80") == ("nl3f2a", "tcp port 80")
+    assert split_rest((), None) == (None, None)
+    with pytest.raises(InputError, match="once"):
+        split_rest(("icmp",), "arp")
+    with pytest.raises(InputError, match="may not start"):
+        split_rest(("nl3f2a", "-x"), None)
+
+
+def test_a_ring_needs_a_directory_only_root_can_write(tmp_path):
+    private = tmp_path / "caps"
+    private.mkdir(mode=0o700)
+    assert capture.ring_dir_problem(str(private / "x.pcapng")) is None
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert "writable by group or others" in capture.ring_dir_problem(str(shared / "x.pcapng"))
+    link = tmp_path / "link"
+    link.symlink_to(private)
+    assert "symbolic link" in capture.ring_dir_problem(str(link / "x.pcapng"))
+
+
+def test_dumpcap_packet_count_is_read_from_its_last_line():
+    lines = ["Capturing on 'h1-eth0'", "File: -", "Packets captured: 10",
+             "Packets received/dropped on interface 'h1-eth0': 10/0 (pcap:0/dumpcap:0)"]
+    assert capture.packets_of(lines) == 10
+    assert capture.packets_of(["Capturing on 'x'"]) is None
+
+
+@pytest.mark.parametrize("args,says", [
+    (["h1:h1-eth0", "-w", "x.pcapng", "-f", "-x"], "may not start with '-'"),
+    (["h1:", "-w", "x.pcapng"], "NODE:IFACE takes"),
+    (["h1", "-w", "x", "-W", "4"], "needs -C"),
+    (["h1", "-w", "-", "-C", "4"], "needs -w FILE"),
+    (["h1", "-w", "x", "icmp", "-f", "arp"], "once"),
+])
+def test_bad_capture_options_are_one_line_before_anything_starts(tmp_path, args, says):
+    res = subprocess.run([NSLAB, "capture", *args], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("nslab: error: ") and says in lines[0], lines
+    assert not os.listdir(tmp_path)
+
+
+# -- limits ------------------------------------------------------------------------------
+@pytest.mark.parametrize("item,parsed", [
+    ("captures=4G", ("captures", 4 * 1024 ** 3)), ("capture=500M", ("capture", 500 * 1024 ** 2)),
+    ("capture=1000", ("capture", 1000)), ("captures=1.5GiB", ("captures", int(1.5 * 1024 ** 3))),
+])
+def test_capture_limits_take_sizes(item, parsed):
+    assert limits.parse_limit(item) == parsed
+
+
+@pytest.mark.parametrize("item", ["captures=x", "capture=0", "captures=2P", "captures=-1G"])
+def test_a_bad_capture_limit_is_one_line(item):
+    with pytest.raises(InputError, match="a size in bytes"):
+        limits.parse_limit(item)
+
+
+def test_capture_limits_show_in_bytes():
+    lim = limits.machine()
+    assert lim.capture == limits.CAPTURE_BYTES and lim.captures == limits.CAPTURES_BYTES
+    assert "capture 256.0 MiB, captures 2.0 GiB" in lim.describe()
+    assert limits.fmt("captures", 3 * 1024 ** 3) == "3.0 GiB"
+    raised = lim.with_values({"captures": 10 * 1024 ** 3})
+    assert raised.captures == 10 * 1024 ** 3 and "captures 10.0 GiB (--limit)" in raised.describe()
+
+
+# -- study files ------------------------------------------------------------------------
+STUDY = """\
+name: captured
+title: ping across a switch, captured
+topology:
+  ready: single
+  options: {k: 2}
+duration: 3
+settle: 0
+traffic:
+  - {id: ping, kind: ping, src: h1, dst: h2, interval: 0.2}
+metrics:
+  - {metric: latency, flow: ping}
+sweep:
+  vars.x: [a, b]
+events:
+  - {at: 1, do: link-down, link: [h2, s1], when: {vars.x: b}}
+repeat: 3
+captures:
+  - {link: "h1:h1-eth0", snaplen: 96, max_packets: 1000}
+  - {link: [s1, h2], trials: all, where: {vars.x: a}, filter: icmp}
+"""
+
+
+def study(tmp_path, extra="", text=STUDY):
+    p = tmp_path / "s.yaml"
+    p.write_text(textwrap.dedent(text) + extra)
+    return str(p)
+
+
+def load_error(tmp_path, extra, **limit_values):
+    from nslab.experiments.filestudy.spec import load
+    with limits.use(limits.machine().with_values(limit_values)):
+        with pytest.raises(InputError) as exc:
+            load(study(tmp_path, extra))
+    return one_line(exc)
+
+
+def test_captures_of_a_study_file_load_and_count_their_trials(tmp_path):
+    from nslab.experiments.filestudy.captures import planned, trials_of
+    from nslab.experiments.filestudy.spec import load
+    spec = load(study(tmp_path)).spec
+    first, every = spec.captures
+    assert (first.link, first.file_name, first.trials) == ("h1:h1-eth0", "h1_h1-eth0", "first")
+    assert (every.link, every.file_name, every.filter) == ("s1-h2", "s1-h2", "icmp")
+    assert trials_of(spec, first) == 2      # the first trial of both points
+    assert trials_of(spec, every) == 3      # every trial of vars.x=a
+    assert planned(spec) == (5, 2 * bound_bytes(96, 1000) + 3 * bound_bytes(128, 10_000))
+
+
+def test_check_prints_the_captures_and_needs_dumpcap(tmp_path):
+    from nslab.experiments.filestudy.study import study_class
+    cls = study_class(study(tmp_path))
+    assert "tool:dumpcap" in cls().needs(cls.Config.preset())
+    res = subprocess.run([NSLAB, "study", "check", study(tmp_path)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "captures: 2 asked, in 5 trials, at most" in res.stdout
+
+
+@pytest.mark.parametrize("extra,line,field,says", [
+    ("  - {link: h1:h1-eth7}\n", 20, "captures.2.link", "h1 has no interface 'h1-eth7'"),
+    ("  - {link: [h1, h2]}\n", 20, "captures.2.link", "no link between h1 and h2"),
+    ("  - {link: h1-eth0}\n", 20, "captures.2.link", "the interface is h1:h1-eth0"),
+    ("  - {link: 'h1:'}\n", 20, "captures.2.link", "NODE:IFACE takes"),
+    ("  - {link: h1, filter: '-w /etc/x'}\n", 20, "captures.2.filter", "may not start with"),
+    ("  - {link: h1, where: {vars.y: 1}}\n", 20, "captures.2.where['vars.y']",
+     "vars.y is not a sweep key"),
+    ("  - {link: h1, where: {vars.x: c}}\n", 20, "captures.2.where['vars.x']",
+     "'c' is not among the swept values"),
+    ("  - {link: h1, trials: last}\n", 20, "captures.2.trials", "'first' or 'all'"),
+    ("  - {link: h1, snaplen: 10}\n", 20, "captures.2.snaplen", "greater than or equal to 64"),
+    ("  - {link: h1, max_packets: 0}\n", 20, "captures.2.max_packets", "greater than or equal"),
+    ("  - {link: h1, colour: red}\n", 20, "captures.2.colour", "unknown key"),
+    ("  - {link: h1-s1, name: h1_h1-eth0}\n", 20, "captures.2.name", "two captures are called"),
+])
+def test_a_bad_capture_is_one_line_naming_file_line_and_field(tmp_path, extra, line, field, says):
+    msg = load_error(tmp_path, extra)
+    assert msg.startswith(f"{tmp_path / 's.yaml'}:{line}: {field}: "), msg
+    assert says in msg, msg
+
+
+def test_one_capture_over_its_limit_is_one_line(tmp_path):
+    msg = load_error(tmp_path, "  - {link: h1, snaplen: 65535, max_packets: 10000}\n")
+    assert f"{tmp_path / 's.yaml'}:20: captures.2: " in msg
+    assert "in one capture (10,000 packets of up to 65535 bytes), over the limit of 256.0 MiB" \
+        in msg and "--limit capture=N" in msg
+
+
+def test_a_sweep_of_captures_over_the_runs_limit_is_one_line(tmp_path):
+    msg = load_error(tmp_path, "", captures=4 * 1024 ** 2)
+    assert msg.startswith(f"{tmp_path / 's.yaml'}:17: captures: ")
+    assert "of captures (h1_h1-eth0 2 trials, s1-h2 3 trials), over the limit of 4.0 MiB " \
+           "(--limit)" in msg
+
+
+def test_the_shipped_schema_describes_captures():
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "docs",
+                           "study.schema.json")) as f:
+        schema = json.load(f)
+    props = schema["$defs"]["CaptureSpec"]["properties"]
+    assert {"link", "where", "trials", "snaplen", "max_packets", "filter", "name"} <= set(props)
+
+
+# -- a trial's captures (dumpcap replaced by a fake: no root) -----------------------------
+class FakeCapture:
+    """Writes a pcapng magic and "packets" to the file it is given, as dumpcap would."""
+
+    started = []
+
+    def __init__(self, where, argv, run_id, stdout=None):
+        self.where, self.argv, self.run_id = where, argv, run_id
+        stdout.write(bytes.fromhex("0a0d0d0a") + b"x" * 60)
+        FakeCapture.started.append(self)
+        self.proc = type("P", (), {"popen": type("Po", (), {"returncode": 0})()})()
+        self.packets, self.stopped = 3, False
+
+    def wait_ready(self, timeout=10):
+        pass
+
+    def stop(self):
+        self.stopped = True
+
+    def message(self):
+        return ""
+
+
+@pytest.fixture
+def trial(tmp_path, monkeypatch):
+    from nslab.experiments.filestudy import trialcap
+    from nslab.experiments.filestudy.spec import load
+    from nslab.results import ResultStore
+    FakeCapture.started = []
+    monkeypatch.setattr(trialcap, "Capture", FakeCapture)
+    monkeypatch.setattr(trialcap, "wait_started", lambda caps: None)
+    monkeypatch.setattr("nslab.capture.require_tool", lambda: "/usr/bin/dumpcap")
+    run = "nl0a0b"
+    monkeypatch.setattr(trialcap, "lab_map", lambda r, nodes: fake_lab(r))
+    spec = load(study(tmp_path)).spec
+    store = ResultStore(str(tmp_path / "results"), "captured", run)
+    lab = type("Lab", (), {"run_id": run, "remote": False})()
+    return trialcap.TrialCaptures(lab, spec, store), store
+
+
+def test_a_trial_keeps_its_captures_beside_its_raw_output(trial):
+    caps, store = trial
+    running = caps.start({"vars.x": "a", "repeat": 0}, "p123456-x=a-repeat=0")
+    assert len(FakeCapture.started) == 2
+    at_h1, at_s1 = FakeCapture.started
+    assert at_h1.where.netns == "nl0a0b-h1" and at_s1.where.devs == ("nl0a0b-p2",)
+    assert at_h1.run_id == "nl0a0b"  # tagged with the lab's run
+    assert at_h1.argv[at_h1.argv.index("-c") + 1] == "1000"
+    assert at_h1.argv[at_h1.argv.index("-a") + 1] == f"filesize:{bound_bytes(96, 1000) // 1000}"
+    raw, done = running.stop()
+    assert running.stop() == (raw, done)  # once
+    assert all(c.stopped for c in FakeCapture.started)
+    names = sorted(os.path.basename(p) for p in raw)
+    assert names == ["p123456-x=a-repeat=0-capture-h1_h1-eth0.pcapng",
+                     "p123456-x=a-repeat=0-capture-s1-h2.pcapng"]
+    assert sorted(os.listdir(store.raw_dir)) == names  # no .part left
+    assert done["h1_h1-eth0"] == {"link": "h1:h1-eth0", "file": "raw/" + names[0], "packets": 3,
+                                  "bytes": 64, "error": None}
+    with open(raw[0], "rb") as f:
+        assert f.read(4) == bytes.fromhex("0a0d0d0a")
+
+
+def test_only_the_trials_a_capture_asks_for_are_captured(trial):
+    caps, _ = trial
+    caps.start({"vars.x": "b", "repeat": 0}, "t1").stop()
+    assert [c.where.node for c in FakeCapture.started] == ["h1"]  # s1-h2 is for vars.x=a
+    FakeCapture.started.clear()
+    caps.start({"vars.x": "b", "repeat": 1}, "t2").stop()
+    assert FakeCapture.started == []  # h1:h1-eth0 takes the first trial only
+
+
+def test_a_trial_measured_again_replaces_its_capture_and_a_link_there_is_not_followed(trial,
+                                                                                         tmp_path):
+    caps, store = trial
+    point = {"vars.x": "b", "repeat": 0}
+    raw, _ = caps.start(point, "t1").stop()
+    os.unlink(raw[0])
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    os.symlink(victim, raw[0])
+    raw2, done = caps.start(point, "t1").stop()
+    assert raw2 == raw and not os.path.islink(raw[0]) and victim.read_text() == "keep"
+    assert done["h1_h1-eth0"]["bytes"] == 64
+
+
+def test_a_capture_past_the_runs_limit_is_skipped_and_said(trial):
+    caps, _ = trial
+    caps.limit = bound_bytes(96, 1000) + 10  # room for the first capture only
+    raw, done = caps.start({"vars.x": "a", "repeat": 0}, "t1").stop()
+    assert len(FakeCapture.started) == 1 and len(raw) == 1
+    assert done["s1-h2"]["file"] is None and "skipped" in done["s1-h2"]["error"]
+    assert "--limit captures=N" in done["s1-h2"]["error"]
+
+
+def test_a_study_across_hosts_refuses_captures_in_one_line(tmp_path):
+    from nslab.errors import LabError
+    from nslab.experiments.filestudy.spec import load
+    from nslab.experiments.filestudy.trialcap import TrialCaptures
+    spec = load(study(tmp_path)).spec
+    lab = type("MultiLab", (), {"run_id": "nl0a0b", "remote": True})()
+    with pytest.raises(LabError, match="not built yet"):
+        TrialCaptures(lab, spec, None)
+
+
+def test_the_report_names_each_capture(tmp_path):
+    from nslab.experiments.filestudy.captures import report_rows
+    from nslab.experiments.filestudy.records import FileRecord
+    from nslab.reporting import render
+    rec = FileRecord.model_validate({
+        "schema_version": 1, "experiment": "captured", "run_id": "nl0a0b", "kind": "point",
+        "time": 0, "params": {"vars.x": "a", "repeat": 1},
+        "measurements": {"values": {}, "captures": {"s1-h2": {
+            "link": "s1-h2", "file": "raw/t-capture-s1-h2.pcapng", "packets": 10, "bytes": 900}}},
+        "raw": []})
+    rows = report_rows([rec])
+    assert rows == [{"point": "x=a", "trial": 1, "link": "s1-h2",
+                     "file": "raw/t-capture-s1-h2.pcapng", "packets": 10, "note": ""}]
+    from types import SimpleNamespace
+    templates = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "filestudy",
+                             "templates")
+    md = render(templates, "report.md.j2", spec=SimpleNamespace(title="t", source="s"),
+                prov={}, cfg={}, keys=[], values=[], rows=[], claims=[], topologies=[],
+                events=[], n=1, plots=False, captures=rows, captures_cut=200)
+    assert "## Packet captures" in md
+    assert "raw/t-capture-s1-h2.pcapng" in md.replace("\\", "")
+
+
+# -- a running capture (a stand-in for dumpcap, in this namespace: no root) ---------------
+FAKE_DUMPCAP = """\
+import os, signal, sys, time
+def done(*_):  # as dumpcap: the count on SIGINT (written as a signal handler may)
+    os.write(2, b"Packets captured: 7\\n")
+    os._exit(0)
+signal.signal(signal.SIGINT, done)
+print("Capturing on 'h1-eth0'", file=sys.stderr, flush=True)
+if sys.argv[1] == "ok":
+    time.sleep(0.3)  # opening the interface: "File:" says it is open
+    print("File: -", file=sys.stderr, flush=True)
+    time.sleep(60)
+print(sys.argv[2], file=sys.stderr)
+sys.exit(2)
+"""
+
+
+def fake_dumpcap(tmp_path, how, message=""):
+    from nslab.capture import Where
+    from nslab.capturerun import Capture
+    script = tmp_path / "dumpcap.py"
+    script.write_text(FAKE_DUMPCAP)
+    where = Where("h1", None, ("h1-eth0",), ("h1-eth0",))
+    return Capture(where, [sys.executable, "-I", str(script), how, message], "",
+                   stdout=subprocess.DEVNULL)
+
+
+def test_a_capture_is_ready_once_its_file_is_begun_and_stops_with_its_count(tmp_path):
+    import time
+    cap = fake_dumpcap(tmp_path, "ok")
+    t0 = time.monotonic()
+    cap.wait_ready(10)
+    assert time.monotonic() - t0 >= 0.25  # not at "Capturing on"
+    assert cap.alive()
+    assert cap.stop() == 0 and cap.packets == 7
+
+
+def test_a_filter_dumpcap_refuses_is_the_callers_input_error(tmp_path):
+    cap = fake_dumpcap(tmp_path, "bad", "dumpcap: Invalid capture filter \"icmp and\" for "
+                                        "interface 'h1-eth0'.")
+    with pytest.raises(InputError) as exc:
+        cap.wait_ready(10)
+    assert one_line(exc) == ("capture filter refused by dumpcap on h1:h1-eth0: Invalid capture "
+                             "filter \"icmp and\" for interface 'h1-eth0'.")
+
+
+def test_an_interface_dumpcap_cannot_open_is_one_line(tmp_path):
+    from nslab.errors import LabError
+    cap = fake_dumpcap(tmp_path, "bad", "dumpcap: There is no device named \"h1-eth0\".")
+    with pytest.raises(LabError) as exc:
+        cap.wait_ready(10)
+    assert not isinstance(exc.value, InputError)
+    assert one_line(exc) == "dumpcap on h1:h1-eth0 failed: There is no device named \"h1-eth0\"."
+
+
+def test_a_capture_follows_its_lab_and_stops_when_it_goes(tmp_path, monkeypatch):
+    from nslab import capturerun
+    alive = iter([True, True, False])
+    monkeypatch.setattr(capturerun, "run_alive", lambda run: next(alive, False))
+    cap = fake_dumpcap(tmp_path, "ok")
+    cap.wait_ready(10)
+    assert capturerun.follow(cap, "nl0a0b", poll=0.05) == "lab gone"
+    assert not cap.alive() and cap.packets == 7
+
+
+def test_the_live_map_of_a_lab_reads_its_namespaces_and_root_ports(monkeypatch):
+    from nslab import capturerun, clean, watch
+    run = "nl0a0b"
+    links = {None: [{"ifname": "lo"}, {"ifname": "eth0"},
+                    {"ifname": f"{run}-p1", "ifalias": f"nslab:{run}:s1:s1-eth1"},
+                    {"ifname": f"{run}-p2", "ifalias": f"nslab:{run}:s1:s1-eth2"}],
+             f"{run}-h1": [{"ifname": "lo"}, {"ifname": "h1-eth0"}, {"ifname": "h1-eth0.10"}],
+             f"{run}-h2": [{"ifname": "lo"}]}   # h2-eth0 gone (the lab going down)
+    asked = []
+    monkeypatch.setattr(capturerun, "_ip_links", lambda ns: asked.append(ns) or links[ns])
+    monkeypatch.setattr(capturerun, "load_topology", lambda r: single(k=2, switch="ovs"))
+    monkeypatch.setattr(watch, "namespaces", lambda r: {"h1": f"{run}-h1", "h2": f"{run}-h2"})
+    monkeypatch.setattr(clean, "read_journal", lambda r: {"run": r, "host": "boxA"})
+    m = capturerun.lab_map(run, ["h1", "s1"])
+    assert asked == [None, f"{run}-h1"]  # only the namespaces of the nodes asked about
+    assert m.netns == {"s1": None, "h1": f"{run}-h1", "h2": f"{run}-h2"}
+    assert m.ports["s1"] == {"s1-eth1": f"{run}-p1", "s1-eth2": f"{run}-p2"}
+    assert m.ports["h1"] == {"h1-eth0": "h1-eth0"} and m.extra["h1"] == ["lo", "h1-eth0.10"]
+    assert m.host == "boxA"
+    assert resolve(parse_target("s1-h2"), m).devs == (f"{run}-p2",)
+    m = capturerun.lab_map(run, ["h2"])
+    with pytest.raises(InputError, match="h2:h2-eth0 is not there now"):
+        resolve(parse_target("h2-s1"), m)
