@@ -55,6 +55,10 @@ FILE_OVERHEAD = 8192
 #: earlier, before an interface or a filter can have failed, and packets
 #: sent then are missed.
 READY = "File: "
+#: Set in the environment of an ``nslab capture`` run on a node's host by the
+#: controller of a lab across machines (:mod:`nslab.captureremote`): it
+#: captures there or refuses, and never sends the capture on again.
+HOP_ENV = "NSLAB_CAPTURE_HOP"
 _PACKETS_RE = re.compile(r"^Packets captured: ([0-9]+)", re.M)
 
 
@@ -211,9 +215,10 @@ def resolve(target: Target, m: LabMap) -> Where:
         where = (f"this host ({m.host}) has another part of the lab across machines"
                  if m.host else "the lab has no namespace or port of it here (is it going down?)")
         raise InputError(
-            f"capture target {target}: {target.node} is not on this host: {where}. Capturing "
-            f"on another host over the lab's SSH connection is not built yet; run it there: "
-            f"ssh HOST nslab capture {target} -w - > {target.node}.pcapng")
+            f"capture target {target}: {target.node} is not on this host: {where}. Run "
+            f"nslab capture on the machine that controls the lab (where its `nslab topo up "
+            f"--hosts` runs: it captures over the lab's SSH connection), or on "
+            f"{target.node}'s host: ssh HOST nslab capture {target} -w - > {target.node}.pcapng")
     ports, netns = m.ports.get(target.node, {}), m.netns[target.node]
     if target.kind == "intf":
         assert target.intf is not None
@@ -294,6 +299,9 @@ def dumpcap_argv(devs: Sequence[str], out: str = "-", *, count: Optional[int] = 
     if ring_mb is not None:
         if out == "-":
             raise InputError("-C (a ring of files) needs -w FILE, not stdout")
+        if ring_files is None and count is None and duration is None:
+            raise InputError("-C alone keeps every file of the ring, without bound: give -W N "
+                             "(keep the last N), -c or --duration")
         argv += ["-b", f"filesize:{int(ring_mb) * 1000}"]
         if ring_files is not None:
             argv += ["-b", f"files:{int(ring_files)}"]

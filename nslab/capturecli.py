@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Tuple
+from typing import TYPE_CHECKING, Optional, Tuple
 
 import click
 
+from .capture import HOP_ENV
 from .errors import InputError, LabError
+
+if TYPE_CHECKING:
+    from .capture import Target
+    from .captureremote import RemoteHost
 
 EXAMPLES = """\b
   nslab capture h1:h1-eth0 -w h1.pcapng              until Ctrl-C or the lab ends
@@ -67,7 +72,9 @@ def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[in
     one lab up, that one). Words after them are a capture filter. The
     capture runs inside the node's namespace (an OVS port in the root
     namespace), tagged with the lab's run: it stops on Ctrl-C, at -c or
-    --duration, and when the lab ends.
+    --duration, when its reader goes, and when the lab ends. On the machine
+    that controls a lab across machines (--hosts), a node on another host is
+    captured there, over the lab's SSH connection, and streamed back.
     """
     from . import capture as cap
     from . import capturerun as live
@@ -89,9 +96,17 @@ def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[in
                              f"itself, so their directory must be root's alone: {why} (e.g. "
                              "mkdir -m 700 /root/captures)")
     require_root("nslab capture")
-    cap.require_tool()
     run = find_lab(check_run_id(run) if run else None)
-    where = cap.resolve(parsed, live.lab_map(run, [parsed.node]))
+    lab = live.lab_map(run, [parsed.node])
+    if parsed.node not in lab.netns and not os.environ.get(HOP_ENV):
+        # not here: on another host of a lab controlled from here? (once: a
+        # capture sent here from the controller is not sent on)
+        host = remote_host(run, parsed.node)
+        if host is not None:
+            return capture_remote(host, parsed, run, out, count=count, duration=duration,
+                                  text=text, snaplen=snaplen, ring_mb=ring_mb)
+    cap.require_tool()
+    where = cap.resolve(parsed, lab)
     argv = cap.dumpcap_argv(where.devs, "-" if ring_mb is None else os.path.abspath(out),
                             count=count, duration=duration, filt=text, snaplen=snaplen,
                             ring_mb=ring_mb, ring_files=ring_files)
@@ -119,7 +134,9 @@ def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[in
         click.echo(f"capturing {where.label} of lab {run}"
                    + (f" (filter {text!r})" if text else "") + " into "
                    + ("stdout" if out == "-" else out) + "; Ctrl-C to stop", err=True)
-        ended = {"done": "ended", "lab gone": f"stopped: lab {run} is gone"}[live.follow(c, run)]
+        how = live.follow(c, run, reader_gone=stdout_closed if out == "-" else None)
+        ended = {"done": "ended", "lab gone": f"stopped: lab {run} is gone",
+                 "reader gone": "stopped: its reader closed the pipe"}[how]
     except KeyboardInterrupt:
         c.stop()
     n = c.packets
@@ -132,16 +149,94 @@ def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[in
                f"{where.label} ({ended})", err=True)
 
 
+def stdout_closed() -> bool:
+    """Has the reader of this process's stdout (a pipe) gone?"""
+    from .capturerun import pipe_closed
+    return pipe_closed(sys.stdout.fileno())
+
+
 def find_lab(run: Optional[str]) -> str:
-    """The lab to capture (as ``nslab watch`` finds it), with a hint for a
-    lab across machines when none runs here."""
-    from .clean import live_journals
-    from .watch import find_run
+    """The lab to capture, as ``nslab watch`` finds it (``run`` if live, else
+    the only one), counting the labs across machines controlled from here."""
+    from .clean import live_controllers, live_journals, read_controller, read_journal, run_is_live
+    if run:
+        if run_is_live(read_journal(run)) or run_is_live(read_controller(run)):
+            return run
+        raise InputError(f"no live lab {run!r} on this host (nslab clean --dry-run lists what "
+                         "is left)")
+    live = sorted({str(j.get("run")) for j in live_journals()} | set(live_controllers()))
+    if len(live) == 1:
+        return live[0]
+    if not live:
+        raise InputError("no lab is running on this host: start one (nslab topo up pair); a "
+                         "lab across machines is captured from the machine that controls it "
+                         "(its `nslab topo up --hosts`) or on the host that has the node (ssh "
+                         "HOST nslab capture TARGET -w - > file.pcapng)")
+    raise InputError(f"{len(live)} labs are running ({', '.join(live)}): name the one to "
+                     "capture (nslab capture TARGET RUN ...)")
+
+
+def remote_host(run: str, node: str) -> Optional[RemoteHost]:
+    """Where ``node`` is, if lab ``run`` is controlled from here (a live
+    controller's record lists its hosts); else None."""
+    from .clean import read_controller, run_is_live
+    record = read_controller(run)
+    if not run_is_live(record):
+        return None
+    from .captureremote import host_of
+    return host_of(record, run, node)
+
+
+def capture_remote(host: RemoteHost, parsed: Target, run: str, out: str, *,
+                   count: Optional[int], duration: Optional[float], text: Optional[str], snaplen: Optional[int],
+                   ring_mb: Optional[int]) -> None:
+    """``nslab capture`` of a node on another host (``host``, a
+    :class:`~nslab.captureremote.RemoteHost`): the same command run there
+    through the lab's SSH connection, its pcapng streamed into ``out``."""
+    from . import captureremote as rcap
+    from . import capturerun as live
+    from .clean import read_controller, run_is_live
+    from .cliutil import install_signals
+    if ring_mb is not None:
+        raise InputError(f"-C: {parsed.node} is on {host.dest}, and dumpcap writes a ring's "
+                         "files itself, on the host that captures; use -w FILE or -w - here, "
+                         f"or run the ring there (ssh {host.dest} nslab capture ... -C)")
+    remote = rcap.remote_argv(host, parsed, count=count, duration=duration, filt=text,
+                              snaplen=snaplen)
+    install_signals()
+    fh = None
+    if out != "-":
+        from .safeio import open_new
+        try:
+            fh = open_new(out, "wb", replace=True)
+        except OSError as exc:
+            raise InputError(f"-w {out}: {exc.strerror or exc}") from None
     try:
-        return find_run(run)
-    except InputError:
-        if run is None and not live_journals():
-            raise InputError("no lab is running on this host: start one (nslab topo up pair) "
-                             "or, for a lab across machines, capture on the host that has the "
-                             "node (ssh HOST nslab capture TARGET -w - > file.pcapng)") from None
-        raise
+        c = rcap.RemoteCapture(host, parsed, remote, stdout=fh)
+    finally:
+        if fh is not None:
+            fh.close()  # ssh writes through its own descriptor
+    ended = "stopped"
+    try:
+        try:
+            c.wait_ready()
+        except LabError:
+            if fh is not None and os.path.isfile(out) and os.path.getsize(out) == 0:
+                os.unlink(out)  # the empty file made for a capture that never began
+            raise
+        click.echo(f"capturing {c.label} (lab {run}, over SSH)"
+                   + (f" (filter {text!r})" if text else "") + " into "
+                   + ("stdout" if out == "-" else out) + "; Ctrl-C to stop", err=True)
+        how = live.follow(c, run, alive=lambda: run_is_live(read_controller(run)),
+                          reader_gone=stdout_closed if out == "-" else None)
+        ended = {"done": "ended", "lab gone": f"stopped: lab {run} is gone",
+                 "reader gone": "stopped: its reader closed the pipe"}[how]
+    except KeyboardInterrupt:
+        c.stop()
+    if ended == "ended":
+        if c.proc.popen.returncode != 0 and c.message():
+            raise c.failure()  # e.g. the interface went away there
+        ended = c.ended or ended
+    n = c.packets
+    click.echo(f"{n if n is not None else '?'} packet{'' if n == 1 else 's'} captured on "
+               f"{c.label} ({ended})", err=True)

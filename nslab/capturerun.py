@@ -10,7 +10,7 @@ import json
 import subprocess
 import threading
 import time
-from typing import IO, Any, Dict, List, Optional, Sequence, Union
+from typing import IO, Any, Callable, Dict, List, Optional, Protocol, Sequence, Union
 
 from .capture import READY, TOOL, LabMap, Where, packets_of
 from .errors import InputError, LabError
@@ -185,23 +185,54 @@ def run_alive(run: str) -> bool:
     return run_is_live(read_journal(run))
 
 
-def follow(cap: Capture, run: str, poll: float = 0.5, settle: float = 3.0) -> str:
-    """Wait until ``cap`` ends by itself (count, duration, its reader gone) or
-    the lab ends (then stop it); ``"done"`` or ``"lab gone"``. A dumpcap
+class Followed(Protocol):
+    """What :func:`follow` needs of a capture: a :class:`Capture` here, or a
+    :class:`nslab.captureremote.RemoteCapture` on another host."""
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]: ...
+
+    def stop(self) -> Optional[int]: ...
+
+
+def follow(cap: Followed, run: str, poll: float = 0.5, settle: float = 3.0,
+           alive: Optional[Callable[[], bool]] = None,
+           reader_gone: Optional[Callable[[], bool]] = None) -> str:
+    """Wait until ``cap`` ends by itself (count, duration, its reader gone),
+    the lab ends (then stop it), or ``reader_gone()`` says the pipe it writes
+    into has no reader (then stop it: a dumpcap with nothing to capture would
+    not find out); ``"done"``, ``"lab gone"`` or ``"reader gone"``. A dumpcap
     that failed is given ``settle`` seconds to see whether the lab is going
-    (its teardown stops tagged processes before it removes the journal)."""
+    (its teardown stops tagged processes before it removes the journal).
+    ``alive()`` says whether the lab is up (default: its journal's owner
+    lives)."""
+    up = alive if alive is not None else (lambda: run_alive(run))
     while True:
         rc = cap.wait(timeout=poll)
         if rc is not None:
             deadline = time.monotonic() + (settle if rc not in (0, -2, -13) else 0.0)
-            while run_alive(run):
+            while up():
                 if time.monotonic() >= deadline:
                     return "done"
                 time.sleep(0.1)
             return "lab gone"
-        if not run_alive(run):
+        if not up():
             cap.stop()
             return "lab gone"
+        if reader_gone is not None and reader_gone():
+            cap.stop()
+            return "reader gone"
+
+
+def pipe_closed(fd: int) -> bool:
+    """Has the reader of the pipe (or socket) ``fd`` writes into gone? (poll
+    reports an error or a hang-up on the writing end; a file never does)."""
+    import select
+    p = select.poll()
+    p.register(fd, 0)  # POLLERR and POLLHUP are always reported
+    try:
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+    except OSError:
+        return False
 
 
 def wait_started(caps: Sequence[Capture], timeout: float = 10.0) -> None:

@@ -332,12 +332,19 @@ def write_export(exp: ClabExport, output: str) -> List[str]:
     checked before anything is written. Returns the paths written."""
     base = os.path.dirname(os.path.abspath(output))
     paths = [(os.path.join(base, rel), text) for rel, text in sorted(exp.files.items())]
-    for path, _ in paths + [(output, "")]:
-        check_path(path, leaf=False)
-    for path, text in paths:
-        make_dirs(os.path.dirname(path))
-        write_atomic(path, text)
-    write_atomic(output, exp.text())
+    try:
+        for path, _ in paths + [(output, "")]:
+            check_path(path, leaf=False)
+            if os.path.isdir(path):  # os.replace cannot put a file there
+                raise InputError(f"-o {output}: {path} is a directory; give a file name "
+                                 "(e.g. lab.clab.yml)")
+        for path, text in paths:
+            make_dirs(os.path.dirname(path))
+            write_atomic(path, text)
+        write_atomic(output, exp.text())
+    except OSError as exc:  # a file where a folder goes, no permission, a full disk...
+        raise InputError(f"-o {output}: cannot write {exc.filename or output}: "
+                         f"{exc.strerror or exc}") from None
     return [p for p, _ in paths] + [output]
 
 

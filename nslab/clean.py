@@ -5,7 +5,8 @@ crash. Objects are found by the run id they carry: namespace names
 ``<run>-<node>``, root interfaces with ``ifalias nslab:<run>:...``, OVS bridges
 with ``external_ids:nslab-run``, processes with ``NSLAB_RUN`` in their
 environment, the journal ``/run/nslab/<run>.json`` and work dir
-``/run/nslab/<run>/``. Nothing without the tag is touched.
+``/run/nslab/<run>/``, and the controller's record of a lab across machines
+``/run/nslab/<run>.controller.json``. Nothing without the tag is touched.
 """
 from __future__ import annotations
 
@@ -37,12 +38,16 @@ class Inventory:
     extra: Dict[str, List[str]] = field(default_factory=dict)
     pids: List[int] = field(default_factory=list)
     journal: Optional[dict] = None
+    #: The record of the controller of a lab across machines run from here.
+    controller: Optional[dict] = None
 
     @property
     def empty(self) -> bool:
         return not (self.namespaces or self.interfaces or any(self.extra.values()) or self.pids
                     or self.journal or os.path.isdir(workdir(self.run_id))
-                    or os.path.exists(journal_tmp_path(self.run_id)))
+                    or os.path.exists(journal_tmp_path(self.run_id))
+                    or self.controller is not None
+                    or os.path.exists(statefile.tmp_path(controller_path(self.run_id))))
 
     def describe(self) -> List[str]:
         from .extension import registered
@@ -60,6 +65,9 @@ class Inventory:
             out.append(f"journal {journal_tmp_path(self.run_id)} (incomplete)")
         if os.path.isdir(workdir(self.run_id)):
             out.append(f"work dir {workdir(self.run_id)}")
+        if self.controller is not None or os.path.exists(
+                statefile.tmp_path(controller_path(self.run_id))):
+            out.append(f"controller record {controller_path(self.run_id)}")
         return out
 
 
@@ -110,6 +118,46 @@ def remove_journal(run_id: str) -> None:
     statefile.remove(journal_path(run_id))
 
 
+#: The controller's record's name after the run id (see :func:`controller_path`).
+CONTROLLER_SUFFIX = ".controller.json"
+
+
+def controller_path(run_id: str) -> str:
+    """The record the controller of a lab across machines keeps on its own
+    machine while the lab is up: which host has each node and how it is
+    reached (what ``nslab capture`` uses for a node on another host). Not the
+    journal: the controller's machine may hold a part of the lab too, whose
+    agent keeps ``<run>.json`` there."""
+    return os.path.join(STATE_DIR, f"{run_id}{CONTROLLER_SUFFIX}")
+
+
+def read_controller(run_id: str) -> Optional[dict]:
+    """The controller's record of lab ``run_id`` (see :func:`controller_path`), or None."""
+    data = statefile.read(controller_path(run_id))
+    return data if data is not None and data.get("run") == run_id else None
+
+
+def write_controller(run_id: str, data: dict) -> None:
+    """Write the controller's record atomically (root's own state directory)."""
+    check_state_dir(STATE_DIR)
+    statefile.write(controller_path(run_id), data)
+
+
+def remove_controller(run_id: str) -> None:
+    statefile.remove(controller_path(run_id))
+
+
+def live_controllers() -> List[str]:
+    """Run ids of the labs across machines whose controller runs here (alive)."""
+    check_state_dir(STATE_DIR)
+    try:
+        entries = os.listdir(STATE_DIR)
+    except OSError:
+        return []
+    rids = [e[:-len(CONTROLLER_SUFFIX)] for e in entries if e.endswith(CONTROLLER_SUFFIX)]
+    return sorted(r for r in rids if RUN_RE.fullmatch(r) and run_is_live(read_controller(r)))
+
+
 def run_is_live(journal: Optional[dict]) -> bool:
     """True if the process that owns a run is still alive (same pid and start time)."""
     if not journal:
@@ -133,12 +181,17 @@ def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
     check_state_dir(STATE_DIR)  # its journals hold commands to run as root
     try:
         for entry in os.listdir(STATE_DIR):
-            rid, is_journal = entry, False
+            rid, is_journal, is_controller = entry, False, False
             for suffix in (".json", ".json.tmp"):
                 if entry.endswith(suffix):
                     rid, is_journal = entry[:-len(suffix)], True
+            for suffix in (CONTROLLER_SUFFIX, statefile.tmp_path(CONTROLLER_SUFFIX)):
+                if entry.endswith(suffix):
+                    rid, is_journal, is_controller = entry[:-len(suffix)], False, True
             if RUN_RE.fullmatch(rid) and want(rid):
                 inv(rid).journal = read_journal(rid) if is_journal else inv(rid).journal
+                if is_controller:
+                    inv(rid).controller = read_controller(rid)
     except OSError:
         pass
     res = run(["ip", "netns", "list"], check=False)
@@ -206,6 +259,7 @@ def remove(inv: Inventory, hooks: Optional[List[Callable[[], None]]] = None) -> 
         stage("interfaces", lambda: _del_root_interfaces(inv.interfaces, paired_in_root))
     stage("work dir", lambda: shutil.rmtree(workdir(inv.run_id), ignore_errors=True))
     stage("journal", lambda: remove_journal(inv.run_id))
+    stage("controller record", lambda: remove_controller(inv.run_id))
     used = set((journal.get("extensions") or {})) | {n for n, o in inv.extra.items() if o}
     if used:
         live = live_journals(exclude=inv.run_id)
@@ -412,8 +466,9 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
     for rid, inv in sorted(discover(run_id).items()):
         if inv.empty:
             continue
-        if run_is_live(inv.journal) and not force:
-            report[rid] = [f"skipped: run is live (pid {inv.journal.get('pid')}); use --force"]
+        owner = next((j for j in (inv.journal, inv.controller) if run_is_live(j)), None)
+        if owner is not None and not force:
+            report[rid] = [f"skipped: run is live (pid {owner.get('pid')}); use --force"]
             continue
         report[rid] = inv.describe()
         if not dry_run:

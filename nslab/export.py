@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import click
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import InputError, LabError
 from .naming import RUN_RE
@@ -65,6 +65,17 @@ STATISTICS = ("avg", "mean", "median", "min", "max", "stdev")
 #: A cell of a CSV file that begins with one of these is read as a formula by
 #: spreadsheets (OWASP "CSV injection"): a text cell that does gets a leading '.
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+#: The most cells (rows x columns) a table may have. Every row has every
+#: column, so records whose keys all differ make a table quadratic in its file
+#: (400 records of 50 keys each, 750 kB, gave 20,000 columns and 8 million
+#: cells, 240 MB): counted as the records are read, before any row is filled.
+#: A run of nslab's has the same keys in every record: 10 million cells is
+#: 50,000 trials of 200 columns.
+MAX_CELLS = 10_000_000
+#: Provenance mappings exported one column each (``versions``, ``host_noise``):
+#: a run's provenance has about ten of each.
+MAX_PROVENANCE_KEYS = 256
 
 #: An interval as a report prints it (:meth:`nslab.stats.Interval.fmt`):
 #: ``[low, high]<unit> (<level> % <method>)``.
@@ -138,14 +149,23 @@ def find_run(run: str, results_root: str) -> str:
     return found[0]
 
 
+def is_capture(rel: str) -> bool:
+    """Is ``rel`` (relative to a run directory) a study file's packet capture,
+    ``raw/<trial>-capture-<name>.pcapng`` (or one being written)? Nothing
+    exported or reported reads one, and a run's captures may take up to
+    ``--limit captures`` (2 GiB by default), more than a copy may."""
+    head, name = os.path.split(rel)
+    return head == "raw" and "-capture-" in name and name.endswith((".pcapng", ".pcapng.part"))
+
+
 @contextlib.contextmanager
 def snapshot(run_dir: str) -> Iterator[str]:
     """A private copy of ``run_dir`` (regular files and directories only, no
-    link followed) that is removed afterwards; an error about the copy names
-    ``run_dir`` instead."""
+    link followed, no packet capture: :func:`is_capture`) that is removed
+    afterwards; an error about the copy names ``run_dir`` instead."""
     with tempfile.TemporaryDirectory(prefix="nslab-export-") as tmp:
         copy = make_fresh_dir(os.path.join(tmp, "run"), 0o700)
-        skipped = copy_tree(run_dir, copy, limit=REPORT_COPY_LIMIT)
+        skipped = copy_tree(run_dir, copy, limit=REPORT_COPY_LIMIT, leave=is_capture)
         bad = [f for f in skipped if f in KEY_FILES]
         if bad:
             raise InputError(f"{os.path.join(run_dir, bad[0])}: a link or not a regular file; "
@@ -179,9 +199,11 @@ class RunFacts(BaseModel):
     python: Optional[str] = None
     git_commit: Optional[str] = None
     started: Optional[str] = None
-    versions: Dict[str, Optional[str]] = {}
+    versions: Dict[str, Optional[str]] = Field(default_factory=dict,
+                                               max_length=MAX_PROVENANCE_KEYS)
     #: how late a 1 ms sleep woke when the run started (:func:`nslab.noise.idle_jitter`)
-    host_noise: Dict[str, Optional[float]] = {}
+    host_noise: Dict[str, Optional[float]] = Field(default_factory=dict,
+                                                   max_length=MAX_PROVENANCE_KEYS)
     sampling: Optional[_Sampling] = None
 
     def columns(self) -> Dict[str, Any]:
@@ -235,6 +257,10 @@ def points_table(cls: Any, run_dir: str, facts: RunFacts) -> Table:
         if d.get("host") is not None:
             _flatten("host", d["host"], row, where)
         columns.update(dict.fromkeys(row))
+        if i * (len(columns) + 1) > MAX_CELLS:  # every row gets every column (+ raw)
+            raise InputError(f"{where}: the points table would pass {MAX_CELLS:,} cells "
+                             f"({i:,} rows x {len(columns) + 1:,} columns so far): the "
+                             "records' keys differ too much to be one table")
         row["raw"] = d.get("raw", [])
         rows.append(row)
     names = list(columns) + ["raw"]

@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def run_cli(lab: "Lab", script: Any = None) -> None:
     """Run the Mininet CLI on ``lab`` until the user exits; stop its shells after."""
+    import logging
+    keep = logging.getLoggerClass()  # mininet.log replaces it: nslab's loggers stay stdlib's
     try:
         from mininet.cli import CLI
         from mininet.link import Intf
@@ -27,6 +29,8 @@ def run_cli(lab: "Lab", script: Any = None) -> None:
         from mininet.node import Host
     except ImportError:
         raise CapabilityError("the Mininet CLI needs Mininet (apt install mininet)") from None
+    finally:
+        logging.setLoggerClass(keep)
 
     class NsHost(Host):
         """A Mininet host living in one of the lab's named namespaces."""

@@ -34,11 +34,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import grants
+from .clean import remove_controller, write_controller
 from .errors import CommandError, InputError, LabError
 from .grants import HostGrants
 from .multihost import Part, parse_hosts, place, tunnels
 from .node import LabNode
-from .proc import TAG_ENV, Process, Result, stop_all
+from .proc import TAG_ENV, Process, Result, process_start_time, stop_all
 from .topo import Topology
 
 log = logging.getLogger(__name__)
@@ -347,6 +348,7 @@ class MultiLab:
         self._frr: Optional[_RemoteFrr] = None
         self._dir: Optional[str] = None
         self._started = False
+        self._recorded = False
 
     # -- like Lab -----------------------------------------------------------------
     def __enter__(self) -> "MultiLab":
@@ -438,6 +440,7 @@ class MultiLab:
                     n: _RemoteRouter(self.nodes[n], ev_dir)
                     for host, agent in self.agents.items()
                     for n, ev_dir in agent.ready.get("frr_dirs", {}).items()})
+            self._record()
         except BaseException:
             log.info("lab %s across %s failed to come up; tearing down", self.run_id,
                      ", ".join(self.hosts))
@@ -447,12 +450,46 @@ class MultiLab:
         log.info("lab %s up across %s in %.2f s: %d tunnels", self.run_id, ", ".join(self.hosts),
                  self.build_seconds, len(self.tunnels))
 
+    def controller_record(self) -> Dict[str, Any]:
+        """What this controller keeps about the lab on its machine (see
+        :meth:`_record`): its process, each node's host, how hosts are reached."""
+        return {"run": self.run_id, "pid": os.getpid(),
+                "pid_start": process_start_time(os.getpid()), "created": time.time(),
+                "topology": self.topology.name, "hosts": dict(self.hosts),
+                "placement": dict(self.placement),
+                "ssh_config": os.path.abspath(self.ssh_config) if self.ssh_config else None,
+                "remote_nslab": self.remote_nslab, "control_dir": self._dir}
+
+    def _record(self) -> None:
+        """Keep, in this machine's state directory while the lab is up, which host
+        has each node and how it is reached (:func:`nslab.clean.controller_path`):
+        ``nslab capture`` run here captures a node on another host through it.
+        Only root keeps it (the state directory is root's); without it the lab
+        works, and captures are taken on the node's host."""
+        if os.geteuid() != 0:
+            log.info("lab %s: not root, so no controller record: nslab capture here will not "
+                     "find its nodes on other hosts", self.run_id)
+            return
+        try:
+            write_controller(self.run_id, self.controller_record())
+        except (OSError, LabError) as exc:
+            log.warning("lab %s: no controller record (%s): nslab capture here will not find "
+                        "its nodes on other hosts", self.run_id, exc)
+            return
+        self._recorded = True
+
     def stop(self) -> List[str]:
         """Stop the lab's processes, tell every agent to tear down and wait for
         it, close the connections. Returns the problems met."""
         if not self._started:
             return []
         problems: List[str] = []
+        if self._recorded:
+            try:
+                remove_controller(self.run_id)
+            except (OSError, LabError) as exc:
+                problems.append(f"controller record: {exc}")
+            self._recorded = False
         try:
             stop_all_remote(self.processes)
         except Exception as exc:  # noqa: BLE001 - teardown goes on

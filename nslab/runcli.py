@@ -180,6 +180,8 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
         if note:
             click.echo(note, err=True)
     root = out or ctx.obj.results
+    if hosts and cfg is not None:
+        study.check_hosts(cfg)  # before its run directory is made (a resumed run: in run_study)
     store = None
     if resume:
         run_id = new_run_id()  # the resumed run's labs

@@ -24,7 +24,7 @@ import errno
 import os
 import stat
 import tempfile
-from typing import IO, List, Optional, Union
+from typing import IO, Callable, List, Optional, Union
 
 from .errors import InputError
 
@@ -84,6 +84,8 @@ def check_path(path: str, *, leaf: bool = True) -> str:
         except FileNotFoundError:
             missing = True  # created later, as real directories (make_dirs)
             continue
+        except NotADirectoryError:
+            raise UnsafePathError(f"{path}: {os.path.dirname(cur)} is not a directory") from None
         if stat.S_ISLNK(st.st_mode) and not _trusted_link(cur, st):
             raise UnsafePathError(
                 f"{path}: {cur} is a symbolic link; nslab runs as root and does not "
@@ -226,7 +228,8 @@ def copy_file(src: str, dst: str, *, limit: Optional[int] = None, perm: int = 0o
     return len(data)
 
 
-def copy_tree(src: str, dst: str, *, limit: Optional[int] = None) -> List[str]:
+def copy_tree(src: str, dst: str, *, limit: Optional[int] = None,
+              leave: Optional[Callable[[str], bool]] = None) -> List[str]:
     """Copy the regular files and directories under ``src`` into the existing,
     empty directory ``dst`` (one nslab has just made with :func:`make_fresh_dir`).
 
@@ -234,8 +237,9 @@ def copy_tree(src: str, dst: str, *, limit: Optional[int] = None) -> List[str]:
     more than one hard link are left out (``os.fwalk`` opens each directory
     with ``O_NOFOLLOW``; ``src`` itself may not be a link either, the
     directories above it are taken as given). More than ``limit``
-    bytes in all raises :class:`InputError`. Returns what was left out,
-    relative to ``src``."""
+    bytes in all raises :class:`InputError`. A file for whose path relative
+    to ``src`` ``leave`` is true is left out unread, uncounted and unlisted.
+    Returns what else was left out, relative to ``src``."""
     skipped: List[str] = []
     total = 0
     for top, dirs, files, dfd in os.fwalk(src, follow_symlinks=False):
@@ -252,6 +256,8 @@ def copy_tree(src: str, dst: str, *, limit: Optional[int] = None) -> List[str]:
                 skipped.append(os.path.normpath(os.path.join(rel, d)))
                 dirs.remove(d)
         for name in files:
+            if leave is not None and leave(os.path.normpath(os.path.join(rel, name))):
+                continue
             fd = _open_regular(name, dfd)
             if fd is None:
                 skipped.append(os.path.normpath(os.path.join(rel, name)))

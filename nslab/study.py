@@ -161,6 +161,11 @@ class Study:
     def needs(self, cfg: Any) -> List[str]:
         return []
 
+    def check_hosts(self, cfg: Any) -> None:
+        """Raise one line if this study cannot run on labs across hosts
+        (``--hosts``, :class:`~nslab.remote.MultiLab`); called before anything
+        is built. Every study can, unless it says otherwise."""
+
     def labs(self, cfg: Any) -> Dict[str, Any]:
         raise NotImplementedError
 
@@ -287,6 +292,8 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     if resume and host_grants is None:
         host_grants = HostGrants()  # the configuration came from a file
     store.schema_version = study.records.version
+    if getattr(getattr(lab_factory, "func", lab_factory), "remote", False):
+        study.check_hosts(cfg)  # labs across hosts: what the study cannot do there, said now
     caps.require(study.needs(cfg), f"the {study.name} study")
     rounds = int(getattr(cfg, "rounds", 1) or 1)
     budget = getattr(cfg, "budget_s", None)

@@ -4,6 +4,7 @@ Mininet-compatible: ``mn --custom topologies/basic.py --topo nslab_single,4``.
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
 # Plain `mn --custom` runs this file under the system Python, where nslab may
@@ -67,6 +68,10 @@ def pair(bw: Any = None, delay: Any = None, jitter: Any = None, loss: Any = None
     return t.validate()
 
 
+# Importing mininet.log makes every logger created afterwards a MininetLogger
+# at level 25 with a handler of its own (nslab's INFO lines hidden, its
+# warnings printed twice): the logger class is restored after the import.
+_LOGGER_CLASS = logging.getLoggerClass()
 try:  # Mininet is optional for the lab itself, needed only for `mn --custom`.
     from mininet.topo import Topo
 
@@ -85,3 +90,5 @@ try:  # Mininet is optional for the lab itself, needed only for `mn --custom`.
     topos = {"nslab_single": SingleTopo, "nslab_pair": PairTopo}
 except ImportError:  # pragma: no cover
     topos = {}
+finally:
+    logging.setLoggerClass(_LOGGER_CLASS)

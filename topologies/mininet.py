@@ -45,13 +45,18 @@ def _check_size(name: str, switches: int, hosts: int, links: int, switch: str) -
 
 
 def _classes() -> Any:
+    import logging
+
     from nslab.errors import InputError
+    keep = logging.getLoggerClass()  # mininet.log replaces it (see basic.py)
     try:
         from mininet.topo import LinearTopo
         from mininet.topolib import TorusTopo, TreeTopo
     except ImportError:
         raise InputError("Mininet's topologies need Mininet's Python package (apt install "
                          "mininet; make setup installs it)") from None
+    finally:
+        logging.setLoggerClass(keep)
     return LinearTopo, TreeTopo, TorusTopo
 
 

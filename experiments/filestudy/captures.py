@@ -26,29 +26,32 @@ REPORT_ROWS = 200
 
 
 # -- checked with the file ----------------------------------------------------------------
-def trials_of(spec: Any, c: Any) -> int:
+def trials_of(spec: Any, c: Any, rounds: int = 1) -> int:
     """How many trials capture ``c`` runs in (from the sweep's axes, never
-    expanded; ``exclude`` is not subtracted)."""
+    expanded; ``exclude`` is not subtracted) over ``rounds`` sampling rounds
+    (each adds ``repeat`` trials to every point: :func:`nslab.study.config_of_round`)."""
     lengths = []
     for key, values in spec.sweep.items():
         if key in c.where:
             lengths.append(1 if c.where[key] in values else 0)
         else:
             lengths.append(len(values))
-    return product(lengths + [spec.repeat if c.trials == "all" else 1])
+    return product(lengths + [spec.repeat * rounds if c.trials == "all" else 1])
 
 
-def planned(spec: Any) -> Tuple[int, int]:
-    """``(trials captured, bytes at most)`` of all the file's captures."""
-    trials = sum(trials_of(spec, c) for c in spec.captures)
-    return trials, sum(bound_bytes(c.snaplen, c.max_packets) * trials_of(spec, c)
+def planned(spec: Any, rounds: int = 1) -> Tuple[int, int]:
+    """``(trials captured, bytes at most)`` of all the file's captures over
+    ``rounds`` sampling rounds."""
+    trials = sum(trials_of(spec, c, rounds) for c in spec.captures)
+    return trials, sum(bound_bytes(c.snaplen, c.max_packets) * trials_of(spec, c, rounds)
                        for c in spec.captures)
 
 
-def check(loaded: Any) -> None:
+def check(loaded: Any, rounds: int = 1) -> None:
     """Every capture's link against each lab's topology, its ``where`` against
     the sweep, its name, and the sizes against the active limits (one line
-    naming the file, the line and the field)."""
+    naming the file, the line and the field), counted over ``rounds``
+    sampling rounds."""
     from nslab.topo import field_path
     from nslab.topo_yaml import line_of
     spec = loaded.spec
@@ -78,9 +81,10 @@ def check(loaded: Any) -> None:
         size = bound_bytes(c.snaplen, c.max_packets)
         active().check("capture", size, where, f"{c.max_packets:,} packets of up to "
                                                f"{c.snaplen} bytes")
-        n = trials_of(spec, c)
+        n = trials_of(spec, c, rounds)
         total += size * n
-        counted.append(f"{c.file_name} {n:,} trials")
+        counted.append(f"{c.file_name} {n:,} trials" + (f" in {rounds} rounds" if rounds > 1
+                                                         and c.trials == "all" else ""))
     if spec.captures:
         where = f"{loaded.path}:{line_of(loaded.doc, ('captures',))}: captures"
         active().check("captures", total, where, ", ".join(counted))

@@ -75,7 +75,7 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
                f"{biggest[1]:,} links, {biggest[2]:,} namespaces")
     if cls.loaded.spec.captures:
         from .captures import planned
-        n, most = planned(cls.resolved(cfg).spec)
+        n, most = planned(cls.resolved(cfg).spec, cfg.rounds)
         click.echo(f"  captures: {len(cls.loaded.spec.captures)} asked, in {n:,} trials, at most "
                    f"{fmt('captures', most)} (raw/*-capture-*.pcapng)")
     click.echo(f"  limits: {lim.describe()} (raise with --limit KEY=N)")

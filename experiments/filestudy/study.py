@@ -76,10 +76,16 @@ def config_class(loaded: Loaded) -> Type[StudyConfig]:
                                                    "repeat": self.repeat, "presets": {}}),
                            loaded.path, loaded.text, loaded.doc, spec)
             check(trial)
+            if spec.captures and self.rounds > 1:
+                # each later sampling round adds `repeat` trials to a point: the
+                # captures of every trial of the last round count
+                from .captures import check as check_captures
+                check_captures(trial, rounds=self.rounds)
         except (InputError, ValidationError) as exc:
             # FILE:LINE: field: problem -- the line in the file the value conflicts with
             given = ", ".join(f"{k}={v}" for k, v in (("duration", self.duration),
-                                                     ("repeat", self.repeat)))
+                                                     ("repeat", self.repeat))
+                              + ((("rounds", self.rounds),) if self.rounds > 1 else ()))
             raise ValueError(f"{exc} (with {given})") from None
         return self
 
@@ -169,6 +175,15 @@ class FileStudy(Study):
             if spec.versus is not None:
                 wheres.append({**spec.where, **spec.versus.where})
         return [p for p in points if any(matches(p, w) for w in wheres)]
+
+    def check_hosts(self, cfg: Any) -> None:
+        """``captures:`` are taken on this machine's part of a lab: a study
+        across hosts with captures is refused before anything is built."""
+        if self.loaded.spec.captures:
+            raise self.loaded.fail(("captures",), "a study across hosts (--hosts) cannot take "
+                                   "captures yet (nslab capture on the controller captures a "
+                                   "running lab across hosts); run it on one host, or without "
+                                   "captures:")
 
     def runner(self, key: str, lab: Any, cfg: Any, store: Any) -> Any:
         from .runner import FileRunner

@@ -22,9 +22,10 @@ class TrialCaptures:
     def __init__(self, lab: Any, spec: Any, store: Any) -> None:
         self.lab, self.specs, self.store = lab, list(spec.captures), store
         if self.specs and getattr(lab, "remote", False):
-            raise LabError("captures: this study runs across hosts, and capturing on another "
-                           "host over the lab's SSH connection is not built yet (run it on "
-                           "one host, or without captures:)")
+            # refused before anything is built (FileStudy.check_hosts); kept for other callers
+            raise LabError("captures: this study runs across hosts, and a study's captures "
+                           "on other hosts are not built yet (run it on one host, or without "
+                           "captures:)")
         self.limit = active().captures
         self.used = 0
         if self.specs and os.path.isdir(store.raw_dir):  # a resumed run's captures count too

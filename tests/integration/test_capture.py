@@ -104,6 +104,20 @@ def test_w_dash_streams_pcapng_while_it_captures(make_lab, tmp_path):
     assert len(icmp_lines(out)) == 4
 
 
+def test_a_capture_whose_reader_goes_stops_even_when_no_packet_comes(make_lab):
+    """What ends `nslab capture -w -` run over SSH by a controller when the
+    session goes: its stdout's reader gone, with nothing to capture."""
+    lab = make_lab(pair())
+    r, w = os.pipe()
+    cap = Cli("capture", "h1:h1-eth0", lab.run_id, "-w", "-", "udp port 9", stdout=w)
+    os.close(w)
+    cap.wait_for(r"capturing h1:h1-eth0")
+    os.close(r)
+    rc, err = cap.finish(timeout=10)
+    assert rc == 0 and "(stopped: its reader closed the pipe)" in err, err
+    assert not dumpcaps(lab.run_id)
+
+
 @needs("ovs-vsctl")
 def test_an_ovs_switch_is_captured_on_its_ports_in_the_root_namespace(make_lab, tmp_path):
     lab = make_lab(single(k=2, switch="ovs"))

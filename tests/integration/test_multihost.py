@@ -7,6 +7,7 @@ runs inside the first, as a user on one machine of a pair would.
 """
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -203,3 +204,63 @@ def test_an_unreachable_host_fails_in_one_line_and_builds_nothing(hosts):
     err = [l for l in res.stderr.splitlines() if l.startswith("nslab:")]
     assert len(err) == 1 and "10.99.0.9" in err[0], res.stderr
     assert ph.leftovers(0) == [] and ph.leftovers(1) == []
+
+
+@needs("dumpcap", "tcpdump", "ping")
+def test_a_node_on_the_other_host_is_captured_from_the_controller(hosts):
+    """`nslab capture` on the controller (pseudo-host 0) of a node on the other
+    host runs the capture there over the lab's SSH connection and writes the
+    stream into -w FILE; Ctrl-C leaves no dumpcap on either host."""
+    ph = hosts
+    topo = os.path.join(ph.dir, "pair2.yaml")
+    with open(topo, "w") as f:
+        f.write("name: pair2\nnodes:\n  h1: {ip: 10.0.0.1/24}\n  h2: {ip: 10.0.0.2/24}\n"
+                "links:\n  - [h1, h2]\nhosts: {h1: 10.99.0.1, h2: 10.99.0.2}\n")
+    err = os.path.join(ph.dir, "pair2.err")
+    proc = ph.popen(0, [NSLAB, "--results", os.path.join(ph.dir, "results"), "topo", "up", topo,
+                        "--hosts", HOSTS, "--ssh-config", ph.ssh_config, "--for", "600"],
+                    stdout=open(os.devnull, "w"), stderr=open(err, "w"))
+    try:
+        deadline = time.monotonic() + 120
+        while not [f for f in ph.run(0, ["ls", "/run/nslab"]).stdout.split()
+                   if f.endswith(".controller.json")]:  # the controller's record: lab up
+            assert proc.poll() is None, open(err).read()[-2000:]
+            assert time.monotonic() < deadline, "the lab did not come up"
+            time.sleep(0.5)
+        run = [f for f in ph.run(0, ["ls", "/run/nslab"]).stdout.split()
+               if f.endswith(".controller.json")][0].split(".")[0]
+        pcap = os.path.join(ph.dir, "h2.pcapng")
+        cap_err = os.path.join(ph.dir, "capture.err")
+        cap = ph.popen(0, [NSLAB, "capture", "h2:h2-eth0", run, "-w", pcap, "icmp"],
+                       stdin=open(os.devnull), stdout=open(os.devnull, "w"),
+                       stderr=open(cap_err, "w"))
+        while "capturing h2:h2-eth0 on 10.99.0.2" not in open(cap_err).read():
+            assert cap.poll() is None, open(cap_err).read()
+            assert time.monotonic() < deadline + 60, open(cap_err).read()
+            time.sleep(0.2)
+        assert _pids(ph, 1, "^[^ ]*dumpcap ") and not _pids(ph, 0, "^[^ ]*dumpcap ")
+        res = ph.run(0, ["ip", "netns", "exec", f"{run}-h1", "ping", "-c", "5", "-i", "0.2",
+                         "-W", "2", "10.0.0.2"])
+        assert res.returncode == 0, res.stdout + res.stderr
+        time.sleep(0.3)
+        mine = _pids(ph, 0, "^[^ ]*python[^ ]* [^ ]*nslab capture ")
+        assert len(mine) == 1, mine
+        ph.run(0, ["kill", "-INT", str(mine[0])])  # Ctrl-C
+        assert cap.wait(timeout=60) == 0, open(cap_err).read()
+        said = open(cap_err).read()
+        assert "10 packets captured on h2:h2-eth0 on 10.99.0.2 (stopped)" in said, said
+        read = subprocess.run(["tcpdump", "-n", "-r", pcap, "icmp"], capture_output=True,
+                              text=True, timeout=30)
+        lines = [l for l in read.stdout.splitlines() if l.strip()]
+        assert read.returncode == 0 and len(lines) == 10, read.stdout + read.stderr
+        assert sum("echo request" in l for l in lines) == 5
+        assert sum("echo reply" in l for l in lines) == 5
+        # stopped: no dumpcap (nor remote nslab capture) of the run on either host
+        assert not _pids(ph, 0, "^[^ ]*dumpcap ") and not _pids(ph, 1, "^[^ ]*dumpcap ")
+        assert not _pids(ph, 1, "^[^ ]*python[^ ]* [^ ]*nslab capture ")
+    finally:
+        ctl = _pids(ph, 0, "^[^ ]*python[^ ]* [^ ]*nslab --results [^ ]* topo up")
+        for pid in ctl:
+            ph.run(0, ["kill", "-INT", str(pid)])
+        proc.wait(timeout=120)
+    assert _gone(ph, 60), (ph.leftovers(0), ph.leftovers(1))

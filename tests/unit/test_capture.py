@@ -128,7 +128,8 @@ def test_a_node_on_another_host_is_refused_in_one_line_saying_where_to_run_it():
     with pytest.raises(InputError) as exc:
         resolve(parse_target("h2:h2-eth0"), m)
     msg = one_line(exc)
-    assert "h2 is not on this host" in msg and "boxA" in msg and "not built yet" in msg
+    assert "h2 is not on this host" in msg and "boxA" in msg
+    assert "on the machine that controls the lab" in msg
     assert "ssh HOST nslab capture h2:h2-eth0 -w -" in msg
 
 
@@ -174,6 +175,11 @@ def test_a_ring_buffer_as_tcpdump_takes_it():
         dumpcap_argv(["h1-eth0"], "/root/x", ring_files=5)
     with pytest.raises(InputError, match="needs -w FILE"):
         dumpcap_argv(["h1-eth0"], "-", ring_mb=1)
+    # -C alone would keep every file as root: bounded by -W, -c or --duration
+    with pytest.raises(InputError, match="without bound"):
+        dumpcap_argv(["h1-eth0"], "/root/caps/h1.pcapng", ring_mb=10)
+    assert "-b" in dumpcap_argv(["h1-eth0"], "/root/caps/h1.pcapng", ring_mb=10, count=1000)
+    assert "-b" in dumpcap_argv(["h1-eth0"], "/root/caps/h1.pcapng", ring_mb=10, duration=60)
 
 
 def test_a_size_cap_stops_the_file():
@@ -614,3 +620,269 @@ def test_the_live_map_of_a_lab_reads_its_namespaces_and_root_ports(monkeypatch):
     m = capturerun.lab_map(run, ["h2"])
     with pytest.raises(InputError, match="h2:h2-eth0 is not there now"):
         resolve(parse_target("h2-s1"), m)
+
+
+# -- a node on another host of a lab across machines ---------------------------------------
+HOSTILE = "icmp and host 10.0.0.1 ; touch PWNED $(touch PWNED) `touch PWNED` 'q' \"d\" \\ | & > PWNED"
+
+
+def remote_host(**kw):
+    from nslab.captureremote import RemoteHost
+    base = dict(run="nl0a0b", node="h2", dest="root@box2", nslab="/opt/ns lab/bin/nslab",
+                ssh_config="/etc/nslab/ssh_config", control_dir=None)
+    return RemoteHost(**{**base, **kw})
+
+
+def shell_words(tmp_path, line):
+    """The words ``sh`` makes of ``line`` (as sshd's shell would), run in
+    ``tmp_path``: printf prints them, nothing else runs."""
+    res = subprocess.run(["sh", "-c", "printf '%s\\0' " + line], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stderr
+    return res.stdout.split("\0")[:-1]
+
+
+def test_the_ssh_command_of_a_remote_capture_passes_each_argument_as_given(tmp_path):
+    from nslab.captureremote import remote_argv
+    from nslab.remote import LIFELINE, Ssh
+    host = remote_host()
+    remote = remote_argv(host, parse_target("h2:h2-eth0"), count=10, duration=2.5,
+                         filt=HOSTILE, snaplen=128)
+    assert remote == ["sh", "-c", LIFELINE, "nslab-capture", "5", "env",
+                      f"{capture.HOP_ENV}=1", "/opt/ns lab/bin/nslab", "capture", "h2:h2-eth0",
+                      "nl0a0b", "-w", "-", "-c", "10", "--duration", "2.5", "-s", "128",
+                      "-f", HOSTILE]
+    ssh = Ssh(host.dest, str(tmp_path), host.ssh_config).argv(remote)
+    i = ssh.index("--")
+    assert ssh[i - 1] == "root@box2" and len(ssh) == i + 2 and "-T" in ssh
+    assert shell_words(tmp_path, ssh[-1]) == remote  # the remote shell sees exactly these
+    assert not os.listdir(tmp_path)  # and ran nothing
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.text(min_size=1, max_size=60))
+def test_any_filter_accepted_reaches_the_remote_shell_as_one_word(text):
+    import tempfile
+
+    from nslab.captureremote import remote_argv
+    from nslab.remote import Ssh
+    try:
+        check_filter(text)
+    except InputError:
+        return
+    remote = remote_argv(remote_host(), parse_target("h2"), filt=text)
+    with tempfile.TemporaryDirectory() as d:
+        assert shell_words(d, Ssh("box2", d).argv(remote)[-1]) == remote
+        assert not os.listdir(d)
+
+
+@pytest.mark.parametrize("target,kw,says", [
+    (Target("intf", "h2", intf="h2-eth0;reboot"), {}, "capture target"),
+    (Target("intf", "h2", intf="h2-eth0\nreboot"), {}, "capture target"),
+    (Target("node", "h1"), {}, "not a target of node h2"),
+    (Target("node", "h2"), {"filt": "icmp\nreboot"}, "only printable characters"),
+    (Target("node", "h2"), {"filt": "-w /etc/passwd"}, "may not start with '-'"),
+    (Target("node", "h2"), {"count": 0}, "-c 0"),
+    (Target("node", "h2"), {"snaplen": 10}, "-s 10"),
+    (Target("node", "h2"), {"duration": float("nan")}, "--duration nan"),
+])
+def test_what_could_reach_the_remote_shell_is_checked_first(target, kw, says):
+    from nslab.captureremote import remote_argv
+    with pytest.raises(InputError) as exc:
+        remote_argv(remote_host(), target, **kw)
+    assert says in one_line(exc)
+
+
+def test_a_run_id_that_is_not_one_never_reaches_the_remote_shell():
+    from nslab.captureremote import remote_argv
+    with pytest.raises(InputError, match="bad run id"):
+        remote_argv(remote_host(run="nl0a0b;reboot"), parse_target("h2"))
+
+
+def controller_record(**kw):
+    from nslab.remote import MultiLab
+    lab = MultiLab(single(k=2), {"10.99.0.1": "10.99.0.1", "root@box2": "192.0.2.2"},
+                   placement={"h1": "10.99.0.1", "s1": "10.99.0.1", "h2": "root@box2"},
+                   run_id="nl0a0b", ssh_config="/etc/nslab/ssh_config",
+                   remote_nslab="/opt/nslab/bin/nslab")
+    return {**lab.controller_record(), **kw}
+
+
+def test_the_host_of_a_node_comes_from_the_controllers_record():
+    from nslab.captureremote import host_of
+    h = host_of(controller_record(), "nl0a0b", "h2")
+    assert (h.run, h.node, h.dest, h.nslab, h.ssh_config) == (
+        "nl0a0b", "h2", "root@box2", "/opt/nslab/bin/nslab", "/etc/nslab/ssh_config")
+    assert host_of(controller_record(), "nl0a0b", "s1").dest == "10.99.0.1"
+    with pytest.raises(InputError) as exc:
+        host_of(controller_record(), "nl0a0b", "h9")
+    assert "no node 'h9' in lab nl0a0b (nodes: h1, h2, s1)" in one_line(exc)
+
+
+@pytest.mark.parametrize("change,says", [
+    ({"run": "nl9999"}, "not this lab's"),
+    ({"placement": {"h2": "-oProxyCommand=touch PWNED"}}, "not one of the lab's SSH destinations"),
+    ({"placement": {"h2": "box9"}}, "not one of the lab's SSH destinations"),
+    ({"remote_nslab": "nslab\nreboot"}, "remote_nslab is not a path"),
+    ({"remote_nslab": None}, "no remote_nslab"),
+    ({"ssh_config": "-oProxyCommand=x"}, "ssh_config is not a path"),
+    ({"ssh_config": "relative/cfg"}, "ssh_config is not an absolute path"),
+    ({"hosts": None}, "no placement"),
+])
+def test_a_controller_record_that_nslab_did_not_write_is_refused(change, says):
+    from nslab.captureremote import host_of
+    from nslab.errors import LabError
+    with pytest.raises(LabError) as exc:
+        host_of(controller_record(**change), "nl0a0b", "h2")
+    assert says in one_line(exc)
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    from nslab import clean, extension
+    from nslab.proc import Result
+    monkeypatch.setattr(clean, "STATE_DIR", str(tmp_path))
+    monkeypatch.setattr(clean, "run", lambda argv, check=False: Result(argv, 0, "", ""))
+    monkeypatch.setattr(clean, "pids_with_tag", lambda run_id=None: {})
+    monkeypatch.setattr(extension, "registered", lambda: {})
+    return tmp_path
+
+
+def test_the_controllers_record_marks_its_lab_live_and_clean_removes_a_dead_ones(state):
+    from nslab import clean
+    from nslab.proc import process_start_time
+    me = {"run": "nl0a0b", "pid": os.getpid(), "pid_start": process_start_time(os.getpid())}
+    clean.write_controller("nl0a0b", me)
+    assert os.listdir(state) == ["nl0a0b.controller.json"]
+    assert clean.live_controllers() == ["nl0a0b"] and clean.read_controller("nl0a0b") == me
+    assert clean.clean(dry_run=True) == {
+        "nl0a0b": [f"skipped: run is live (pid {os.getpid()}); use --force"]}
+    clean.write_controller("nl0a0b", dict(me, pid_start=-1.0))  # its controller died
+    assert clean.live_controllers() == []
+    assert clean.clean() == {"nl0a0b": [f"controller record {state}/nl0a0b.controller.json"]}
+    assert os.listdir(state) == []
+
+
+FAKE_SSH = """#!/bin/sh
+# a stand-in for ssh: the remote command line, run here by sh as sshd's shell would
+for a in "$@"; do [ "$a" = box9 ] && { echo "ssh: connect to host box9 port 22: Connection refused" >&2; exit 255; }; done
+while [ "$1" != "--" ]; do shift; done
+exec /bin/sh -c "$2"
+"""
+FAKE_NSLAB = """#!{python}
+import json, os, signal, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "args.json"), "w") as f:
+    json.dump([os.environ.get("NSLAB_CAPTURE_HOP")] + sys.argv[1:], f)
+if sys.argv[2] == "h2:h2-eth9":
+    print("nslab: error: capture target h2:h2-eth9: h2 has no interface 'h2-eth9' (it has: "
+          "h2-eth0, lo)", file=sys.stderr)
+    sys.exit(2)
+def done(*_):
+    os.write(1, b" END")
+    os.write(2, b"7 packets captured on h2:h2-eth0 (stopped)\\n")
+    os._exit(0)
+signal.signal(signal.SIGINT, done)
+os.write(1, b"PCAPNG")
+print("capturing h2:h2-eth0 of lab nl0a0b into stdout; Ctrl-C to stop", file=sys.stderr,
+      flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def fake_remote(tmp_path, monkeypatch):
+    """``ssh`` that runs the remote command line here, and an ``nslab`` there
+    that streams ``PCAPNG`` until SIGINT."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(FAKE_SSH)
+    (bin_dir / "nslab").write_text(FAKE_NSLAB.replace("{python}", sys.executable))
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return bin_dir
+
+
+def test_a_remote_capture_streams_into_its_file_and_stops_when_its_reader_goes(fake_remote,
+                                                                               tmp_path):
+    from nslab.capturerun import follow
+    from nslab.captureremote import RemoteCapture, remote_argv
+    host = remote_host(nslab=str(fake_remote / "nslab"))
+    target = parse_target("h2:h2-eth0")
+    out = tmp_path / "h2.pcapng"
+    with open(out, "wb") as fh:
+        cap = RemoteCapture(host, target, remote_argv(host, target, filt=HOSTILE), stdout=fh)
+    cap.wait_ready(20)
+    assert cap.alive()
+    assert follow(cap, "nl0a0b", poll=0.05, alive=lambda: True,
+                  reader_gone=lambda: True) == "reader gone"
+    assert not cap.alive() and cap.proc.popen.returncode == 0
+    assert (cap.packets, cap.ended) == (7, "stopped")  # SIGINT through the lifeline
+    assert out.read_bytes() == b"PCAPNG END"  # it finished its stream
+    assert json.load(open(fake_remote / "args.json")) == [
+        "1", "capture", "h2:h2-eth0", "nl0a0b", "-w", "-", "-f", HOSTILE]
+    assert not (tmp_path / "PWNED").exists() and not os.path.exists("PWNED")
+
+
+@pytest.mark.parametrize("kw,target,error,says", [
+    ({}, "h2:h2-eth9", InputError,
+     "capture on root@box2: capture target h2:h2-eth9: h2 has no interface 'h2-eth9'"),
+    ({"dest": "box9"}, "h2:h2-eth0", None,
+     "capture of h2:h2-eth0 on box9: no SSH session: ssh: connect to host box9 port 22"),
+])
+def test_a_remote_capture_that_cannot_start_is_its_one_line(fake_remote, kw, target, error,
+                                                            says):
+    from nslab.captureremote import RemoteCapture, remote_argv
+    from nslab.errors import LabError
+    host = remote_host(nslab=str(fake_remote / "nslab"), **kw)
+    t = parse_target(target)
+    cap = RemoteCapture(host, t, remote_argv(host, t), stdout=subprocess.DEVNULL)
+    with pytest.raises(error or LabError) as exc:
+        cap.wait_ready(20)
+    assert says in one_line(exc)
+    assert error is None or isinstance(exc.value, error)
+
+
+def test_a_pipe_whose_reader_went_is_seen_and_a_file_never_is(tmp_path):
+    from nslab.capturerun import pipe_closed
+    r, w = os.pipe()
+    try:
+        assert not pipe_closed(w)
+        os.close(r)
+        assert pipe_closed(w)
+    finally:
+        os.close(w)
+    with open(tmp_path / "f", "wb") as f:
+        assert not pipe_closed(f.fileno())
+
+
+def test_a_study_across_hosts_with_captures_is_refused_before_anything_is_built(tmp_path):
+    import functools
+
+    from nslab.experiments.filestudy.study import study_class
+    from nslab.study import run_study
+    path = study(tmp_path)
+    cls = study_class(path)
+    cfg = cls.Config.preset()
+    built = []
+
+    class Multi:
+        remote = True
+
+        def __init__(self, *a, **kw):
+            built.append(a)
+
+    with pytest.raises(InputError) as exc:
+        run_study(cls(), cfg, str(tmp_path / "results"), lab_factory=functools.partial(Multi))
+    assert f"{path}:17: captures: a study across hosts (--hosts) cannot take captures" \
+        in one_line(exc)
+    assert built == []
+    # from the command line: before its run directory is made, without root
+    res = subprocess.run([NSLAB, "--results", str(tmp_path / "cli"), "run", path, "--hosts",
+                          "box1,box2"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert f"{path}:17: captures: a study across hosts" in res.stderr
+    assert not os.path.exists(tmp_path / "cli")
+    plain = study_class(study(tmp_path, text=STUDY.split("captures:")[0]))
+    plain().check_hosts(plain.Config.preset())  # a file without captures runs across hosts

@@ -347,6 +347,21 @@ def test_nothing_is_written_through_a_link(tmp_path, capsys):
     assert not os.listdir(tmp_path / "elsewhere") and not (tmp_path / "fabric.clab.yml").exists()
 
 
+@pytest.mark.parametrize("where", ["adir", "plain/x.clab.yml"])
+def test_an_output_that_cannot_be_a_file_is_one_line_and_nothing_is_written(
+        tmp_path, capsys, where):
+    (tmp_path / "adir").mkdir()  # -o names a directory
+    (tmp_path / "plain").write_text("mine\n")  # -o goes through a file
+    rc = main(["--results", str(tmp_path), "topo", "export", "clos", "--spines", "1",
+               "--servers", "1", "-o", str(tmp_path / where)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert str(tmp_path / where.split("/")[0]) in err  # what is in the way
+    # not half-built: no FRR files beside it either
+    assert sorted(os.listdir(tmp_path)) == ["adir", "plain"]
+    assert not os.listdir(tmp_path / "adir") and (tmp_path / "plain").read_text() == "mine\n"
+
+
 # -- reading a containerlab file -----------------------------------------------------------
 @pytest.mark.parametrize("text, message", [
     ("name: x\ntopology:\n  nodes:\n    a: {kind: linux\n", ":5: malformed YAML"),

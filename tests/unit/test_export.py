@@ -341,7 +341,7 @@ def test_a_bad_option_is_one_line(tmp_path, capsys, args, message):
 
 @pytest.mark.parametrize("where, message", [
     ("file", "exists and is not a directory"),
-    ("file/sub", "cannot write the export: Not a directory"),
+    ("file/sub", "is not a directory"),
 ])
 def test_a_file_where_the_output_directory_goes_is_one_line(tmp_path, capsys, where, message):
     (tmp_path / "file").write_text("mine\n")
@@ -412,3 +412,62 @@ def test_links_in_the_run_are_not_followed(tmp_path, capsys):
     err = _one_line(capsys)
     assert rc == 2 and f"{os.path.join(run, 'records.jsonl')}: a link" in err
     assert not out.exists()
+
+
+# -- sizes ------------------------------------------------------------------------------
+def test_records_whose_keys_all_differ_are_refused_before_the_table_is_filled(
+        tmp_path, capsys, monkeypatch):
+    """Every row has every column: 40 records of 50 keys of their own would
+    be 2,000 columns x 40 rows. Counted as the records are read."""
+    from nslab import export
+    monkeypatch.setattr(export, "MAX_CELLS", 20_000)
+    # a run of nslab's own is far below the bound (same keys in every record)
+    rc, out = _export(tmp_path / "ok", os.path.join(DATA, "failover_run"), "--table", "points")
+    assert rc == 0 and (out / "points.csv").exists()
+    run = _copy(tmp_path, "failover_run")
+    path = os.path.join(run, "records.jsonl")
+    first = json.loads(open(path).readline())
+    lines = []
+    for i in range(40):
+        first["params"]["repeat"] = 100 + i
+        first["measurements"]["values"] = {f"k{i}_{j}": 1.0 for j in range(50)}
+        lines.append(json.dumps(first))
+    open(path, "w").write("\n".join(lines) + "\n")
+    rc, out = _export(tmp_path, run, "--table", "points")
+    err = _one_line(capsys)
+    assert rc == 2 and f"{path}: record " in err and "20,000 cells" in err
+    n = int(err.split(": record ")[1].split(":")[0])
+    assert n < 40  # refused as soon as the count passed the bound
+    assert not out.exists()
+
+
+def test_a_provenance_with_thousands_of_versions_is_one_line(tmp_path, capsys):
+    """Each version is a column of every row: their number is bounded."""
+    run = _copy(tmp_path, "alias_run")
+    prov_path = os.path.join(run, "provenance.json")
+    prov = json.load(open(prov_path))
+    prov["versions"] = {f"tool{i}": "1.0" for i in range(5000)}
+    json.dump(prov, open(prov_path, "w"))
+    rc, out = _export(tmp_path, run)
+    err = _one_line(capsys)
+    assert rc == 2 and f"{prov_path}: versions" in err
+    assert not out.exists()
+
+
+def test_packet_captures_are_not_copied_so_a_run_at_its_capture_limit_exports(
+        tmp_path, monkeypatch):
+    """A run's captures may take up to --limit captures (2 GiB), more than
+    the copy an export reads from may (1 GiB): they are left out of it."""
+    from nslab import export
+    monkeypatch.setattr(export, "REPORT_COPY_LIMIT", 100_000)
+    run = _copy(tmp_path, "failover_run")
+    os.makedirs(os.path.join(run, "raw"), exist_ok=True)
+    with open(os.path.join(run, "raw", "bfd=False-repeat=0-capture-probe.pcapng"), "wb") as f:
+        f.write(b"\0" * 200_000)
+    rc, out = _export(tmp_path, run, "--table", "points")
+    assert rc == 0 and (out / "points.csv").exists()
+    # the bound still holds for everything else
+    with open(os.path.join(run, "raw", "bfd=False-repeat=0-probe.txt"), "wb") as f:
+        f.write(b"x" * 200_000)
+    rc, out = _export(tmp_path / "again", run, "--table", "points")
+    assert rc == 2 and not out.exists()

@@ -63,3 +63,34 @@ def test_size_is_limited_by_the_kernel_and_the_address_plan_only():
     with pytest.raises(TopologyError, match="a Linux bridge holds at most 1023 ports"):
         load_topology("single,1024", {})
     assert len(load_topology("single,1024", {"switch": "ovs"}).hosts()) == 1024
+
+
+def test_importing_mininet_leaves_nslabs_loggers_stdlib_ones():
+    """mininet.log makes every logger created after it a MininetLogger (level
+    25, a stderr handler of its own: INFO hidden, warnings printed twice).
+    Where nslab imports Mininet (the studies' registry, Mininet's topologies,
+    the Mininet CLI), loggers created afterwards are logging's own. A fresh
+    interpreter: this one may have imported Mininet already."""
+    import subprocess
+    import sys
+    code = "\n".join([
+        "import logging",
+        "logging.basicConfig(level=logging.DEBUG, format='%(name)s %(levelname)s %(message)s')",
+        "from nslab import registry",
+        "registry.studies()",
+        "from nslab.topoload import load_topology",
+        "load_topology('linear,2', {})",
+        "import mininet.log",
+        "assert type(mininet.log.lg).__name__ == 'MininetLogger'",  # mn --custom keeps its own
+        "log = logging.getLogger('nslab.created_after_mininet')",
+        "print(type(log).__name__, log.level, len(log.handlers))",
+        "log.info('an info line')",
+        "log.warning('a warning line')",
+    ])
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["Logger", "0", "0"]
+    lines = res.stderr.splitlines()
+    assert "nslab.created_after_mininet INFO an info line" in lines
+    assert sum("a warning line" in ln for ln in lines) == 1

@@ -311,3 +311,10 @@ def test_a_tree_nested_deeper_than_nslab_walks_is_one_line(tmp_path, monkeypatch
     out.mkdir()
     skipped = safeio.copy_tree(str(deep), str(out))
     assert skipped and len(skipped) == 1
+
+
+def test_a_path_through_a_file_is_one_clear_error(tmp_path):
+    f = tmp_path / "plain"
+    f.write_text("x")
+    with pytest.raises(safeio.UnsafePathError, match="is not a directory"):
+        safeio.check_path(str(f / "sub" / "out.csv"))

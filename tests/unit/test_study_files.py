@@ -347,3 +347,43 @@ def test_a_later_round_of_a_study_file_measures_what_its_open_claims_select():
     assert {p["vars.failure"] for p in both} == {"blackhole"}
     # a claim the file does not make keeps every point
     assert study.needed(cfg, points, [Claim("something else", "", "undecided", "")]) == points
+
+
+CAPTURED = """\
+name: captured
+title: ping across a switch, every trial captured
+topology:
+  ready: single
+  options: {k: 2}
+duration: 3
+traffic:
+  - {id: ping, kind: ping, src: h1, dst: h2, interval: 0.2}
+metrics:
+  - {metric: latency, flow: ping}
+repeat: 4
+captures:
+  - {link: [s1, h2], trials: all, snaplen: 128, max_packets: 10000}
+"""
+
+
+def test_the_captures_of_every_sampling_round_count_against_the_limit(tmp_path):
+    """Each later round adds `repeat` trials to a point (nslab.study.config_of_round):
+    the captures' limit is checked against the last round's trials, before
+    anything is built, not only against the first round's."""
+    from nslab import limits
+    from nslab.capture import bound_bytes
+    from nslab.experiments.filestudy.captures import planned
+    from nslab.study import ConfigError
+    p = tmp_path / "captured.yaml"
+    p.write_text(CAPTURED)
+    cls = study_class(str(p))
+    one = bound_bytes(128, 10_000)
+    assert planned(cls.loaded.spec) == (4, 4 * one)
+    assert planned(cls.loaded.spec, rounds=3) == (12, 12 * one)
+    with limits.use(limits.machine().with_values({"captures": 6 * one})):
+        assert cls.Config.preset().repeat == 4  # one round: 4 captures fit
+        with pytest.raises(ConfigError) as exc:
+            cls.Config.preset(rounds=3)  # three rounds: 12 captures do not
+    msg = str(exc.value)
+    assert msg.startswith(f"{p}:12: captures: ") and "\n" not in msg
+    assert "s1-h2 12 trials in 3 rounds" in msg and "rounds=3" in msg
