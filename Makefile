@@ -34,7 +34,7 @@ system:
 	@scripts/setup-sshd.sh
 	@scripts/setup-prometheus.sh
 
-$(STAMP): setup.py
+$(STAMP): pyproject.toml
 	$(PY) -m venv --system-site-packages $(VENV)
 	$(BIN)/pip install -q -U pip setuptools wheel
 	$(BIN)/pip install -q -e '.[test]'

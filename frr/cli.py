@@ -17,8 +17,8 @@ from nslab.errors import InputError
 @click.option("-c", "commands", multiple=True, help="Command(s) to run; none = interactive.")
 def vtysh(node: str, run_id: Optional[str], commands: Tuple[str, ...]) -> None:
     """FRR's vtysh on NODE of a running lab, e.g. nslab vtysh server1 -c 'show bgp summary'."""
-    from nslab.clean import discover, run_is_live, workdir
-    from nslab.fields import check_name
+    from nslab.runtime.clean import discover, run_is_live, workdir
+    from nslab.model.fields import check_name
     check_name(node)
     live = [r for r, inv in discover().items() if run_is_live(inv.journal)
             and os.path.isdir(os.path.join(workdir(r), "frr", node))]

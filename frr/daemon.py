@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional
 import jinja2
 
 from nslab.errors import LabError
-from nslab.proc import Process, process_start_time
+from nslab.model.render import token
+from nslab.runtime.proc import Process, process_start_time
 
 from .rundir import NodeDir, frr_ids, owned_process
 from .version import FRR_DIR, FrrVersion
 
 if TYPE_CHECKING:  # pragma: no cover
-    from nslab.node import LabNode
+    from nslab.runtime.node import LabNode
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,7 @@ log = logging.getLogger(__name__)
 def config_token(value: Any) -> str:
     """Every value written into an FRR configuration is one plain token: FRR
     splits a line on whitespace and reads ``!``/``#`` as comments, so a name,
-    neighbour or prefix can never break out of its line (see :mod:`nslab.render`)."""
-    from nslab.render import token
+    neighbour or prefix can never break out of its line (see :mod:`nslab.model.render`)."""
     return token(value)
 
 
@@ -146,10 +146,6 @@ class Daemon:
     def pid_path(self) -> str:
         """FRR's pid file: written by the daemon, never read by nslab."""
         return os.path.join(self.dir, f"{self.NAME}.pid")
-
-    @property
-    def zserv_path(self) -> str:
-        return os.path.join(self.dir, "zserv.api")
 
     def render(self) -> str:
         return _ENV.get_template(f"{self.NAME}.conf.j2").render(
@@ -332,7 +328,7 @@ def node_configs(context: Dict[str, Any], version: FrrVersion) -> Dict[str, str]
 
     Args:
         context: ``node``, ``run_id``, ``interfaces`` (the node's, in order)
-            and ``bgp`` (its :class:`~nslab.fields.BgpOptions`).
+            and ``bgp`` (its :class:`~nslab.model.fields.BgpOptions`).
         version: the FRR the node runs: from 10.0 the interface configuration
             moves from ``zebra.conf`` to ``mgmtd.conf``, and a ``vtysh.conf``
             stands in for the host's in the dry run of ``mgmtd.conf``.

@@ -1,7 +1,7 @@
 """FRR on the nodes of a lab: directories, daemons in order, readiness.
 
 A node takes part when its topology options carry ``bgp`` (a typed
-:class:`~nslab.fields.BgpOptions`)::
+:class:`~nslab.model.fields.BgpOptions`)::
 
     bgp: {asn: 65001, router_id: 10.0.200.1, unnumbered: [server1-eth0, ...],
           networks: [10.0.200.1/32]}
@@ -14,6 +14,7 @@ the FRR release (see :mod:`frr.version`): from FRR 10 every node also runs
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -21,18 +22,18 @@ import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from nslab.errors import LabError, ReadinessError
-from nslab.extension import Extension
+from nslab.runtime.extension import Extension
 
 from .daemon import Daemon, container_configs, daemon_kinds, node_configs
 from .rundir import NodeDir, frr_ids
 from .version import FrrVersion, detect, parse_version
 
 if TYPE_CHECKING:  # pragma: no cover
-    from nslab.fields import BgpOptions
-    from nslab.lab import Lab
-    from nslab.node import LabNode
-    from nslab.plan import BuildPlan
-    from nslab.topo import Topology
+    from nslab.model.fields import BgpOptions
+    from nslab.runtime.lab import Lab
+    from nslab.runtime.node import LabLike, LabNode
+    from nslab.runtime.plan import BuildPlan
+    from nslab.model.topo import Topology
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ def frr_host_dirs(version: FrrVersion) -> None:
             os.chown(path, uid, gid)
 
 
-def unnumbered_pairs(topo) -> List[Tuple[str, str, str, str]]:  # noqa: ANN001
+def unnumbered_pairs(topo) -> List[Tuple[str, str, str, str]]:
     """``(node, intf, peer, peer_intf)`` for each end of a link whose both ends
     run an unnumbered BGP session on it."""
     out = []
@@ -227,9 +228,8 @@ def unnumbered_pairs(topo) -> List[Tuple[str, str, str, str]]:  # noqa: ANN001
 def link_locals(ip_j_addr: str) -> Dict[str, Tuple[str, str]]:
     """``{interface: (MAC, IPv6 link-local)}`` from ``ip -j addr show`` output;
     values are checked (a MAC, an fe80::/10 address) before anyone uses them."""
-    import ipaddress
 
-    from nslab.fields import MAC_RE
+    from nslab.model.fields import MAC_RE
     out: Dict[str, Tuple[str, str]] = {}
     for link in json.loads(ip_j_addr or "[]"):
         mac = str(link.get("address", ""))
@@ -262,8 +262,8 @@ def pin_peer_neighbours(lab: "Lab") -> int:
     the servers that came last never learn their peers. Permanent entries do
     not count against the cap, and the multicast entries left are freed as
     soon as the table fills."""
-    from nslab.proc import NetnsJob, run_in_namespaces
-    from nslab.render import line, text
+    from nslab.runtime.proc import NetnsJob, run_in_namespaces
+    from nslab.model.render import line, text
     # a peer on another host (a lab that spans hosts) is learnt as usual
     pairs = [p for p in unnumbered_pairs(lab.topology) if lab.is_local(p[0]) and lab.is_local(p[2])]
     nodes = sorted({n for n, _, _, _ in pairs})
@@ -301,7 +301,7 @@ def pin_peer_neighbours(lab: "Lab") -> int:
     return sum(len(v) for v in lines.values())
 
 
-def _each(calls: List, workers: Optional[int] = None) -> None:  # noqa: ANN001
+def _each(calls: List, workers: Optional[int] = None) -> None:
     """Call each function, a few at once (they wait on child processes);
     re-raise the first failure in call order."""
     from concurrent.futures import ThreadPoolExecutor
@@ -313,12 +313,13 @@ def _each(calls: List, workers: Optional[int] = None) -> None:  # noqa: ANN001
         f.result()
 
 
-def frr_of(lab: "Lab") -> FrrExtension:
+def frr_of(lab: "LabLike") -> FrrExtension:
     """The FRR extension of a running lab."""
-    return lab.extension("frr")  # type: ignore[return-value]
+    return lab.extension("frr")  # MultiLab answers with a stand-in (its routers, start time)
 
 
-def wait_for_ecmp(lab: "Lab", expect: Dict[str, Dict[str, int]], timeout: float = 30.0) -> float:
+def wait_for_ecmp(lab: "LabLike", expect: Dict[str, Dict[str, int]],
+                  timeout: float = 30.0) -> float:
     """Poll until every ``node: {prefix: nexthops}`` holds; return the seconds it took
     from FRR start. On timeout raise with the BGP summary and the routes seen."""
     frr = frr_of(lab)

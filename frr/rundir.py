@@ -251,7 +251,7 @@ def owned_process(pid: int, start_time: Optional[float], run_id: Optional[str]) 
     it, and its environment must carry this run's ``NSLAB_RUN`` tag."""
     import psutil
 
-    from nslab.proc import TAG_ENV, process_start_time
+    from nslab.runtime.proc import TAG_ENV, process_start_time
     started = process_start_time(pid)
     if started is None:
         return f"pid {pid} is not running"

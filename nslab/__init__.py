@@ -5,10 +5,13 @@ Public API::
     from nslab import Lab, Topology
     from nslab.topologies import single
 """
+from ._compat import install as _install_old_paths
 from .errors import CapabilityError, CommandError, InputError, LabError, TopologyError
-from .lab import Lab
-from .topo import Topology
+from .runtime.lab import Lab
+from .model.topo import Topology
 
-__version__ = "0.1.0"
+_install_old_paths()  # ``nslab.lab``, ``nslab.topo``, ...: see nslab._compat
+
+__version__ = "0.2.0"
 __all__ = ["Lab", "Topology", "LabError", "InputError", "TopologyError", "CapabilityError",
            "CommandError", "__version__"]

@@ -6,7 +6,7 @@ import json
 import logging
 from typing import Dict, List, Optional, Sequence
 
-from nslab.proc import run
+from nslab.runtime.proc import run
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,9 @@ def del_bridge(name: str) -> None:
         timeout=30)
 
 
-def _bridges() -> List[Dict[str, object]]:
+def list_bridges() -> List[Dict[str, object]]:
+    """Every OVS bridge as ``{"name", "external_ids"}`` (empty if ovs-vsctl
+    cannot reach the database)."""
     res = run(["ovs-vsctl", "--timeout=5", "--format=json", "--", "--columns=name,external_ids",
                "list", "Bridge"], check=False, timeout=10)
     if not res.ok:
@@ -81,8 +83,8 @@ def _bridges() -> List[Dict[str, object]]:
 def tagged_bridges(run_id: Optional[str] = None) -> Dict[str, str]:
     """OVS bridges carrying ``external_ids:nslab-run`` (of any run, or of ``run_id``)."""
     found = {}
-    for br in _bridges():
-        rid = br["external_ids"].get(TAG_KEY)  # type: ignore[union-attr]
+    for br in list_bridges():
+        rid = br["external_ids"].get(TAG_KEY)
         if rid and (run_id is None or rid == run_id):
             found[str(br["name"])] = rid
     return found
@@ -90,4 +92,4 @@ def tagged_bridges(run_id: Optional[str] = None) -> Dict[str, str]:
 
 def foreign_bridges() -> List[str]:
     """Bridges nslab did not create."""
-    return [str(b["name"]) for b in _bridges() if TAG_KEY not in b["external_ids"]]  # type: ignore[operator]
+    return [str(b["name"]) for b in list_bridges() if TAG_KEY not in b["external_ids"]]  # type: ignore[operator]

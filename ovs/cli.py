@@ -1,6 +1,8 @@
 """``nslab ovs``: the OVS toolbelt (seed 003) and ``nslab ethtool``."""
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
 from typing import List, Optional
@@ -8,10 +10,15 @@ from typing import List, Optional
 import click
 
 from nslab.errors import CapabilityError, InputError
+from nslab.model.fields import check_ifname
+from nslab.ovs.bridge import list_bridges
+from nslab.ovs.daemon import (USER, datapath_type, ensure_running, owner, started_by_nslab,
+                              stop_if_ours)
+from nslab.runtime import caps
+from nslab.runtime.proc import run
 
 
 def _need_ovs() -> None:
-    import shutil
     if not shutil.which("ovs-vsctl"):
         raise CapabilityError("Open vSwitch is not installed (apt install openvswitch-switch)")
 
@@ -26,14 +33,11 @@ def ovs_group() -> None:
               show_default=True)
 def start(datapath: str) -> None:
     """Create the database if missing and start ovsdb-server and ovs-vswitchd."""
-    from nslab import caps
-    from nslab.ovs.daemon import datapath_type, ensure_running
     _need_ovs()
     caps.require_root("nslab ovs start")
     if datapath == "kernel" and datapath_type() != "system":
         raise CapabilityError("the kernel datapath needs the openvswitch kernel module, which this "
                               "kernel lacks: use --datapath user")
-    from nslab.ovs.daemon import USER, owner
     started = ensure_running(USER)
     dp = "kernel (system)" if datapath_type() == "system" and datapath != "user" else "userspace (netdev)"
     state = ("started" if started else "already running") + \
@@ -44,8 +48,6 @@ def start(datapath: str) -> None:
 @ovs_group.command("stop")
 def stop() -> None:
     """Stop the OVS daemons, only if nslab started them."""
-    from nslab import caps
-    from nslab.ovs.daemon import started_by_nslab, stop_if_ours
     _need_ovs()
     caps.require_root("nslab ovs stop")
     if not started_by_nslab():
@@ -57,9 +59,6 @@ def stop() -> None:
 @ovs_group.command("status")
 def status() -> None:
     """Daemons, version, datapath types, bridges (tagged with their nslab run or not)."""
-    from nslab import caps
-    from nslab.ovs.bridge import _bridges
-    from nslab.ovs.daemon import USER, datapath_type, owner
     _need_ovs()
     if not caps.ovs_running():
         click.echo("ovsdb-server/ovs-vswitchd: not running (nslab ovs start)")
@@ -71,7 +70,7 @@ def status() -> None:
     click.echo(f"running (OVS {vsctl(['get', 'Open_vSwitch', '.', 'ovs_version']).strip(chr(34))}), "
                f"{who}")
     click.echo(f"datapath for new bridges: {datapath_type()}")
-    for b in _bridges():
+    for b in list_bridges():
         tag = b["external_ids"].get("nslab-run")
         click.echo(f"  bridge {b['name']}" + (f" (nslab run {tag})" if tag else " (not nslab's)"))
 
@@ -182,11 +181,8 @@ def ethtool_help() -> None:
 @click.option("--autoneg", type=click.Choice(["on", "off"]), default=None)
 def ethtool_cmd(iface: str, speed: Optional[int], duplex: Optional[str], autoneg: Optional[str]) -> None:
     """Show (or set, then show) what IFACE actually negotiated."""
-    import os
 
-    from nslab.fields import check_ifname
     from nslab.ovs.uplink import parse_ethtool
-    from nslab.proc import run
     check_ifname(iface, "nslab ethtool")
     if not os.path.isdir(f"/sys/class/net/{iface}"):
         raise InputError(f"no interface {iface!r} here")

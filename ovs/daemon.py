@@ -22,10 +22,10 @@ import subprocess
 import tempfile
 from typing import Dict, List, Optional, Tuple
 
-from nslab import caps, statefile
+from nslab.runtime import caps, statefile
 from nslab.errors import CapabilityError
-from nslab.naming import STATE_DIR
-from nslab.proc import TAG_ENV, pid_running, run
+from nslab.model.naming import STATE_DIR
+from nslab.runtime.proc import TAG_ENV, pid_running, run
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ PIDFILES = {"ovsdb-server": "/var/run/openvswitch/ovsdb-server.pid",
 
 def _daemon(name: str) -> Optional[Tuple[int, float]]:
     """(pid, start time) of a running OVS daemon, or None."""
-    from nslab.proc import process_start_time
+    from nslab.runtime.proc import process_start_time
     try:
         with open(PIDFILES[name]) as f:
             pid = int(f.read().strip())
@@ -91,7 +91,7 @@ def ensure_running(owner_: str = LAB) -> bool:
         return False
     if not os.path.exists(OVS_CTL):
         raise CapabilityError(f"{OVS_CTL} is missing (apt install openvswitch-switch)")
-    from nslab.proc import boot_clock, process_start_time
+    from nslab.runtime.proc import boot_clock, process_start_time
     log.info("starting ovsdb-server and ovs-vswitchd (ovs-ctl --no-monitor start)")
     before = _running()  # a half-up set (ovsdb-server alone), e.g. after a crash
     owned = not before or started_by_nslab()
@@ -144,7 +144,7 @@ def started_by_nslab(wait: float = 0.0) -> bool:
     ``wait``: seconds to let an ``ovs-ctl start`` of ours (from a lab that was
     killed) finish first, so that what it starts is judged whole.
     """
-    from nslab.proc import process_start_time
+    from nslab.runtime.proc import process_start_time
     mark = statefile.read(_MARK)
     if mark is None or mark.get("clock") != CLOCK:
         return False  # none, or written by an older nslab on another clock: not provably ours

@@ -11,15 +11,16 @@ restore, and, for ``nslab clean``, finds bridges by their tag.
 from __future__ import annotations
 
 import logging
+import shutil
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from nslab.errors import InputError
-from nslab.extension import Extension
-from nslab.naming import ovs_bridge
+from nslab.runtime.extension import Extension
+from nslab.model.naming import ovs_bridge
 
 if TYPE_CHECKING:  # pragma: no cover
-    from nslab.lab import Lab
-    from nslab.plan import BuildPlan
+    from nslab.runtime.lab import Lab
+    from nslab.runtime.plan import BuildPlan
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class OvsExtension(Extension):
         return {"bridges": len(self._switches(lab))}
 
     def build(self, lab: "Lab", plan: "BuildPlan") -> None:
-        from nslab.lab import ethtool_each
+        from nslab.runtime.lab import ethtool_each
 
         from .bridge import add_bridge
         from .daemon import datapath_type, ensure_running
@@ -75,7 +76,7 @@ class OvsExtension(Extension):
                 self._attach_uplink(lab, sw, br, node.uplink)
         stp = [self.bridges[sw] for sw in self.bridges if lab.topology.nodes[sw].stp]
         if stp:
-            from nslab.lab import wait_stp_settled
+            from nslab.runtime.lab import wait_stp_settled
 
             from .bridge import stp_unsettled
             wait_stp_settled(f"STP on {len(stp)} OVS bridges", lambda: stp_unsettled(stp),
@@ -95,7 +96,6 @@ class OvsExtension(Extension):
         lab.nodes[sw].intfs.append(iface)
 
     def discover(self, run_id: Optional[str] = None) -> Dict[str, List[str]]:
-        import shutil
         if not shutil.which("ovs-vsctl"):
             return {}
         from .bridge import tagged_bridges

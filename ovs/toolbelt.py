@@ -5,7 +5,7 @@ import re
 from typing import List
 
 from nslab.errors import InputError
-from nslab.proc import run
+from nslab.runtime.proc import run
 
 TARGET_RE = re.compile(r"^(tcp|ssl|unix|ptcp|pssl|punix):[A-Za-z0-9_.:/\[\]-]+$")
 
@@ -31,7 +31,7 @@ ethtool -S eth0                                   # NIC statistics (drops, error
 
 def check_bridge(name: str) -> str:
     """A bridge name is an interface name (and never reads as an option)."""
-    from nslab.fields import check_ifname
+    from nslab.model.fields import check_ifname
     return check_ifname(name, "bridge")
 
 

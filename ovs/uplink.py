@@ -15,8 +15,8 @@ import re
 from typing import Any, Dict, List, Optional
 
 from nslab.errors import InputError
-from nslab.fields import check_ifname
-from nslab.proc import run
+from nslab.model.fields import check_ifname
+from nslab.runtime.proc import run
 
 #: Offload features the lab may change on an uplink (userspace datapath: tx off).
 OFFLOADS = ("tx-checksumming", "generic-segmentation-offload", "tcp-segmentation-offload")

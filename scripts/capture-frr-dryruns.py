@@ -28,10 +28,10 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from nslab.frr.daemon import Daemon, daemon_kinds, node_configs  # noqa: E402
-from nslab.frr.rundir import NodeDir, frr_ids  # noqa: E402
-from nslab.frr.version import FrrVersion, parse_version  # noqa: E402
-from nslab.topologies.clos import clos  # noqa: E402
+from nslab.frr.daemon import Daemon, daemon_kinds, node_configs
+from nslab.frr.rundir import NodeDir, frr_ids
+from nslab.frr.version import FrrVersion, parse_version
+from nslab.topologies.clos import clos
 
 #: The topology of the captures; tests/unit/test_frr_versions.py builds the same.
 TOPOLOGY = dict(spines=2, servers=2, bfd=True, passive_spines=True, update_delay=10)

@@ -48,7 +48,7 @@ def main() -> int:
                          f"default {KERNELS}); the two-box tier runs on the first")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = ap.parse_args()
-    from nslab import vm
+    from nslab.hosts import vm
     vm.require()
     kernels = [k for k in args.kernels.split(",") if k]
     vmlinuz = {k: vm.find_kernel(name=k) for k in kernels}
@@ -68,7 +68,7 @@ def main() -> int:
 
 
 def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str) -> int:
-    from nslab import vm
+    from nslab.hosts import vm
     py = os.path.join(os.path.dirname(sys.executable), "python")
     root, binds = None, []
     if name in USERLANDS:

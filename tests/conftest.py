@@ -1,7 +1,6 @@
 import os
 import signal
 
-import pytest
 
 # Tests send SIGINT to the processes they start (Ctrl-C tears a lab down). A
 # suite started as a background job inherits SIGINT ignored, and so would every
@@ -9,7 +8,7 @@ import pytest
 # they were launched.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
-pytest_plugins = ["nslab.testing"]
+pytest_plugins = ["nslab.runtime.testing"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "data")
@@ -19,12 +18,3 @@ ROOT = os.path.dirname(HERE)
 def data(*parts: str) -> str:
     return os.path.join(DATA, *parts)
 
-
-@pytest.fixture
-def nslab_cli(tmp_path):
-    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
-    from nslab.cli import main
-
-    def _run(*args, capsys=None):
-        return main(["--results", str(tmp_path / "results"), *args])
-    return _run

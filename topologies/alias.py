@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from nslab.errors import InputError
-from nslab.topo import Topology
+from nslab.model.topo import Topology
 
 
 SERVER_IP = "192.168.1.1/16"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional
 # Plain `mn --custom` runs this file under the system Python, where nslab may
 # not be installed: nothing from nslab is imported at module level.
 if TYPE_CHECKING:  # pragma: no cover
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
 
 
 def _link_opts(bw: Any = None, delay: Any = None, jitter: Any = None, loss: Any = None,
@@ -42,8 +42,8 @@ def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None
     attaches a physical NIC to s1 (OVS only; ``force`` to allow the NIC of the
     default route or SSH session)."""
     from nslab.errors import InputError
-    from nslab.limits import topology_size
-    from nslab.topo import Topology
+    from nslab.model.limits import topology_size
+    from nslab.model.topo import Topology
     if int(k) < 1:
         raise InputError(f"single: k={k}: at least one host")
     # counted before anything is built: k hosts, a switch (a namespace of its
@@ -62,7 +62,7 @@ def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None
 def pair(bw: Any = None, delay: Any = None, jitter: Any = None, loss: Any = None,
          framing: bool = False) -> Topology:
     """h1 (10.0.0.1/8) and h2 (10.0.0.2/8) on one veth."""
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     t = Topology(name="pair")
     build_pair(t, bw=bw, delay=delay, jitter=jitter, loss=loss, framing=framing)
     return t.validate()
@@ -78,13 +78,13 @@ try:  # Mininet is optional for the lab itself, needed only for `mn --custom`.
     class SingleTopo(Topo):
         """k hosts on one switch (Mininet form of :func:`single`)."""
 
-        def build(self, k: int = 2, bw: Optional[float] = None) -> None:  # type: ignore[override]
+        def build(self, k: int = 2, bw: Optional[float] = None) -> None:
             build_single(self, k, bw=bw)
 
     class PairTopo(Topo):
         """Two hosts, one link (Mininet form of :func:`pair`)."""
 
-        def build(self, bw: Optional[float] = None) -> None:  # type: ignore[override]
+        def build(self, bw: Optional[float] = None) -> None:
             build_pair(self, bw=bw)
 
     topos = {"nslab_single": SingleTopo, "nslab_pair": PairTopo}

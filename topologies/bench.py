@@ -11,8 +11,16 @@ from typing import Dict, List, Tuple
 
 import click
 
-from nslab.bench import PeakMemory, quiesce, save, time_command
+from .basic import pair
+from nslab.cmdline.cliutil import int_list, setup_logging
+from nslab.model.naming import new_run_id, ns_name, root_intf
+from nslab.model.render import line, text
+from nslab.ovs.bridge import foreign_bridges
+from nslab.run.bench import PeakMemory, quiesce, save, time_command
 from nslab.errors import InputError
+from nslab.runtime import caps
+from nslab.runtime.lab import Lab
+from nslab.runtime.proc import pids_with_tag, run
 
 log = logging.getLogger(__name__)
 
@@ -24,14 +32,12 @@ MN_SWITCH = {"bridge": "lxbr", "ovs": "ovsbr,datapath={dp}"}
 def _foreign_ovs_bridges() -> List[str]:
     if not shutil.which("ovs-vsctl"):
         return []
-    from nslab.ovs.bridge import foreign_bridges
     return foreign_bridges()
 
 
 def bench_build(ks: List[int], switch: str, repeat: int, with_mininet: bool,
                 results_root: str) -> Dict[str, object]:
     """Run the build benchmark, print a table and save it as JSON."""
-    from nslab import caps
     caps.require_root("nslab bench build")
     nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
     mn_ok = with_mininet and shutil.which("mn") is not None
@@ -72,9 +78,6 @@ def kernel_floor(k: int, switch: str, datapath: str = "netdev") -> Tuple[float, 
 
     Returns (seconds, peak KiB of memory used). Objects carry a fresh run id,
     so ``nslab clean`` finds them if this is interrupted."""
-    from nslab.naming import new_run_id, ns_name, root_intf
-    from nslab.proc import run
-    from nslab.render import line, text
     rid = new_run_id()
     hosts = [ns_name(rid, f"h{i}") for i in range(1, k + 1)]
     sw = ns_name(rid, "s1")
@@ -193,7 +196,6 @@ def daemon_memory(run_id: str) -> Dict[str, float]:
     (``zebra``, ``bgpd``, ``bfdd``), by process name."""
     import psutil
 
-    from nslab.proc import pids_with_tag
     by: Dict[str, List[float]] = {}
     for pid in pids_with_tag(run_id):
         try:
@@ -213,11 +215,9 @@ def bench_clos(shapes: List[tuple], repeat: int, results_root: str,
     from rich.console import Console
     from rich.table import Table
 
-    from nslab import caps
     from nslab.frr import wait_for_ecmp
-    from nslab.lab import Lab
 
-    from .clos import _passive_spines, clos, expected_routes
+    from .clos import clos, expected_routes, resolve_passive_spines
     caps.require_root("nslab bench clos")
     caps.require(["frr", "ecmp"], "nslab bench clos")
     console = Console()
@@ -235,7 +235,7 @@ def bench_clos(shapes: List[tuple], repeat: int, results_root: str,
             lab_kib.append(peak.peak_kb)
         per = {name: statistics.median(m[name] for m in mem) for name in mem[0]}
         rows.append({"spines": spines, "servers": leaves,
-                     "passive_spines": _passive_spines(passive_spines, spines * leaves),
+                     "passive_spines": resolve_passive_spines(passive_spines, spines * leaves),
                      "convergence_s": statistics.median(conv),
                      "convergence_all": conv, "build_s": statistics.median(build),
                      "daemon_rss_mib": per, "lab_peak_mib": statistics.median(lab_kib) / 1024})
@@ -264,13 +264,9 @@ def bench_dataplane(seconds: float, repeat: int, results_root: str) -> Dict[str,
     """TCP over the lab's ``pair`` vs two bare namespaces on one veth, alternating."""
     from rich.console import Console
 
-    from nslab import caps
-    from nslab.iperf import parse, run_client, start_server, wait_listening
-    from nslab.lab import Lab
-    from nslab.naming import new_run_id
-    from nslab.proc import Process, run
+    from nslab.traffic.iperf import parse, run_client, start_server, wait_listening
+    from nslab.runtime.proc import Process, run
 
-    from .basic import pair
     caps.require_root("nslab bench dataplane")
     lab_bps, bare_bps = [], []
     rid = new_run_id()
@@ -316,7 +312,6 @@ def bench_dataplane(seconds: float, repeat: int, results_root: str) -> Dict[str,
 @click.pass_context
 def build_cmd(ctx: click.Context, sizes: str, switch: str, repeat: int, no_mininet: bool) -> None:
     """Build+teardown time of `single,k`: nslab, plain Mininet (`mn --test none`) and the kernel floor."""
-    from nslab.cliutil import int_list, setup_logging
     setup_logging(ctx.obj, f"bench-build-{int(time.time())}")
     bench_build(int_list(sizes, "--sizes"), switch, repeat, not no_mininet, ctx.obj.results)
 
@@ -332,7 +327,6 @@ def build_cmd(ctx: click.Context, sizes: str, switch: str, repeat: int, no_minin
 def clos_cmd(ctx: click.Context, shapes: str, repeat: int, passive_spines: str,
              update_delay: int) -> None:
     """Time from FRR start to ECMP routes installed everywhere, per clos size."""
-    from nslab.cliutil import setup_logging
     parsed: List[Tuple[int, int]] = []
     for item in shapes.split(","):
         try:
@@ -350,6 +344,5 @@ def clos_cmd(ctx: click.Context, shapes: str, repeat: int, passive_spines: str,
 @click.pass_context
 def dataplane_cmd(ctx: click.Context, seconds: float, repeat: int) -> None:
     """TCP through the lab's pair vs two bare namespaces on one veth (the lab's overhead)."""
-    from nslab.cliutil import setup_logging
     setup_logging(ctx.obj, f"bench-dataplane-{int(time.time())}")
     bench_dataplane(seconds, repeat, ctx.obj.results)

@@ -11,11 +11,11 @@ import click
 @click.pass_context
 def demo(ctx: click.Context, switch: str, bw: str, duration: float) -> None:
     """Two hosts on a switch: ping, then a shaped iperf2 TCP test."""
-    from nslab.cliutil import install_signals, print_lab, setup_logging
-    from nslab.iperf import run_client, start_server, wait_listening
-    from nslab.lab import Lab
-    from nslab.naming import new_run_id
-    from nslab.shaping import format_rate
+    from nslab.cmdline.cliutil import install_signals, print_lab, setup_logging
+    from nslab.traffic.iperf import run_client, start_server, wait_listening
+    from nslab.runtime.lab import Lab
+    from nslab.model.naming import new_run_id
+    from nslab.model.shaping import format_rate
 
     from .basic import single
     t = single(k=2, switch=switch, bw=bw)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any, Dict, Optional
 
 from nslab.errors import InputError
-from nslab.limits import topology_size
-from nslab.topo import Topology
+from nslab.model.limits import topology_size
+from nslab.model.topo import Topology
 
 
 SPINE_ASN = 65000
@@ -69,7 +69,7 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
     racks = n * (1 + hosts_per_leaf) if hosts_per_leaf else 0
     topology_size(spines + n + racks, spines * n + racks, spines + n + racks,
                   f"clos: {spines} spines x {n}" + (f" x {hosts_per_leaf}" if hosts_per_leaf else ""))
-    passive = _passive_spines(passive_spines, spines * n)
+    passive = resolve_passive_spines(passive_spines, spines * n)
     prefix = "server" if servers is not None or leaves is None else "leaf"
     shaping: Dict[str, Any] = {}
     if str(link_rate).lower() != "none":
@@ -117,7 +117,7 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
 PASSIVE_FROM_SESSIONS = 256
 
 
-def _passive_spines(value: Any, sessions: int) -> bool:
+def resolve_passive_spines(value: Any, sessions: int) -> bool:
     """``passive_spines`` as given (a bool, or true/false/auto from the command line)."""
     if isinstance(value, bool):
         return value

@@ -10,10 +10,11 @@ before it says it is up.
 """
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
 
 SWITCHES = ("bridge", "ovs")
 
@@ -21,7 +22,7 @@ SWITCHES = ("bridge", "ovs")
 def _mininet(cls: Any, name: str, switch: str, stp: bool, **params: Any) -> "Topology":
     """Build Mininet's ``cls(**params)`` and convert it."""
     from nslab.errors import InputError
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     if switch not in SWITCHES:
         raise InputError(f"--switch {switch!r}: one of {', '.join(SWITCHES)}")
     try:
@@ -40,12 +41,11 @@ def _mininet(cls: Any, name: str, switch: str, stp: bool, **params: Any) -> "Top
 def _check_size(name: str, switches: int, hosts: int, links: int, switch: str) -> None:
     """The size of the topology, counted from its parameters before Mininet
     builds anything (``tree --depth 20 --fanout 20`` is refused at once)."""
-    from nslab.limits import topology_size
+    from nslab.model.limits import topology_size
     topology_size(switches + hosts, links, hosts + (switches if switch != "ovs" else 0), name)
 
 
 def _classes() -> Any:
-    import logging
 
     from nslab.errors import InputError
     keep = logging.getLoggerClass()  # mininet.log replaces it (see basic.py)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Dict, Tuple
 
 from nslab.errors import InputError
-from nslab.topo import NO_IPV6, Topology
+from nslab.model.topo import NO_IPV6, Topology
 
 
 DUTS = ("bridge", "router", "ovs")

@@ -2,22 +2,27 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import statistics
+import subprocess
+import sys
+import tempfile
+import threading
 import time
 from typing import Dict, List
 
 import click
 
-from nslab.bench import save
+from nslab.run.bench import save
 
 
 def bench_aliases(n: int, repeat: int, results_root: str) -> Dict[str, object]:
     """N aliases by one ``ip -batch`` vs one ``ip addr add`` per alias, same run."""
     from rich.console import Console
 
-    from nslab import caps
-    from nslab.lab import Lab
+    from nslab.runtime import caps
+    from nslab.runtime.lab import Lab
     from nslab.topologies.alias import alias_pair
 
     from .model import alias_addresses
@@ -50,7 +55,7 @@ def bench_aliases(n: int, repeat: int, results_root: str) -> Dict[str, object]:
 @click.pass_context
 def aliases_cmd(ctx: click.Context, n: int, repeat: int) -> None:
     """N aliases: one `ip -batch` vs one `ip addr add` each, same run."""
-    from nslab.cliutil import setup_logging
+    from nslab.cmdline.cliutil import setup_logging
     setup_logging(ctx.obj, f"bench-aliases-{int(time.time())}")
     bench_aliases(n, repeat, ctx.obj.results)
 
@@ -58,9 +63,6 @@ def aliases_cmd(ctx: click.Context, n: int, repeat: int) -> None:
 def _web_watcher(run_id: str):
     """``nslab watch RUN --web`` on a free port, with one page reading its
     event stream (as a browser would): ``(process, reader thread, events seen)``."""
-    import subprocess
-    import sys
-    import threading
     import urllib.request
     nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
     proc = subprocess.Popen([nslab, "watch", run_id, "--web", "--port", "0"],
@@ -89,15 +91,13 @@ def _web_watcher(run_id: str):
 def bench_watch(n: int, duration: float, repeat: int, results_root: str) -> Dict[str, object]:
     """One alias-study point, measured ``repeat`` times with ``nslab watch --web``
     open (and a page reading it) and as many times without, interleaved, same lab."""
-    import random
-    import tempfile
 
     from rich.console import Console
 
-    from nslab import caps
-    from nslab.lab import Lab
-    from nslab.results import ResultStore
-    from nslab.stats import difference, summarize
+    from nslab.runtime import caps
+    from nslab.runtime.lab import Lab
+    from nslab.store.results import ResultStore
+    from nslab.store.stats import difference, summarize
 
     from .config import AliasConfig
     from .runner import AliasRunner
@@ -154,6 +154,6 @@ def bench_watch(n: int, duration: float, repeat: int, results_root: str) -> Dict
 @click.pass_context
 def watch_cmd(ctx: click.Context, n: int, duration: float, repeat: int) -> None:
     """An alias point with `nslab watch --web` open vs without, interleaved, same lab."""
-    from nslab.cliutil import setup_logging
+    from nslab.cmdline.cliutil import setup_logging
     setup_logging(ctx.obj, f"bench-watch-{int(time.time())}")
     bench_watch(n, duration, repeat, ctx.obj.results)

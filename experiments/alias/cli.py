@@ -20,7 +20,7 @@ def alias_group() -> None:
 @click.option("--for", "hold", type=float, default=None, help="Serve this long (default: until Ctrl-C).")
 def alias_serve(iface: str, n: int, addr_template: str, prefix: int, hold: Optional[float]) -> None:
     """Add N labelled aliases to IFACE and bind one iperf2 server to each; undo on exit."""
-    from nslab.cliutil import install_signals
+    from nslab.cmdline.cliutil import install_signals
 
     from .twobox import serve
     install_signals()

@@ -8,8 +8,8 @@ from typing import ClassVar, Dict, Optional
 from pydantic import Field, StrictBool, field_validator, model_validator
 from typing_extensions import Annotated, Literal
 
-from nslab.fields import IfName, RateText, UniqueList
-from nslab.study import StudyConfig
+from nslab.model.fields import IfName, RateText, UniqueList
+from nslab.run.study import StudyConfig
 
 from .model import alias_addresses
 

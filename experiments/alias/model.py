@@ -33,7 +33,7 @@ def alias_addresses(template: str, n: int, prefix: int = 16) -> List[str]:
 
 def alias_batch(iface: str, addresses: Sequence[str], prefix: int = 16) -> List[str]:
     """``ip -batch`` lines adding labelled aliases ``iface:N`` (N from 1)."""
-    from nslab.render import line
+    from nslab.model.render import line
     return [line("addr", "add", ipaddress.ip_interface(f"{a}/{prefix}"), "dev", iface,
                  "label", f"{iface}:{i}") for i, a in enumerate(addresses, 1)]
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional
 
 from typing_extensions import Literal
 
-from nslab.records import Record, RecordSchema, Strict
+from nslab.store.records import Record, RecordSchema, Strict
 
 
 class AliasPoint(Strict):
@@ -76,6 +76,6 @@ SCHEMA = RecordSchema(AliasRecord, version=3, upgrades={1: _v1_to_v2, 2: _v2_to_
 
 def valid(rec: AliasRecord) -> bool:
     """A point the fidelity checks passed (or that predates them), not
-    disturbed by other tasks on the host (:func:`nslab.records.disturbed`)."""
-    from nslab.records import disturbed
+    disturbed by other tasks on the host (:func:`nslab.store.records.disturbed`)."""
+    from nslab.store.records import disturbed
     return not rec.measurements.invalid and not disturbed(rec)

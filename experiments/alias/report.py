@@ -7,8 +7,8 @@ import os
 import statistics
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.reporting import Claim, StudyReport, load_run, render_study, study_report
-from nslab.shaping import goodput_ceiling
+from nslab.store.reporting import Claim, StudyReport, load_run, render_study, study_report
+from nslab.model.shaping import goodput_ceiling
 
 from .model import LINK_BOUND, SNDBUF_STALL_PCT, rise
 from .records import SCHEMA, AliasRecord, valid
@@ -133,14 +133,14 @@ def claims(records: List[AliasRecord], summary: Summary,
     repeats; equivalence by two one-sided tests). ``iperf`` is the version
     that produced the clients' reports (the rows that read them name it);
     ``pub``, the published data, gives the posts' own figures."""
-    from nslab.stats import difference, equivalence, judge, relative_difference
+    from nslab.store.stats import difference, equivalence, judge, relative_difference
     src = "seeds 000, 001"
     posts = published_rise(pub)
     rec = samples(records, "alias", "receiver_bps")
     groups = small_and_large(rec)
     if groups is None:
         # No valid point at one end of the range: the claims stay, undecided.
-        from nslab.reporting import note_interference
+        from nslab.store.reporting import note_interference
         why = f"no valid point at N<={SMALL_N} or at the largest N"
         return note_interference([
             Claim("Linux IP aliasing adds no measurable overhead", "nothing to compare",
@@ -196,7 +196,7 @@ def claims(records: List[AliasRecord], summary: Summary,
                           f"{statistics.median(pcs) / 1e6:.0f} Mbit/s (median; this reading "
                           f"depends on iperf's version: {SUM_BY_VERSION})" if pcs else ""),
                          verdict, why, "seed 001 (J. J. Ciarlante's explanation)"))
-    from nslab.reporting import note_interference
+    from nslab.store.reporting import note_interference
     return note_interference(out, records)
 
 
@@ -243,12 +243,12 @@ def write_report(run_dir: str) -> StudyReport:
 def plot(run_dir: str, summary: Summary, pub: Dict[str, Any], cfg: Dict[str, Any]) -> Dict[str, str]:
     """Mbit/s vs # of aliases (points and a smooth line), published series, the TCP
     goodput ceiling; a second panel for start margin and CPU."""
-    from nslab.plotting import pyplot
+    from nslab.store.plotting import pyplot
     plt = pyplot()
     import numpy as np
 
-    from nslab.plotting import save_figure
-    from nslab.shaping import parse_rate
+    from nslab.store.plotting import save_figure
+    from nslab.model.shaping import parse_rate
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 8), sharex=True,
                                   gridspec_kw={"height_ratios": [3, 1.4]})
     for s, marker in zip(pub["series"], ("s", "^", "v")):

@@ -12,13 +12,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from nslab.counters import limited_share
+from nslab.traffic.counters import limited_share
 from nslab.errors import InputError, LabError
-from nslab.iperf import client_argv, parse, server_argv, wait_listening
-from nslab.node import LabNode
-from nslab.render import text
+from nslab.traffic.iperf import client_argv, parse, server_argv, wait_listening
+from nslab.runtime.node import LabLike, LabNode
+from nslab.model.render import text
 from nslab.safeio import write_atomic
-from nslab.shaping import goodput_ceiling, parse_rate
+from nslab.model.shaping import goodput_ceiling, parse_rate
 
 from .config import AliasConfig
 from .model import alias_addresses, alias_batch, invalid_reasons, window_payload
@@ -57,7 +57,7 @@ class Sample:
 
 
 def from_sampler(raw: Dict[str, Any]) -> Sample:
-    """A :class:`Sample` from one sample of :mod:`nslab.sampler`."""
+    """A :class:`Sample` from one sample of :mod:`nslab.traffic.sampler`."""
     per = {tuple(k.split("|", 1)): int(v) for k, v in raw["sockets"].items()}
     busy, total = raw["cpu"]
     limits = {tuple(k.split("|", 1)): tuple(int(x) for x in v)
@@ -69,7 +69,7 @@ def from_sampler(raw: Dict[str, Any]) -> Sample:
 def start_sampler(node: LabNode, iface: str, port: int = PORT, sender: bool = False):
     """Start the in-node sampler; return its process once it is ready to be
     given the instants (:func:`sample_at`)."""
-    argv = [sys.executable, "-I", "-m", "nslab.sampler", "--port", str(port), "--iface", iface,
+    argv = [sys.executable, "-I", "-m", "nslab.traffic.sampler", "--port", str(port), "--iface", iface,
             "--counter", "tx_bytes" if sender else "rx_bytes"] + (["--sender"] if sender else [])
     proc = node.popen(argv, name="sampler", stdin=subprocess.PIPE)
     line = proc.popen.stdout.readline() if proc.popen.stdout else ""
@@ -94,7 +94,7 @@ def read_samples(proc, timeout: float) -> List[Sample]:
 class AliasRunner:
     """Measures one point of the sweep on a running lab."""
 
-    def __init__(self, lab, cfg: AliasConfig, store) -> None:
+    def __init__(self, lab: LabLike, cfg: AliasConfig, store: Any) -> None:
         self.lab = lab
         self.cfg = cfg
         self.store = store

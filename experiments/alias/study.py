@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from nslab.study import Study, StudyReport
-from nslab.topo import Topology
+from nslab.run.study import Study, StudyReport
+from nslab.model.topo import Topology
+from nslab.runtime.node import LabLike
 
 from .config import AliasConfig
 from .records import SCHEMA
@@ -50,13 +51,13 @@ class AliasStudy(Study):
         order (seeded, so a resumed run sees the same order). ``-P 1`` is the
         same test as one alias: the parallel control skips N=1 when the alias
         sweep measures it."""
-        from nslab.study import expand
+        from nslab.run.study import expand
         pts = expand({"mode": list(cfg.modes), "n": list(cfg.aliases)}, cfg.repeat, shuffle_seed=0)
         if "alias" in cfg.modes:
             pts = [p for p in pts if not (p["mode"] == "parallel" and p["n"] == 1)]
         return pts
 
-    def runner(self, key: str, lab: Any, cfg: AliasConfig, store: Any):
+    def runner(self, key: str, lab: LabLike, cfg: AliasConfig, store: Any):
         from .runner import AliasRunner
         return AliasRunner(lab, cfg, store)
 

@@ -11,18 +11,18 @@ import subprocess
 import time
 from typing import Callable, Dict, List, Optional
 
-from nslab.clean import block_sigint, read_journal, write_journal
+from nslab.runtime.clean import block_sigint, read_journal, write_journal
 from nslab.errors import InputError
-from nslab.iperf import client_argv, parse, server_argv
-from nslab.naming import new_run_id
-from nslab.proc import Process, process_start_time, run, stop_all
-from nslab.render import text
+from nslab.traffic.iperf import client_argv, parse, server_argv
+from nslab.model.naming import new_run_id
+from nslab.runtime.proc import Process, process_start_time, run, stop_all
+from nslab.model.render import text
 
 from .model import alias_addresses, alias_batch
 
 
 def _check_iface(iface: str) -> None:
-    from nslab.fields import check_ifname
+    from nslab.model.fields import check_ifname
     check_ifname(iface, "--iface")
     if not os.path.isdir(f"/sys/class/net/{iface}"):
         raise InputError(f"no interface {iface!r} in this network namespace")
@@ -31,8 +31,8 @@ def _check_iface(iface: str) -> None:
 def serve(iface: str, n: int, template: str, prefix: int, hold: Optional[float],
           echo: Callable[[str], None] = print) -> None:
     """Add aliases ``iface:1..N`` and one iperf2 server per alias until interrupted."""
-    from nslab import caps
-    from nslab.clean import Inventory, remove
+    from nslab.runtime import caps
+    from nslab.runtime.clean import Inventory, remove
     caps.require_root("nslab alias serve")
     _check_iface(iface)
     if n < 1 or n > 254:

@@ -7,8 +7,8 @@ from typing import ClassVar, Dict
 from pydantic import Field, StrictBool
 from typing_extensions import Annotated
 
-from nslab.fields import RateText, UniqueList
-from nslab.study import StudyConfig
+from nslab.model.fields import RateText, UniqueList
+from nslab.run.study import StudyConfig
 
 
 class EcmpConfig(StudyConfig):

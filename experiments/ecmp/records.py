@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
-from nslab.records import Record, RecordSchema, Strict
+from nslab.store.records import Record, RecordSchema, Strict
 
 
 class EcmpPoint(Strict):

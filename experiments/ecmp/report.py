@@ -2,17 +2,25 @@
 distribution of splits per policy next to chance, the claims, and two plots."""
 from __future__ import annotations
 
+import logging
 import math
 import os
 import statistics
+import subprocess
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.reporting import Claim, StudyReport, load_run, render_study, study_report
-from nslab.shaping import goodput_ceiling, parse_rate
+from nslab.errors import LabError
+from nslab.model.topo import Topology
+from nslab.store.records import disturbed
+from nslab.store.reporting import (Claim, StudyReport, load_run, note_interference, render_study,
+                                   study_report, writing)
+from nslab.model.shaping import goodput_ceiling, parse_rate
 
 from .model import chance, trial_invalid
 from .records import SCHEMA, EcmpRecord
+
+log = logging.getLogger(__name__)
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
@@ -30,8 +38,7 @@ def post_format(rec: EcmpRecord) -> str:
 
 def valid(records: List[EcmpRecord], streams: int) -> List[EcmpRecord]:
     """The trials whose split is known (the fidelity guard), not disturbed by
-    other tasks on the host (:func:`nslab.records.disturbed`)."""
-    from nslab.records import disturbed
+    other tasks on the host (:func:`nslab.store.records.disturbed`)."""
     return [r for r in records if not trial_invalid(len(r.measurements.streams),
                                                     r.measurements.unassigned_streams, streams)
             and not disturbed(r)]
@@ -65,7 +72,7 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
     """The post's claims as proportions of trials (Wilson intervals) and a mean
     SUM (t interval), each with a verdict; ``pub``, the published data, gives
     the post's own trials."""
-    from nslab.stats import judge, mean, proportion
+    from nslab.store.stats import judge, mean, proportion
     streams, spines = int(cfg.get("streams", 3)), int(cfg.get("spines", 2))
     excluded = len(records) - len(valid(records, streams))
     every = records
@@ -137,7 +144,6 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
                          f"{k}/{n1} trials all on one link, "
                          + (est.ci.fmt(100, 0, " %") if est and est.ci else f"{n1} trial(s)")
                          + f"; random hashing: {p_one * 100:.0f} %", verdict, why, "seed 002"))
-    from nslab.reporting import note_interference
     return note_interference(out, every)
 
 
@@ -151,13 +157,12 @@ def trial_views(run_dir: str, recs: List[EcmpRecord],
     """One picture per trial: the clos with each of the sender's uplinks
     coloured and labelled by the streams it carried. Rows
     ``(trial, {policy: (split, file)})``; empty where Graphviz is missing."""
-    from nslab.draw import available, draw, links
-    from nslab.topo import Topology
-    if not available() or not recs:
+    from nslab.store.draw import available, draw, links
+    if not available() or not recs or not writing():  # claims only: no picture
         return []
     stored = os.path.join(run_dir, "topology-clos.json")
     if os.path.exists(stored):
-        from nslab import bounded
+        from nslab.model import bounded
         try:  # a stored file: bounded size and depth
             data = bounded.load(stored)
         except ValueError as exc:
@@ -186,7 +191,10 @@ def trial_views(run_dir: str, recs: List[EcmpRecord],
         name = f"ecmp-trial-p{r.params.policy}-t{r.params.trial}.svg"
         try:
             draw(topo, os.path.join(run_dir, name), rates=labels, colors=colors)
-        except Exception:  # noqa: BLE001 - a picture must not cost the report
+        except (LabError, OSError, subprocess.SubprocessError) as exc:
+            # a picture must not cost the report: the trial is shown without one
+            log.warning("ecmp report: no picture of trial %s, policy %s: %s",
+                        r.params.trial, r.params.policy, exc)
             continue
         views.setdefault(r.params.trial, {})[r.params.policy] = (m.split or "?", name)
     return sorted(views.items())
@@ -227,10 +235,10 @@ def write_report(run_dir: str) -> StudyReport:
 
 
 def plot(run_dir: str, recs: List[EcmpRecord], cfg: Dict[str, Any], pub: Dict[str, Any]) -> Dict[str, str]:
-    from nslab.plotting import pyplot
+    from nslab.store.plotting import pyplot
     plt = pyplot()
 
-    from nslab.plotting import save_figure
+    from nslab.store.plotting import save_figure
     policies = sorted({r.params.policy for r in recs})
     spines = int(cfg.get("spines", 2))
     links = [f"server2-eth{s}" for s in range(spines)]

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.errors import CommandError, InputError, LabError
+from nslab.runtime.node import LabLike
 from nslab.safeio import write_atomic
 
 from .config import EcmpConfig
@@ -26,7 +28,7 @@ POLICY_SYSCTL = "net.ipv4.fib_multipath_hash_policy"
 class EcmpRunner:
     """The clos lab, the server, and one measurement per (policy, trial)."""
 
-    def __init__(self, lab, cfg: EcmpConfig, store) -> None:
+    def __init__(self, lab: LabLike, cfg: EcmpConfig, store: Any) -> None:
         self.lab = lab
         self.cfg = cfg
         self.store = store
@@ -36,7 +38,7 @@ class EcmpRunner:
 
     def setup(self) -> Dict[str, Any]:
         from nslab.frr import wait_for_ecmp
-        from nslab.iperf import start_server, wait_listening
+        from nslab.traffic.iperf import start_server, wait_listening
         from nslab.topologies.clos import expected_routes
         self.convergence_s = wait_for_ecmp(self.lab, expected_routes(self.lab.topology), timeout=60)
         log.info("ECMP routes on both servers %.2f s after FRR start", self.convergence_s)
@@ -62,7 +64,7 @@ class EcmpRunner:
                           .stdout.strip()) for intf in self.uplinks}
 
     def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
-        from nslab.iperf import client_argv, parse
+        from nslab.traffic.iperf import client_argv, parse
         policy, trial = int(point["policy"]), int(point["trial"])
         self.set_policy(policy)
         before = self._tx_bytes()
@@ -122,9 +124,8 @@ class EcmpRunner:
                        (".log", ".conf", ".stdout"))
 
 
-def _listening(proc, timeout: float) -> bool:  # noqa: ANN001 - a lab Process
+def _listening(proc, timeout: float) -> bool:  # proc: a lab Process
     """Read tcpdump's stderr until it says it listens (``listening on ...``)."""
-    import threading
     seen = threading.Event()
 
     def read() -> None:

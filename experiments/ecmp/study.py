@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from nslab.study import Study, StudyReport
-from nslab.topo import Topology
+from nslab.run.study import Study, StudyReport
+from nslab.model.topo import Topology
+from nslab.runtime.node import LabLike
 
 from .config import EcmpConfig
 from .records import SCHEMA
@@ -44,7 +45,7 @@ class EcmpStudy(Study):
         """Trials interleaved across policies (policy 0, 1, 0, 1, ...) so drift hits both."""
         return [{"policy": p, "trial": t} for t in range(cfg.trials) for p in cfg.policies]
 
-    def runner(self, key: str, lab: Any, cfg: EcmpConfig, store: Any):
+    def runner(self, key: str, lab: LabLike, cfg: EcmpConfig, store: Any):
         from .runner import EcmpRunner
         return EcmpRunner(lab, cfg, store)
 

@@ -1,6 +1,6 @@
 """Pure logic of file studies: metric values from raw tool output, and claims
 judged on stored records with the statistics every study uses
-(:mod:`nslab.stats`). No root, no lab: tested on captured output."""
+(:mod:`nslab.store.stats`). No root, no lab: tested on captured output."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ import re
 import statistics
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from nslab import stats
-from nslab.reporting import Claim
+from nslab.store import stats
+from nslab.store.reporting import Claim
 
 from .model import ClaimSpec
 
@@ -31,7 +31,7 @@ def ping_latency(text: str) -> Dict[str, Optional[float]]:
 
 
 def _last_json(text: str) -> Dict[str, Any]:
-    from nslab import bounded
+    from nslab.model import bounded
     for line in reversed(text.strip().splitlines()):
         try:
             out = bounded.loads(line)
@@ -57,7 +57,7 @@ def pktgen_delivery(send_out: str, sink_out: str, duration: float) -> Dict[str, 
 
 
 def iperf_series(rep: Any) -> List[float]:
-    """Bit/s per 1-s interval of an :class:`nslab.iperf.IperfReport`, in time order: the SUM line's when iperf printed
+    """Bit/s per 1-s interval of an :class:`nslab.traffic.iperf.IperfReport`, in time order: the SUM line's when iperf printed
     one per interval (several streams), else the streams' rates added."""
     by_time: Dict[Tuple[float, float], Dict[str, float]] = {}
     for s in rep.intervals:
@@ -111,7 +111,7 @@ def matches(params: Dict[str, Any], where: Dict[str, Any]) -> bool:
 def values_of(records: Iterable[Any], value: str, where: Dict[str, Any]) -> List[float]:
     """The finite values of ``value`` in the valid records matching ``where``
     (neither invalid nor disturbed by other tasks on the host)."""
-    from nslab.records import disturbed
+    from nslab.store.records import disturbed
     out = []
     for r in records:
         m = r.measurements

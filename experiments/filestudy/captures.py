@@ -2,7 +2,7 @@
 reports read this module too), run around each chosen trial
 (:mod:`.trialcap`), kept beside the trial's raw output.
 
-Each capture is dumpcap (:mod:`nslab.capturerun`) on the running lab, tagged with
+Each capture is dumpcap (:mod:`nslab.traffic.capturerun`) on the running lab, tagged with
 the lab's run (the lab's teardown and ``nslab clean`` stop one left running).
 Its file, ``raw/<trial>-capture-<name>.pcapng``, is written to a new file
 and renamed into place (a trial measured again replaces it). Sizes are
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-from nslab.capture import LabMap, bound_bytes, parse_target, resolve
+from nslab.traffic.capture import LabMap, bound_bytes, parse_target, resolve
 from nslab.errors import InputError
-from nslab.limits import active, product
+from nslab.model.limits import active, product
 
 #: Rows of the report's table of captures (a long sweep lists the first ones).
 REPORT_ROWS = 200
@@ -29,7 +29,7 @@ REPORT_ROWS = 200
 def trials_of(spec: Any, c: Any, rounds: int = 1) -> int:
     """How many trials capture ``c`` runs in (from the sweep's axes, never
     expanded; ``exclude`` is not subtracted) over ``rounds`` sampling rounds
-    (each adds ``repeat`` trials to every point: :func:`nslab.study.config_of_round`)."""
+    (each adds ``repeat`` trials to every point: :func:`nslab.run.study.config_of_round`)."""
     lengths = []
     for key, values in spec.sweep.items():
         if key in c.where:
@@ -52,8 +52,8 @@ def check(loaded: Any, rounds: int = 1) -> None:
     the sweep, its name, and the sizes against the active limits (one line
     naming the file, the line and the field), counted over ``rounds``
     sampling rounds."""
-    from nslab.topo import field_path
-    from nslab.topo_yaml import line_of
+    from nslab.model.topo import field_path
+    from nslab.model.topo_yaml import line_of
     spec = loaded.spec
     names: Dict[str, int] = {}
     total, counted = 0, []

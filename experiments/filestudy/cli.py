@@ -7,8 +7,10 @@ from typing import Any, Dict, Tuple
 
 import click
 
-from nslab.cliutil import limit_option
-from nslab.limits import active, fmt
+from nslab.cmdline.cliutil import limit_option
+from nslab.cmdline.runcli import parse_set_value
+from nslab.errors import InputError
+from nslab.model.limits import active, fmt
 
 
 @click.group("study")
@@ -27,8 +29,6 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
     """Validate a study file without root and print its plan: labs, points and
     the estimated duration, against the limits (counted before anything is
     listed or built; raise one with --limit KEY=N)."""
-    from nslab.errors import InputError
-    from nslab.runcli import _set_value
 
     from .study import study_class
     cls = study_class(path)
@@ -41,7 +41,7 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
             raise InputError(f"--set {item!r}: use KEY=VALUE with KEY one of "
                              f"{', '.join(sorted(fields))}")
         kind = ("list", str) if key not in ("repeat", "duration") else ("scalar", float)
-        overrides[key] = _set_value(value, kind, key)
+        overrides[key] = parse_set_value(value, kind, key)
     cfg = cls.Config.preset(preset, **overrides)
     labs, points, seconds = cls.estimate(cfg)  # the file's size was checked when it loaded
     study = cls()
@@ -57,7 +57,7 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
         click.echo(f"  sweep {key}: {', '.join(map(str, values))}")
     click.echo(f"  repeat {cfg.repeat}; needs: {', '.join(study.needs(cfg))}")
     if cfg.rounds > 1:
-        from nslab.study import config_of_round
+        from nslab.run.study import config_of_round
         _, most, longest = cls.estimate(config_of_round(cfg, cfg.rounds - 1))
         click.echo(f"  sampling: up to {cfg.rounds} rounds (intervals at "
                    f"{100 - 5 / cfg.rounds:.1f} %), at most {most:,} trials, about "

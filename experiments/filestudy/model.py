@@ -24,27 +24,27 @@ from pydantic import (BeforeValidator, Field, StrictBool, StrictInt, WithJsonSch
 from typing_extensions import Annotated, Literal
 
 from nslab.errors import InputError
-from nslab.fields import (NAME_RE, Address, Delay, Label, NodeName, Percent, Rate, StrictModel,
+from nslab.model.fields import (NAME_RE, Address, Delay, Label, NodeName, Percent, Rate, StrictModel,
                           SysctlKey, SysctlValue)
-from nslab.pktgen import MIN_RATE as PKTGEN_MIN_RATE
+from nslab.traffic.pktgen import MIN_RATE as PKTGEN_MIN_RATE
 
 #: traffic runs at most this long per trial (s)
 MAX_DURATION = 3600.0
 
 Seconds = Annotated[float, Field(ge=0, le=MAX_DURATION, allow_inf_nan=False)]
 #: a name for a flow, an event, a metric or a study: a plain token
-_ID_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+ID_RE = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 
 
 def _ident(value: Any) -> str:
-    if not isinstance(value, str) or not _ID_RE.fullmatch(value):
+    if not isinstance(value, str) or not ID_RE.fullmatch(value):
         raise ValueError(f"{value!r} is not a name: 1-32 lower-case letters, digits, '_' or "
                          "'-', starting with a letter")
     return value
 
 
 Ident = Annotated[str, BeforeValidator(_ident),
-                  Field(json_schema_extra={"pattern": _ID_RE.pattern})]
+                  Field(json_schema_extra={"pattern": ID_RE.pattern})]
 #: a scalar a sweep or a `where` filter can hold
 Scalar = Union[StrictBool, StrictInt, float, str]
 
@@ -156,7 +156,7 @@ class _Event(StrictModel):
                                     description="run only at points with these sweep values")
 
 
-class _LinkEvent(_Event):
+class LinkEvent(_Event):
     """On ``link`` (its two nodes), or on the first link of the path a probe
     flow takes at that moment (``path_of: FLOW``, found with ``ip route get``
     for the probe's addresses and ports under the sender's hash policy)."""
@@ -165,44 +165,44 @@ class _LinkEvent(_Event):
     path_of: Optional[Ident] = Field(None, description="a probe flow: its first link")
 
     @model_validator(mode="after")
-    def _target(self) -> "_LinkEvent":
+    def _target(self) -> "LinkEvent":
         if (self.link is None) == (self.path_of is None):
             raise ValueError("give exactly one of link or path_of")
         return self
 
 
-class LinkDown(_LinkEvent):
+class LinkDown(LinkEvent):
     """Set the link's end at the first node administratively down (the peer
     sees its carrier go)."""
 
     do: Literal["link-down"]
 
 
-class LinkUp(_LinkEvent):
+class LinkUp(LinkEvent):
     do: Literal["link-up"]
 
 
-class LinkBlackhole(_LinkEvent):
+class LinkBlackhole(LinkEvent):
     """A silent failure: both ends stay up, every frame either way is dropped
     (a queue of length 0 at each end)."""
 
     do: Literal["link-blackhole"]
 
 
-class LinkRestore(_LinkEvent):
+class LinkRestore(LinkEvent):
     """Back to the topology's own shaping (after a blackhole, rate or netem)."""
 
     do: Literal["link-restore"]
 
 
-class LinkRate(_LinkEvent):
+class LinkRate(LinkEvent):
     """Shape both directions to ``rate``."""
 
     do: Literal["link-rate"]
     rate: Rate
 
 
-class LinkNetem(_LinkEvent):
+class LinkNetem(LinkEvent):
     """Delay, jitter and loss on both directions (needs netem in the kernel)."""
 
     do: Literal["link-netem"]
@@ -211,7 +211,7 @@ class LinkNetem(_LinkEvent):
     loss: Optional[Percent] = None
 
 
-class _DaemonEvent(_Event):
+class DaemonEvent(_Event):
     """On ``node``, or on the next hop of a probe flow at that moment (``path_of``)."""
 
     node: Optional[NodeName] = None
@@ -219,29 +219,29 @@ class _DaemonEvent(_Event):
     daemon: Literal["zebra", "bgpd", "bfdd"]
 
     @model_validator(mode="after")
-    def _target(self) -> "_DaemonEvent":
+    def _target(self) -> "DaemonEvent":
         if (self.node is None) == (self.path_of is None):
             raise ValueError("give exactly one of node or path_of")
         return self
 
 
-class DaemonKill(_DaemonEvent):
+class DaemonKill(DaemonEvent):
     """SIGKILL: a crash (the kernel still closes the daemon's sockets)."""
 
     do: Literal["daemon-kill"]
 
 
-class DaemonStop(_DaemonEvent):
+class DaemonStop(DaemonEvent):
     """SIGSTOP: a hung daemon (its sockets stay open, it sends nothing)."""
 
     do: Literal["daemon-stop"]
 
 
-class DaemonCont(_DaemonEvent):
+class DaemonCont(DaemonEvent):
     do: Literal["daemon-cont"]
 
 
-class DaemonStart(_DaemonEvent):
+class DaemonStart(DaemonEvent):
     """Start a daemon killed earlier in the trial."""
 
     do: Literal["daemon-start"]
@@ -424,7 +424,7 @@ class ClaimSpec(StrictModel):
 def _capture_link(value: Any) -> str:
     """``[A, B]`` (as events name a link) becomes ``A-B``; a string is
     ``NODE:IFACE``, ``A-B`` or ``NODE``, as ``nslab capture`` takes it."""
-    from nslab.capture import parse_target
+    from nslab.traffic.capture import parse_target
     if isinstance(value, (list, tuple)):
         if len(value) != 2 or not all(isinstance(v, str) for v in value):
             raise ValueError("[A, B] names a link by its two nodes")
@@ -445,7 +445,7 @@ CaptureLink = Annotated[str, BeforeValidator(_capture_link), WithJsonSchema({
 
 
 def _capture_filter(value: Any) -> str:
-    from nslab.capture import check_filter
+    from nslab.traffic.capture import check_filter
     if not isinstance(value, str):
         raise ValueError("a capture filter is text, e.g. 'icmp or arp'")
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from nslab.records import Record, RecordSchema, Strict
+from nslab.store.records import Record, RecordSchema, Strict
 
 
 class EventDone(Strict):

@@ -7,8 +7,8 @@ import os
 import statistics
 from typing import Any, Dict, List, Optional
 
-from nslab import stats
-from nslab.reporting import StudyReport, render_study, study_report
+from nslab.store import stats
+from nslab.store.reporting import StudyReport, render_study, study_report
 
 from . import analysis
 from .captures import REPORT_ROWS, report_rows
@@ -21,7 +21,7 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates"
 
 def write_report(run_dir: str, loaded: Loaded) -> StudyReport:
     """``report.md``/``.html`` and ``plots.png`` of the run in ``run_dir``."""
-    from nslab.results import ResultStore
+    from nslab.store.results import ResultStore
     prov = ResultStore.open(run_dir).provenance()
     recs = SCHEMA.load(run_dir)
     spec = loaded.spec
@@ -36,7 +36,7 @@ def write_report(run_dir: str, loaded: Loaded) -> StudyReport:
             not_made.append({"claim": c.claim, "why": why})
         else:
             claims.append(analysis.judge_claim(c, recs))
-    from nslab.reporting import note_interference
+    from nslab.store.reporting import note_interference
     claims = note_interference(claims, recs)
     pictures = sorted(f for f in os.listdir(run_dir)
                       if f.startswith("topology-") and f.endswith(".svg"))
@@ -93,7 +93,7 @@ def draw_plots(run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
     text, never as mathtext (``$\\foo$`` would be parsed, and fail)."""
     import matplotlib
 
-    from nslab.plotting import pyplot
+    from nslab.store.plotting import pyplot
     pyplot()  # Agg, and matplotlib's own defaults whatever the folder's matplotlibrc says
     with matplotlib.rc_context({"text.parse_math": False}):
         return _draw_plots(run_dir, loaded, recs)
@@ -102,8 +102,8 @@ def draw_plots(run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
 def _draw_plots(run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
     import matplotlib.pyplot as plt
 
-    from nslab import stats
-    from nslab.plotting import save_figure
+    from nslab.store import stats
+    from nslab.store.plotting import save_figure
     plots = loaded.spec.plots
     fig, axes = plt.subplots(len(plots), 1, figsize=(8, 3.4 * len(plots)), squeeze=False)
     for ax, p in zip(axes[:, 0], plots):

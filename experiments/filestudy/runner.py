@@ -7,6 +7,7 @@ Every action is an argv on a node (no shell), on names the loader checked.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -14,10 +15,12 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from nslab.errors import LabError, ReadinessError
-from nslab.proc import run, wait_path
+from nslab.runtime.node import LabLike, LabNode
+from nslab.runtime.proc import run, wait_path
 from nslab.safeio import write_atomic
 
 from . import analysis
@@ -37,7 +40,7 @@ ROUTE_POLL_S = 0.02
 class FileRunner:
     """One lab of a study file: ``setup``, ``measure(point)``, ``finish``."""
 
-    def __init__(self, lab: Any, loaded: Loaded, store: Any) -> None:
+    def __init__(self, lab: LabLike, loaded: Loaded, store: Any) -> None:
         self.lab, self.loaded, self.spec, self.store = lab, loaded, loaded.spec, store
         self.topo = lab.topology
         self.baseline: Dict[str, Dict[str, int]] = {}
@@ -48,7 +51,7 @@ class FileRunner:
     # -- the lab's resting state ---------------------------------------------------------
     def _routes(self) -> Dict[str, Dict[str, int]]:
         """BGP routes of every routing node: prefix -> nexthops."""
-        from nslab.proc import nexthop_count
+        from nslab.runtime.proc import nexthop_count
         out = {}
         for n in self.bgp_nodes:
             res = run(["ip", "-n", self.lab[n].netns, "-j", "route", "show", "proto", "bgp"],
@@ -183,7 +186,7 @@ class FileRunner:
         return str(flow.address) if flow.address else address_of(self.topo, flow.dst)  # type: ignore[return-value]
 
     def _start_receivers(self, tag: str) -> Dict[str, Any]:
-        from nslab.iperf import server_argv, wait_listening
+        from nslab.traffic.iperf import server_argv, wait_listening
         procs = {}
         for i, f in enumerate(self.spec.traffic):
             port = BASE_PORT + i
@@ -194,7 +197,7 @@ class FileRunner:
                 procs[f.id] = node.popen(argv, name=f"iperf-server-{f.id}")
                 wait_listening(node, port=port, udp=isinstance(f, IperfUdp))
             elif isinstance(f, Pktgen):
-                from nslab.pktgen import pktgen_path
+                from nslab.traffic.pktgen import pktgen_path
                 argv = [pktgen_path(), "recv", "--port", str(port), "--duration",
                         f"{self.spec.duration + 1:g}"]
                 procs["probe:" + f.id] = node.popen(argv, name=f"pktgen-sink-{f.id}")
@@ -203,7 +206,7 @@ class FileRunner:
             elif isinstance(f, Probe):
                 out = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
                 ready = out + ".ready"
-                argv = [sys.executable, "-I", "-m", "nslab.probe", "recv", "--bind", self._addr(f),
+                argv = [sys.executable, "-I", "-m", "nslab.traffic.probe", "recv", "--bind", self._addr(f),
                         "--port", str(port), "--duration", f"{self.spec.duration + 1:g}",
                         "--out", out, "--ready", ready]
                 procs["probe:" + f.id] = node.popen(argv, name=f"probe-recv-{f.id}")
@@ -212,7 +215,7 @@ class FileRunner:
         return procs
 
     def _start_senders(self, duration: float) -> Dict[str, Any]:
-        from nslab.iperf import client_argv
+        from nslab.traffic.iperf import client_argv
         procs = {}
         for i, f in enumerate(self.spec.traffic):
             port = BASE_PORT + i
@@ -225,11 +228,11 @@ class FileRunner:
                 argv = client_argv(self._addr(f), time=duration, parallel=f.streams, udp=True,
                                    rate=str(f.rate), length=f.length, port=port, interval=1)
             elif isinstance(f, Probe):
-                argv = [sys.executable, "-I", "-m", "nslab.probe", "send", "--to", self._addr(f),
+                argv = [sys.executable, "-I", "-m", "nslab.traffic.probe", "send", "--to", self._addr(f),
                         "--port", str(port), "--sport", str(port), "--rate", f"{f.rate:g}",
                         "--duration", f"{duration:g}"]
             elif isinstance(f, Pktgen):
-                from nslab.pktgen import send_argv
+                from nslab.traffic.pktgen import send_argv
                 count = f.count or int(round(f.rate * duration))
                 argv = send_argv(self._addr(f), port, f.size, f.rate, duration, count)
             else:
@@ -317,12 +320,11 @@ class FileRunner:
             undo.append(lambda: [self._reshape(n, d, None) for n, d in ends])
         return target
 
-    def _reshape(self, node: Any, dev: str, ev: Any) -> None:
+    def _reshape(self, node: LabNode, dev: str, ev: Any) -> None:
         """The topology's shaping of this link, changed by ``ev`` (rate or netem)."""
-        from dataclasses import replace
 
-        from nslab.render import text
-        from nslab.shaping import Shaping
+        from nslab.model.render import text
+        from nslab.model.shaping import Shaping
         link = next(l for l, na, ia, nb, ib in self.topo.interfaces()
                     if (na, ia) == (node.name, dev) or (nb, ib) == (node.name, dev))
         base = link.shaping or Shaping()
@@ -339,8 +341,8 @@ class FileRunner:
     def _collect(self, tag: str, outputs: Dict[str, Any], receivers: Dict[str, Any],
                  samplers: "_Samplers", done: List[Dict[str, Any]]
                  ) -> Tuple[List[str], Dict[str, Any], List[str]]:
-        from nslab.iperf import parse
-        from nslab.probe import outage, parse_arrivals
+        from nslab.traffic.iperf import parse
+        from nslab.traffic.probe import outage, parse_arrivals
         raw: List[str] = []
         invalid: List[str] = []
         flows: Dict[str, Dict[str, Any]] = {}
@@ -425,9 +427,8 @@ def raw_tag(point: Dict[str, Any]) -> str:
     """The stem of a point's raw files: a short hash of the whole point (two
     sweep keys may end alike: ``sysctl.h1.net.x``, ``sysctl.h2.net.x``), then
     the values, readable."""
-    import hashlib
 
-    from nslab.results import point_key
+    from nslab.store.results import point_key
     digest = hashlib.sha1(point_key(point).encode()).hexdigest()[:6]
     text = "-".join(f"{k.split('.')[-1]}={v}" for k, v in point.items())
     return f"p{digest}-" + "".join(c if c.isalnum() or c in "=_.-" else "_" for c in text)[:120]
@@ -457,7 +458,7 @@ class _Samplers:
         self._thread.start()
 
     def _loop(self) -> None:
-        from nslab.proc import nexthop_count
+        from nslab.runtime.proc import nexthop_count
         last_cpu = time.monotonic()
         while not self._stop.is_set():
             t = time.monotonic() - self.t0
@@ -497,7 +498,7 @@ class _Samplers:
         return {i: b[i] - a.get(i, 0) for i in b}
 
 
-def _tx_bytes(node: Any) -> Dict[str, int]:
+def _tx_bytes(node: LabNode) -> Dict[str, int]:
     res = node.run(["ip", "-s", "-j", "link", "show"], check=False)
     out = {}
     for l in json.loads(res.stdout or "[]"):
@@ -543,11 +544,11 @@ def _finish(proc: Any) -> Any:
     """A receiver's output once the senders are done: stopped (an iperf server
     would serve on; a probe receiver writes what arrived on SIGTERM); a pktgen
     sink ends by its own duration."""
-    from nslab.proc import Result
+    from nslab.runtime.proc import Result
     argv = " ".join(proc.argv)
     if "nslab-pktgen" in argv:
         return proc.wait(timeout=30)
-    if "nslab.probe" in argv:
+    if "nslab.traffic.probe" in argv:
         proc.popen.terminate()
     else:
         proc.stop(grace=1.0)

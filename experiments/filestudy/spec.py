@@ -16,21 +16,24 @@ Sweep keys:
 """
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from pydantic import ValidationError
 
 from nslab.errors import InputError, TopologyError
-from nslab.limits import active, product
-from nslab.topo import Topology
+from nslab.model.limits import active, product
+from nslab.model.topo import Topology, explain, field_path, loc_path
 
 from .captures import check as check_captures
-from .model import (METRIC_VALUES, Convergence, Goodput, IperfTcp, IperfUdp, Ping, Pktgen,
-                    Probe, StudyFile, _DaemonEvent, _LinkEvent)
+from .model import (ID_RE, METRIC_VALUES, Convergence, DaemonEvent, Goodput, IperfTcp, IperfUdp,
+                    LinkEvent, Ping, Pktgen, Probe, StudyFile)
+from nslab.model.topo_yaml import line_of, parse_yaml, read_text
 
 
 #: the copy of the study file kept in every run directory (reports read it)
@@ -61,8 +64,6 @@ class Loaded:
         self.topologies: Dict[str, Topology] = {}
 
     def fail(self, loc: Tuple[Any, ...], message: str) -> InputError:
-        from nslab.topo import field_path
-        from nslab.topo_yaml import line_of
         return InputError(f"{self.path}:{line_of(self.doc, loc)}: {field_path(loc)}: {message}")
 
 
@@ -81,7 +82,6 @@ def value_names(loaded: Loaded) -> List[str]:
 
 def _clean_loc(loc: Tuple[Any, ...]) -> Tuple[Any, ...]:
     """Drop the union tags pydantic puts in locations (``traffic.0.probe.rate``)."""
-    from nslab.topo import loc_path
     loc = loc_path(loc)
     return tuple(p for i, p in enumerate(loc)
                  if not (i >= 2 and isinstance(loc[i - 1], int) and loc[i - 2] in _UNION_LISTS
@@ -92,7 +92,6 @@ def _tags(section: str) -> Tuple[str, ...]:
     from . import model as mdl
     union = {"traffic": mdl.Flow, "events": mdl.Event, "metrics": mdl.Metric,
              "plots": mdl.Plot}[section]
-    import typing
     members = typing.get_args(typing.get_args(union)[0])
     key = {"traffic": "kind", "events": "do", "metrics": "metric", "plots": "kind"}[section]
     return tuple(typing.get_args(m.model_fields[key].annotation)[0] for m in members)
@@ -100,8 +99,6 @@ def _tags(section: str) -> Tuple[str, ...]:
 
 def load(path: str) -> Loaded:
     """Read, validate and resolve a study file; one line per error (file, line, field)."""
-    from nslab.topo import explain
-    from nslab.topo_yaml import line_of, parse_yaml, read_text
     text = read_text(path)  # read once, bounded: the same text is parsed and kept
     doc = parse_yaml(text, path)
     if not isinstance(doc, dict):
@@ -114,7 +111,7 @@ def load(path: str) -> Loaded:
         loc = _clean_loc(tuple(err.get("loc", ())))
         msg = explain(exc, (), StudyFile)
         # explain names the field from pydantic's location: say it from ours
-        from nslab.topo import field_path, loc_path
+        from nslab.model.topo import field_path, loc_path
         ploc = loc_path(tuple(err.get("loc", ())))
         said = field_path(ploc[:-1] if err.get("type") == "extra_forbidden" else ploc)
         msg = msg[len(said) + 2:] if said and msg.startswith(said + ": ") else msg
@@ -142,8 +139,8 @@ def build_topology(loaded: Loaded, options: Dict[str, Any]) -> Topology:
     path = topology_file(loaded) if spec.file else ""  # its own one-line refusal
     try:
         if spec.ready:
-            from nslab.registry import topology
-            from nslab.topoload import coerce
+            from nslab.run.registry import topology
+            from nslab.run.topoload import coerce
             fn = topology(spec.ready)
             return fn(**coerce(fn, dict(options)))
         if spec.file:
@@ -239,10 +236,8 @@ def plan_size(spec: StudyFile) -> PlanSize:
 
 
 def check_size(loaded: Loaded) -> PlanSize:
-    """The plan's size against the active limits (:mod:`nslab.limits`), before
+    """The plan's size against the active limits (:mod:`nslab.model.limits`), before
     anything is built or listed; one line naming the file, line and field."""
-    from nslab.topo import field_path
-    from nslab.topo_yaml import line_of
     size = plan_size(loaded.spec)
     limits = active()
 
@@ -296,9 +291,7 @@ def _check_sweep_key(loaded: Loaded, key: str) -> None:
         if not spec.topology.ready:
             raise loaded.fail(loc, "only a ready topology has options to sweep "
                                    "(topology: {ready: NAME})")
-        import inspect
-
-        from nslab.registry import topology
+        from nslab.run.registry import topology
         params = inspect.signature(topology(spec.topology.ready)).parameters
         if rest not in params:
             raise loaded.fail(loc, f"{spec.topology.ready} has no option {rest!r} (options: "
@@ -309,7 +302,7 @@ def _check_sweep_key(loaded: Loaded, key: str) -> None:
         node, _, skey = rest.partition(".")
         from pydantic import TypeAdapter
 
-        from nslab.fields import NodeName, SysctlKey, SysctlValue
+        from nslab.model.fields import NodeName, SysctlKey, SysctlValue
         try:
             TypeAdapter(NodeName).validate_python(node)
             TypeAdapter(SysctlKey).validate_python(skey)
@@ -329,8 +322,7 @@ def _check_sweep_key(loaded: Loaded, key: str) -> None:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
                 raise loaded.fail(loc, f"{v!r} is not a time in s")
     elif kind == "vars":
-        from .model import _ID_RE
-        if not _ID_RE.fullmatch(rest):
+        if not ID_RE.fullmatch(rest):
             raise loaded.fail(loc, f"vars.{rest}: not a name")
         used = any(key in e.when for e in spec.events)
         if not used:
@@ -376,7 +368,7 @@ def _check_names(loaded: Loaded, topo: Topology) -> None:
             if path_of not in loaded.flows or not isinstance(loaded.flows[path_of], Probe):
                 raise loaded.fail(("events", i, "path_of"), f"{path_of!r} is not a probe flow "
                                   f"(probes: {', '.join(f.id for f in spec.traffic if isinstance(f, Probe)) or 'none'})")
-        if isinstance(e, _LinkEvent) and e.link is not None:
+        if isinstance(e, LinkEvent) and e.link is not None:
             a, b = e.link
             if link_ends(topo, a, b) is None:
                 raise loaded.fail(("events", i, "link"), f"no link between {a} and {b}")
@@ -386,7 +378,7 @@ def _check_names(loaded: Loaded, topo: Topology) -> None:
                 raise loaded.fail(("events", i, "node"), f"unknown node {node!r}")
             if nodes[node].is_switch:
                 raise loaded.fail(("events", i, "node"), f"{node} is a switch")
-        if isinstance(e, _DaemonEvent):
+        if isinstance(e, DaemonEvent):
             targets = [node] if node else neighbours(topo, loaded.flows[path_of].src)
             for t in targets:
                 bgp = nodes[t].bgp

@@ -1,5 +1,5 @@
-"""A study written as a file: one more kind of :class:`~nslab.study.Study`,
-run by the same :func:`~nslab.study.run_study` as the built-in ones (store,
+"""A study written as a file: one more kind of :class:`~nslab.run.study.Study`,
+run by the same :func:`~nslab.run.study.run_study` as the built-in ones (store,
 resume, provenance, progress, report). Loading and checking the file is
 :mod:`.spec`.
 """
@@ -14,8 +14,9 @@ from typing_extensions import Annotated
 
 from nslab.errors import InputError
 from nslab.safeio import write_atomic
-from nslab.study import Study, StudyConfig, StudyReport, expand
-from nslab.topo import Topology
+from nslab.run.study import Study, StudyConfig, StudyReport, expand
+from nslab.model.topo import Topology
+from nslab.runtime.node import LabLike
 
 from .model import LinkNetem, Scalar
 from .spec import (STORED_NAME, LAB_OVERHEAD_S, TRIAL_OVERHEAD_S, Loaded, check, field_of, lab_key,
@@ -92,7 +93,7 @@ def config_class(loaded: Loaded) -> Type[StudyConfig]:
     cls = create_model(f"Config_{field_of(spec.name)}", __base__=StudyConfig,
                        __validators__={"_against_file": model_validator(mode="after")(
                            _check_against_file)}, **fields)
-    cls.presets = presets  # type: ignore[misc]
+    cls.presets = presets
     cls.sweep_keys = keys  # type: ignore[attr-defined]
     return cls
 
@@ -132,7 +133,7 @@ class FileStudy(Study):
         if any(f.kind == "ping" for f in lo.spec.traffic):
             out.add("tool:ping")
         if any(f.kind == "pktgen" for f in lo.spec.traffic):
-            from nslab.pktgen import pktgen_path
+            from nslab.traffic.pktgen import pktgen_path
             pktgen_path()  # not built: one line saying how, before anything is built
         if any(isinstance(e, LinkNetem) for e in lo.spec.events):
             out.add("netem")
@@ -185,7 +186,7 @@ class FileStudy(Study):
                                    "running lab across hosts); run it on one host, or without "
                                    "captures:")
 
-    def runner(self, key: str, lab: Any, cfg: Any, store: Any) -> Any:
+    def runner(self, key: str, lab: LabLike, cfg: Any, store: Any) -> Any:
         from .runner import FileRunner
         # the run keeps the file it ran (by rename: a link there is replaced, not followed)
         write_atomic(os.path.join(store.path, STORED_NAME), self.loaded.text)

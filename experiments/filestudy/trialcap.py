@@ -5,10 +5,11 @@ import logging
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.capture import bound_bytes, dumpcap_argv, parse_target, resolve
-from nslab.capturerun import Capture, lab_map, wait_started
+from nslab.traffic.capture import bound_bytes, dumpcap_argv, parse_target, resolve
+from nslab.traffic.capturerun import Capture, lab_map, wait_started
 from nslab.errors import LabError
-from nslab.limits import active
+from nslab.model.limits import active
+from nslab.runtime.node import LabLike
 from nslab.safeio import check_path, open_new
 
 from .analysis import matches
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 class TrialCaptures:
     """The captures of one lab of a study file (``start(point, tag)`` per trial)."""
 
-    def __init__(self, lab: Any, spec: Any, store: Any) -> None:
+    def __init__(self, lab: LabLike, spec: Any, store: Any) -> None:
         self.lab, self.specs, self.store = lab, list(spec.captures), store
         if self.specs and getattr(lab, "remote", False):
             # refused before anything is built (FileStudy.check_hosts); kept for other callers
@@ -40,7 +41,7 @@ class TrialCaptures:
         running = Running(self)
         if not chosen:
             return running
-        from nslab.capture import require_tool
+        from nslab.traffic.capture import require_tool
         require_tool()
         targets = [parse_target(c.link) for c in chosen]
         m = lab_map(self.lab.run_id, sorted({t.node for t in targets}))
@@ -71,7 +72,7 @@ class Running:
         tmp = final + ".part"
         size = bound_bytes(c.snaplen, c.max_packets)
         if self.owner.used + size > self.owner.limit:
-            from nslab.limits import fmt
+            from nslab.model.limits import fmt
             why = (f"skipped: the run's captures would pass {fmt('captures', self.owner.limit)} "
                    "(--limit captures=N)")
             log.warning("capture %s of %s: %s", c.file_name, tag, why)

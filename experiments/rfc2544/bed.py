@@ -3,6 +3,7 @@ CPU1, held by one run at a time; NAPI threads pinned where the bed needs them.""
 from __future__ import annotations
 
 import fcntl
+import glob
 import os
 from typing import List, Optional
 
@@ -13,7 +14,6 @@ GEN_CPU, DUT_CPU = 0, 1
 
 def napi_threads(intf: str) -> List[int]:
     """The pids of kernel threads named ``napi/<intf>-<id>`` (any namespace's ``intf``)."""
-    import glob
     out = []
     for comm in glob.glob("/proc/[0-9]*/comm"):
         try:

@@ -1,13 +1,15 @@
 """``nslab bench generator``: the RFC 2544 generator's ceiling vs iperf2 and line rates."""
 from __future__ import annotations
 
+import json
+import os
 import statistics
 import time
 from typing import Dict, List, Optional
 
 import click
 
-from nslab.bench import save
+from nslab.run.bench import save
 from nslab.errors import LabError
 
 
@@ -35,9 +37,8 @@ def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
     report gains ``napi_cpu_s``, the CPU time h2-eth0's NAPI thread (pid
     ``napi``, from ``napi_on``) used while the generator sent (where the XDP
     sink does all its work)."""
-    import json
 
-    from nslab.pktgen import pktgen_path
+    from nslab.traffic.pktgen import pktgen_path
 
     from .bed import thread_cpu_seconds
     pg = pktgen_path()
@@ -54,7 +55,6 @@ def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
         # The XDP sink does all its work in the NAPI thread: SCHED_FIFO keeps
         # other tasks from holding it off. The UDP sink's reader shares that CPU
         # and a FIFO thread flooded with frames would starve it: SCHED_OTHER.
-        import os
         fifo = sink_mode == "xdp"
         os.sched_setscheduler(napi, os.SCHED_FIFO if fifo else os.SCHED_OTHER,
                               os.sched_param(SINK_FIFO if fifo else 0))
@@ -89,9 +89,9 @@ def bench_generator(sizes: List[int], modes: List[str], seconds: float, repeat: 
     the XDP program, fed by the fastest path), pacing accuracy below the
     ceiling, iperf2's UDP ceiling on the same path, and the line rates: all
     measured in one run."""
-    from nslab import caps
-    from nslab.lab import Lab
-    from nslab.pktgen import kernel_pktgen_present, load_kernel_pktgen, unload_kernel_pktgen
+    from nslab.runtime import caps
+    from nslab.runtime.lab import Lab
+    from nslab.traffic.pktgen import kernel_pktgen_present, load_kernel_pktgen, unload_kernel_pktgen
     from nslab.topologies import pair
 
     from .bed import CpuSplitLock
@@ -118,9 +118,9 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
              rows: List[Dict[str, object]], pacing: List[Dict[str, object]]) -> bool:
     """Fill ``rows`` (ceilings per frame size) and ``pacing``; True if the sink's
     NAPI thread runs on the other CPU."""
-    from nslab.iperf import parse, start_server
-    from nslab.pktgen import run_kernel_pktgen
-    from nslab.shaping import frame_rate
+    from nslab.traffic.iperf import parse, start_server
+    from nslab.traffic.pktgen import run_kernel_pktgen
+    from nslab.model.shaping import frame_rate
 
     from .bed import DUT_CPU, GEN_CPU, napi_on
     lab.static_arp()
@@ -278,7 +278,7 @@ def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]]
 @click.pass_context
 def generator_cmd(ctx: click.Context, sizes: str, modes: str, seconds: float, repeat: int) -> None:
     """nslab-pktgen's send paths vs iperf2 UDP and line rates, the sink's ceiling, pacing."""
-    from nslab.cliutil import int_list, setup_logging
+    from nslab.cmdline.cliutil import int_list, setup_logging
     from nslab.errors import InputError
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
     bad = [m for m in chosen if m not in MODES]
@@ -296,9 +296,9 @@ def bench_search(dut: str, size: int, repeat: int, trial: float, dut_cost: Optio
     from rich.console import Console
     from rich.table import Table
 
-    from nslab import caps
-    from nslab.lab import Lab
-    from nslab.stats import mean, relative_difference
+    from nslab.runtime import caps
+    from nslab.runtime.lab import Lab
+    from nslab.store.stats import mean, relative_difference
     from nslab.topologies.rfc2544 import dut_chain
 
     from .config import Rfc2544Config
@@ -355,6 +355,6 @@ def bench_search(dut: str, size: int, repeat: int, trial: float, dut_cost: Optio
 def search_cmd(ctx: click.Context, dut: str, frame: int, repeat: int, trial: float,
                dut_cost: Optional[int]) -> None:
     """RFC 2544 binary search vs MLRsearch on the same DUT: trials, time, agreement."""
-    from nslab.cliutil import setup_logging
+    from nslab.cmdline.cliutil import setup_logging
     setup_logging(ctx.obj, f"bench-search-{int(time.time())}")
     bench_search(dut, frame, repeat, trial, dut_cost, ctx.obj.results)

@@ -16,8 +16,8 @@ def rfc2544_group() -> None:
 @click.option("--frame-sizes", default="64,128,256,512,1024,1280,1518", show_default=True)
 def rfc2544_theory(link_rate: str, frame_sizes: str) -> None:
     """The theoretical maximum frame rate per frame size (preamble, gap and FCS counted)."""
-    from nslab.cliutil import int_list
-    from nslab.shaping import parse_rate
+    from nslab.cmdline.cliutil import int_list
+    from nslab.model.shaping import parse_rate
 
     from .model import theory_table
     rate = parse_rate(link_rate)

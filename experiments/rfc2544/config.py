@@ -7,8 +7,9 @@ from typing import ClassVar, Dict, Optional
 from pydantic import Field, StrictBool, model_validator
 from typing_extensions import Annotated, Literal
 
-from nslab.fields import RateText, UniqueList
-from nslab.study import StudyConfig
+from nslab.model.fields import RateText, UniqueList
+from nslab.model.shaping import parse_rate
+from nslab.run.study import StudyConfig
 
 FRAME_SIZES = [64, 128, 256, 512, 1024, 1280, 1518]
 TESTS = ["cost", "throughput", "latency", "loss"]
@@ -53,7 +54,7 @@ class Rfc2544Config(StudyConfig):
         True, description="measure the bed's own latency (generator -> sink, no DUT) per lab")
     dut_fps_64: Optional[Annotated[float, Field(ge=1000, le=10_000_000)]] = Field(
         None, description="calibrate the DUT so a bridge forwards this many 64-byte frames/s "
-        "at most (default: the paper's knee, from results/published)")
+        "at most (default: the paper's knee, from nslab's published data)")
     dut_us_per_frame: Optional[Annotated[float, Field(gt=0, le=1000)]] = Field(
         None, description="calibrate the DUT to this CPU cost per frame instead")
     dut_cost: Optional[Annotated[int, Field(ge=0, le=5000)]] = Field(
@@ -109,7 +110,6 @@ class Rfc2544Config(StudyConfig):
 
     def line_bps(self) -> Optional[float]:
         """The shaped rate, or None for unshaped links."""
-        from nslab.shaping import parse_rate
         if str(self.link_rate).lower() == "none":
             return None
         return parse_rate(self.link_rate)
@@ -121,10 +121,6 @@ class Rfc2544Config(StudyConfig):
         if len(given) > 1:
             raise ValueError(f"{' and '.join(given)}: give one way to set the DUT's cost")
         return self
-
-    def calibrates(self) -> bool:
-        """Is the knob's filter count found by calibration (not given)?"""
-        return self.dut_cost is None
 
     @model_validator(mode="after")
     def _frames_fit(self) -> "Rfc2544Config":

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.shaping import frame_rate
+from nslab.model.shaping import frame_rate
 
 #: The paper's Table 3 input rates (frames/s, 64-byte frames).
 PAPER_FPS = [100, 1000, 10000, 20000, 40000, 50000, 55556, 58824, 62500, 64516, 65574, 66225,

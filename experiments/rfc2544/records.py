@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Union
 
 from typing_extensions import Literal
 
-from nslab.records import Record, RecordSchema, Strict
+from nslab.store.records import Record, RecordSchema, Strict
 
 
 class RfcPoint(Strict):
@@ -31,7 +31,7 @@ class Latency(Strict):
 
 class CpuInterference(Strict):
     """Other tasks' time on one of the bed's CPUs during a trial
-    (:mod:`nslab.interference`)."""
+    (:mod:`nslab.traffic.interference`)."""
 
     cpu: int
     window_s: float

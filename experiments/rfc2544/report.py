@@ -7,12 +7,13 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
-from nslab.reporting import Claim, StudyReport, load_run, render_study, study_report
-from nslab.shaping import frame_rate, parse_rate
+from nslab.store.reporting import Claim, StudyReport, load_run, render_study, study_report
+from nslab.model.shaping import frame_rate, parse_rate
 
-from .model import backlog_prediction
+from .model import backlog_prediction, knee_index, paper_knee
 from .records import SCHEMA, BackToBack, Mlr, RfcRecord, Throughput, Trials
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -186,7 +187,6 @@ def nominal_latencies(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]
 def invalid_why(recs: List[RfcRecord], test: str, dut: str) -> Optional[str]:
     """Why every trial of ``test`` on ``dut`` was left out (the most frequent
     reason, and how many), or None when some trial stands or there were none."""
-    from collections import Counter
     seen: Counter = Counter()
     total = 0
     for r in by_test(recs, test):
@@ -207,7 +207,7 @@ def invalid_why(recs: List[RfcRecord], test: str, dut: str) -> Optional[str]:
 def intrinsic(recs: List[RfcRecord]) -> List[Dict[str, Any]]:
     """The intrinsic cost table: per DUT, frame size and load, ns per forwarded
     frame (mean and t interval over the trials), with no knob."""
-    from nslab.stats import mean
+    from nslab.store.stats import mean
     rows = []
     for r in by_test(recs, "cost"):
         assert isinstance(r.measurements, Trials)
@@ -271,63 +271,88 @@ def published_figures(pub: Dict[str, Any]) -> Dict[str, str]:
 def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
            prov: Optional[Dict[str, Any]] = None) -> List[Claim]:
     """The paper's claims, each with an interval and a verdict."""
-    from nslab.stats import difference, equivalence, judge, mean, paired_difference, r_squared
+    c = _ClaimInputs(recs, duts, pub, prov)
+    return (same_forwarding_claims(c) + router_latency_claims(c) + knee_claims(c)
+            + cpu_limit_claims(c) + load_curve_claims(c) + mlrsearch_claims(c)
+            + back_to_back_claims(c))
 
-    from .model import knee_index, paper_knee
-    out: List[Claim] = []
+
+class _ClaimInputs:
+    """What every claim of :func:`claims` reads: the records, the DUTs, the
+    published data and provenance, the searches that stand, and the points
+    the generator's ceiling or host interference took out."""
+
     src = "seed 004"
-    paper_says = published_figures(pub)
 
-    def same_published(frame: int) -> str:
-        if f"same:{frame}" in paper_says:
-            return paper_says[f"same:{frame}"]
-        start = paper_says.get("same_from")
+    def __init__(self, recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
+                 prov: Optional[Dict[str, Any]]) -> None:
+        self.recs, self.duts, self.pub, self.prov = recs, duts, pub, prov
+        self.paper_says = published_figures(pub)
+        self.tp = searches(recs)
+        self.limited = generator_limited(recs)
+        self.noisy = interfered(recs)
+
+    def same_published(self, frame: int) -> str:
+        """The paper's words on bridge vs router at ``frame`` bytes."""
+        if f"same:{frame}" in self.paper_says:
+            return self.paper_says[f"same:{frame}"]
+        start = self.paper_says.get("same_from")
         return f"no difference from {start} B on" if start and frame >= int(start) else ""
-    tp = searches(recs)
-    limited = generator_limited(recs)
-    noisy = interfered(recs)
 
-    def too_few(points: List[Tuple[str, int]]) -> Optional[str]:
+    def too_few(self, points: List[Tuple[str, int]]) -> Optional[str]:
         """Why a claim on these points has too few searches left after host
         interference (None: enough, or none were left out)."""
-        hit = [noisy[p] for p in points if p in noisy and len(tp.get(p[0], {}).get(p[1], [])) < 2]
+        hit = [self.noisy[p] for p in points
+               if p in self.noisy and len(self.tp.get(p[0], {}).get(p[1], [])) < 2]
         return "; ".join(hit) or None
-    # 1. bridge and router forward about the same, per frame size (TOST)
-    if "bridge" in tp and "router" in tp:
-        for f in sorted(set(tp["bridge"]) & set(tp["router"])):
-            b, rt = tp["bridge"][f], tp["router"][f]
-            pts = [("bridge", f), ("router", f)]
-            if not b or not rt:
-                out.append(Claim(f"Bridge and router forward about the same at {f} bytes",
-                                 f"no throughput search left at {f} bytes", "undecided",
-                                 too_few(pts) or "no search", src, same_published(f)))
-                continue
-            verdict, est = equivalence(rt, b, SAME_MARGIN)
-            if ("bridge", f) in limited or ("router", f) in limited:
-                verdict, why = "undecided", limited_why(pts, limited)
-            elif too_few(pts):
-                verdict, why = "undecided", str(too_few(pts))
-            elif est.ci is None:
-                why = f"{min(len(b), len(rt))} search(es) per DUT: no interval; {MORE}"
-            else:
-                lvl = f"{est.ci.level * 100:.0f} %"
-                why = {"agrees": f"the {lvl} interval lies inside", "disagrees":
-                       f"the {lvl} interval lies outside", "undecided": f"the {lvl} interval "
-                       "straddles"}[verdict] + (f" +-{SAME_MARGIN * 100:.0f} % (two one-sided "
-                                                f"tests at {(1 - est.ci.level) / 2 * 100:.2g} %)")
+
+
+def same_forwarding_claims(c: _ClaimInputs) -> List[Claim]:
+    """1. Bridge and router forward about the same, per frame size (TOST)."""
+    from nslab.store.stats import equivalence
+    out: List[Claim] = []
+    if "bridge" not in c.tp or "router" not in c.tp:
+        return out
+    for f in sorted(set(c.tp["bridge"]) & set(c.tp["router"])):
+        b, rt = c.tp["bridge"][f], c.tp["router"][f]
+        pts = [("bridge", f), ("router", f)]
+        if not b or not rt:
             out.append(Claim(f"Bridge and router forward about the same at {f} bytes",
-                             f"throughput, router vs bridge: {est.fmt(100, 1, ' %', sign=True)}; "
-                             f"bridge {statistics.median(b):,.0f}, router "
-                             f"{statistics.median(rt):,.0f} fps (median of {len(b)}/{len(rt)} "
-                             "searches)", verdict, why, src, same_published(f)))
-    # 2. the router adds about 5 us of latency at 1,000 fps, at any size
-    lat = nominal_latencies(recs)
-    gone = [invalid_why(recs, "latency", d) for d in ("bridge", "router")
-            if d in duts and d not in lat]
+                             f"no throughput search left at {f} bytes", "undecided",
+                             c.too_few(pts) or "no search", c.src, c.same_published(f)))
+            continue
+        verdict, est = equivalence(rt, b, SAME_MARGIN)
+        if ("bridge", f) in c.limited or ("router", f) in c.limited:
+            verdict, why = "undecided", limited_why(pts, c.limited)
+        elif c.too_few(pts):
+            verdict, why = "undecided", str(c.too_few(pts))
+        elif est.ci is None:
+            why = f"{min(len(b), len(rt))} search(es) per DUT: no interval; {MORE}"
+        else:
+            lvl = f"{est.ci.level * 100:.0f} %"
+            why = {"agrees": f"the {lvl} interval lies inside", "disagrees":
+                   f"the {lvl} interval lies outside", "undecided": f"the {lvl} interval "
+                   "straddles"}[verdict] + (f" +-{SAME_MARGIN * 100:.0f} % (two one-sided "
+                                            f"tests at {(1 - est.ci.level) / 2 * 100:.2g} %)")
+        out.append(Claim(f"Bridge and router forward about the same at {f} bytes",
+                         f"throughput, router vs bridge: {est.fmt(100, 1, ' %', sign=True)}; "
+                         f"bridge {statistics.median(b):,.0f}, router "
+                         f"{statistics.median(rt):,.0f} fps (median of {len(b)}/{len(rt)} "
+                         "searches)", verdict, why, c.src, c.same_published(f)))
+    return out
+
+
+def router_latency_claims(c: _ClaimInputs) -> List[Claim]:
+    """2. The router adds about 5 us of latency at 1,000 fps, at any size."""
+    from nslab.store.stats import difference, judge
+    out: List[Claim] = []
+    lat = nominal_latencies(c.recs)
+    gone = [invalid_why(c.recs, "latency", d) for d in ("bridge", "router")
+            if d in c.duts and d not in lat]
     if any(gone):
         out.append(Claim("A router adds about 5 us of latency over a bridge (64 bytes)",
                          "no valid latency trial", "undecided", "; ".join(g for g in gone if g),
-                         src, paper_says.get("extra_latency", "")))
+                         c.src, c.paper_says.get("extra_latency", "")))
     elif "bridge" in lat and "router" in lat:
         for f in sorted(set(lat["bridge"]) & set(lat["router"])):
             d = difference(lat["router"][f], lat["bridge"][f])
@@ -335,123 +360,164 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
                         1, " us", 0, need=MORE)
             out.append(Claim(f"A router adds about 5 us of latency over a bridge ({f} bytes)",
                              f"router minus bridge at 1,000 fps: {d.fmt(1, 1, ' us', sign=True)}"
-                             + bed_text(prov), chk.verdict, chk.why, src,
-                             paper_says.get("extra_latency", "")))
-    # 3. the bridge's knee where the paper's is (calibration) and the CPU saturated there
-    if "bridge" in tp and 64 in tp["bridge"] and not tp["bridge"][64]:
-        out.append(Claim("The bridge saturates at ~66 kfps of 64-byte frames (Table 3)",
-                         "no throughput search left at 64 B", "undecided",
-                         too_few([("bridge", 64)]) or "no search", src, paper_says["knee"]))
-    elif "bridge" in tp and 64 in tp["bridge"]:
-        knee = paper_knee(pub)
-        est = mean(tp["bridge"][64])
-        chk = judge(est, knee * (1 - KNEE_MARGIN), knee * (1 + KNEE_MARGIN),
-                    f"the paper's knee +-{KNEE_MARGIN * 100:.0f} %,", 1e-3, " kfps", 1, need=MORE)
-        cal = next((s.get("calibration") for s in ((prov or {}).get("setups") or {}).values()
-                    if s.get("calibration")), None)
-        how = (f"knob calibrated to {cal['target']}: {cal['filters']} filters"
-               if cal else f"knob given: {next(iter(((prov or {}).get('setups') or {}).values()), {}).get('dut_cost_filters', '?')} filters")
-        verdict, why = chk.verdict, chk.why
-        if ("bridge", 64) in limited:
-            verdict, why = "undecided", limited_why([("bridge", 64)], limited)
-        elif cal and cal.get("checked") is False:
-            last = (cal.get("checks") or [{}])[-1]
-            verdict, why = "undecided", (
-                f"the calibration was not confirmed: its check forwarded "
-                f"{float(last.get('capacity_fps', 0)):,.0f} fps with {cal['filters']} filters, "
-                f"not within 5 % of {float(cal.get('target_fps', 0)):,.0f}")
-        elif too_few([("bridge", 64)]):
-            verdict, why = "undecided", str(too_few([("bridge", 64)]))
-        out.append(Claim("The bridge saturates at ~66 kfps of 64-byte frames (Table 3)",
-                         f"bridge throughput at 64 B: {est.fmt(1e-3, 1, ' kfps')} ({how})",
-                         verdict, why, src, paper_says["knee"]))
-    for dut in duts:
-        occ = [o for r in by_test(recs, "throughput") if r.params.dut == dut and r.params.frame == 64
+                             + bed_text(c.prov), chk.verdict, chk.why, c.src,
+                             c.paper_says.get("extra_latency", "")))
+    return out
+
+
+def knee_claims(c: _ClaimInputs) -> List[Claim]:
+    """3. The bridge's knee where the paper's is (the calibration)."""
+    from nslab.store.stats import judge, mean
+    if "bridge" not in c.tp or 64 not in c.tp["bridge"]:
+        return []
+    title = "The bridge saturates at ~66 kfps of 64-byte frames (Table 3)"
+    if not c.tp["bridge"][64]:
+        return [Claim(title, "no throughput search left at 64 B", "undecided",
+                      c.too_few([("bridge", 64)]) or "no search", c.src, c.paper_says["knee"])]
+    knee = paper_knee(c.pub)
+    est = mean(c.tp["bridge"][64])
+    chk = judge(est, knee * (1 - KNEE_MARGIN), knee * (1 + KNEE_MARGIN),
+                f"the paper's knee +-{KNEE_MARGIN * 100:.0f} %,", 1e-3, " kfps", 1, need=MORE)
+    setups = (c.prov or {}).get("setups") or {}
+    cal = next((s.get("calibration") for s in setups.values() if s.get("calibration")), None)
+    given = next(iter(setups.values()), {}).get("dut_cost_filters", "?")
+    how = (f"knob calibrated to {cal['target']}: {cal['filters']} filters"
+           if cal else f"knob given: {given} filters")
+    verdict, why = chk.verdict, chk.why
+    if ("bridge", 64) in c.limited:
+        verdict, why = "undecided", limited_why([("bridge", 64)], c.limited)
+    elif cal and cal.get("checked") is False:
+        last = (cal.get("checks") or [{}])[-1]
+        verdict, why = "undecided", (
+            f"the calibration was not confirmed: its check forwarded "
+            f"{float(last.get('capacity_fps', 0)):,.0f} fps with {cal['filters']} filters, "
+            f"not within 5 % of {float(cal.get('target_fps', 0)):,.0f}")
+    elif c.too_few([("bridge", 64)]):
+        verdict, why = "undecided", str(c.too_few([("bridge", 64)]))
+    return [Claim(title, f"bridge throughput at 64 B: {est.fmt(1e-3, 1, ' kfps')} ({how})",
+                  verdict, why, c.src, c.paper_says["knee"])]
+
+
+def cpu_limit_claims(c: _ClaimInputs) -> List[Claim]:
+    """3. Each DUT's CPU saturated at its 64-byte throughput."""
+    from nslab.store.stats import judge, mean
+    out: List[Claim] = []
+    for dut in c.duts:
+        title = f"{dut}: the CPU is the limit (it saturates at the throughput)"
+        published = c.paper_says.get("cpu", "") if dut == "bridge" else ""
+        occ = [o for r in by_test(c.recs, "throughput")
+               if r.params.dut == dut and r.params.frame == 64
                for o in r.measurements.occupancy_at_throughput_pct]  # type: ignore[union-attr]
-        if not occ and baseline_why(recs, dut):
-            out.append(Claim(f"{dut}: the CPU is the limit (it saturates at the throughput)",
-                             "no occupancy figure left", "undecided", str(baseline_why(recs, dut)),
-                             src, paper_says.get("cpu", "") if dut == "bridge" else ""))
+        if not occ and baseline_why(c.recs, dut):
+            out.append(Claim(title, "no occupancy figure left", "undecided",
+                             str(baseline_why(c.recs, dut)), c.src, published))
         elif occ:
             est = mean(occ)
             chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU, i.e.", 1, " %", 0,
                         need=MORE)
             verdict, why = chk.verdict, chk.why
-            if (dut, 64) in limited:
-                verdict, why = "undecided", limited_why([(dut, 64)], limited)
-            out.append(Claim(f"{dut}: the CPU is the limit (it saturates at the throughput)",
-                             f"DUT CPU in the confirmation trials at the 64-byte throughput: "
-                             f"{est.fmt(1, 0, ' %')}", verdict, why, src,
-                             paper_says.get("cpu", "") if dut == "bridge" else ""))
-    # 4. latency vs load: the knee, and the occupancy curve beside Table 3
-    paper = {float(r[0]): r for r in pub["table3_bridge_overload_64B"]["rows"]}
-    for dut in duts:
-        every = table3(recs, dut)
+            if (dut, 64) in c.limited:
+                verdict, why = "undecided", limited_why([(dut, 64)], c.limited)
+            out.append(Claim(title, "DUT CPU in the confirmation trials at the 64-byte "
+                             f"throughput: {est.fmt(1, 0, ' %')}", verdict, why, c.src,
+                             published))
+    return out
+
+
+def load_curve_claims(c: _ClaimInputs) -> List[Claim]:
+    """4. Latency vs load: the knee, and the occupancy curve beside Table 3."""
+    paper = {float(r[0]): r for r in c.pub["table3_bridge_overload_64B"]["rows"]}
+    out: List[Claim] = []
+    for dut in c.duts:
+        every = table3(c.recs, dut)
         rows = [x for x in every if not x["invalid"]]
         if not rows:
             if every:  # the sweep ran and every load was left out: the claim stays
-                why = str(invalid_why(recs, "loss", dut))
-                out.append(Claim("bridge: occupancy vs load follows the paper's Table 3"
-                                 if dut == "bridge" else
-                                 f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
-                                 "no valid load of the sweep", "undecided", why, src,
-                                 paper_says.get("occupancy" if dut == "bridge" else "latency_knee",
-                                                "")))
+                bridge = dut == "bridge"
+                out.append(Claim(
+                    "bridge: occupancy vs load follows the paper's Table 3" if bridge else
+                    f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
+                    "no valid load of the sweep", "undecided",
+                    str(invalid_why(c.recs, "loss", dut)), c.src,
+                    c.paper_says.get("occupancy" if bridge else "latency_knee", "")))
             continue
-        excluded = len(every) - len(rows)
-        i = knee_index([x["latency_us"] for x in rows])
-        if i is None:
-            knee_text = f"no knee up to {rows[-1]['fps']:,.0f} fps"
+        knee_text = _knee_text(rows, len(every) - len(rows))
+        if dut == "bridge":
+            out += _occupancy_claims(c, rows, paper, knee_text)
         else:
-            knee_text = (f"latency first >10x its low-load value between {rows[i - 1]['fps']:,.0f}"
-                         f" and {rows[i]['fps']:,.0f} fps ({rows[i - 1]['latency_us']:,.0f} -> "
-                         f"{rows[i]['latency_us']:,.0f} us, DUT CPU {rows[i - 1]['cpu_pct']:.0f}"
-                         f" -> {rows[i]['cpu_pct']:.0f} %)")
-        if excluded:
-            knee_text += (f" ({excluded} load(s) excluded by the fidelity guard or for host "
-                          "interference)")
-        pairs = [(x["cpu_pct"], paper[x["fps"]][4]) for x in rows
-                 if x["fps"] in paper and paper[x["fps"]][4] is not None and x["cpu_ok"]]
-        if len(pairs) < 2 and dut == "bridge" and baseline_why(recs, dut):
-            out.append(Claim("bridge: occupancy vs load follows the paper's Table 3", knee_text,
-                             "undecided", str(baseline_why(recs, dut)), src,
-                             paper_says.get("occupancy", "")))
-        if len(pairs) >= 2 and dut == "bridge":
-            ours, theirs = [p[0] for p in pairs], [float(p[1]) for p in pairs]
-            d = paired_difference(ours, theirs)
-            r2 = r_squared(ours, theirs)
-            chk = judge(d, -OCCUPANCY_BAND, OCCUPANCY_BAND, "a mean difference in", 1, " points", 0,
-                        need=MORE)
-            verdict, why = chk.verdict, chk.why + " (paired t over the loads)"
-            out.append(Claim("bridge: occupancy vs load follows the paper's Table 3",
-                             f"{knee_text}; our CPU minus the paper's at {len(pairs)} of its "
-                             f"rates: {d.fmt(1, 1, ' points', sign=True)}"
-                             + (f", R^2 {r2:.2f}" if r2 is not None else ""),
-                             verdict, why, src,
-                             paper_says.get("occupancy", "")))
-        elif dut != "bridge":
-            # Judged per sweep: the DUT CPU's occupancy at the load where
-            # latency jumped, over every sweep that has a knee.
-            ks = sweep_knees(recs, dut)
-            if len(ks) >= 2:
-                est = mean([cpu for _, cpu in ks])
-                chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU at the knee, i.e.", 1,
-                            " %", 0, need=MORE)
-                verdict, why = chk.verdict, chk.why
-                measured = (f"{knee_text}; DUT CPU where latency jumped, over {len(ks)} sweeps: "
-                            f"{est.fmt(1, 0, ' %')}")
-            else:
-                verdict, measured = "undecided", knee_text
-                why = baseline_why(recs, dut) or (
-                    f"{len(ks)} sweep(s) with a knee: the CPU at the knee needs two "
-                    "(--repeat 2, or --rounds 2)")
-            out.append(Claim(f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
-                             measured, verdict, why, src, paper_says.get("latency_knee", "")))
-    for r in by_test(recs, "mlrsearch"):
+            out.append(_latency_knee_claim(c, dut, knee_text))
+    return out
+
+
+def _knee_text(rows: List[Dict[str, Any]], excluded: int) -> str:
+    """Where latency first jumped in a sweep's valid loads, in words."""
+    i = knee_index([x["latency_us"] for x in rows])
+    if i is None:
+        knee_text = f"no knee up to {rows[-1]['fps']:,.0f} fps"
+    else:
+        knee_text = (f"latency first >10x its low-load value between {rows[i - 1]['fps']:,.0f}"
+                     f" and {rows[i]['fps']:,.0f} fps ({rows[i - 1]['latency_us']:,.0f} -> "
+                     f"{rows[i]['latency_us']:,.0f} us, DUT CPU {rows[i - 1]['cpu_pct']:.0f}"
+                     f" -> {rows[i]['cpu_pct']:.0f} %)")
+    if excluded:
+        knee_text += (f" ({excluded} load(s) excluded by the fidelity guard or for host "
+                      "interference)")
+    return knee_text
+
+
+def _occupancy_claims(c: _ClaimInputs, rows: List[Dict[str, Any]], paper: Dict[float, Any],
+                      knee_text: str) -> List[Claim]:
+    """The bridge's occupancy at the paper's loads against Table 3 (paired t)."""
+    from nslab.store.stats import judge, paired_difference, r_squared
+    title = "bridge: occupancy vs load follows the paper's Table 3"
+    pairs = [(x["cpu_pct"], paper[x["fps"]][4]) for x in rows
+             if x["fps"] in paper and paper[x["fps"]][4] is not None and x["cpu_ok"]]
+    if len(pairs) < 2:
+        why = baseline_why(c.recs, "bridge")
+        return [Claim(title, knee_text, "undecided", str(why), c.src,
+                      c.paper_says.get("occupancy", ""))] if why else []
+    ours, theirs = [p[0] for p in pairs], [float(p[1]) for p in pairs]
+    d = paired_difference(ours, theirs)
+    r2 = r_squared(ours, theirs)
+    chk = judge(d, -OCCUPANCY_BAND, OCCUPANCY_BAND, "a mean difference in", 1, " points", 0,
+                need=MORE)
+    return [Claim(title, f"{knee_text}; our CPU minus the paper's at {len(pairs)} of its "
+                  f"rates: {d.fmt(1, 1, ' points', sign=True)}"
+                  + (f", R^2 {r2:.2f}" if r2 is not None else ""),
+                  chk.verdict, chk.why + " (paired t over the loads)", c.src,
+                  c.paper_says.get("occupancy", ""))]
+
+
+def _latency_knee_claim(c: _ClaimInputs, dut: str, knee_text: str) -> Claim:
+    """Judged per sweep: the DUT CPU's occupancy at the load where latency
+    jumped, over every sweep that has a knee."""
+    from nslab.store.stats import judge, mean
+    ks = sweep_knees(c.recs, dut)
+    if len(ks) >= 2:
+        est = mean([cpu for _, cpu in ks])
+        chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU at the knee, i.e.", 1,
+                    " %", 0, need=MORE)
+        verdict, why = chk.verdict, chk.why
+        measured = (f"{knee_text}; DUT CPU where latency jumped, over {len(ks)} sweeps: "
+                    f"{est.fmt(1, 0, ' %')}")
+    else:
+        verdict, measured = "undecided", knee_text
+        why = baseline_why(c.recs, dut) or (
+            f"{len(ks)} sweep(s) with a knee: the CPU at the knee needs two "
+            "(--repeat 2, or --rounds 2)")
+    return Claim(f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
+                 measured, verdict, why, c.src, c.paper_says.get("latency_knee", ""))
+
+
+def mlrsearch_claims(c: _ClaimInputs) -> List[Claim]:
+    """MLRsearch's NDR against the RFC 2544 binary search at the same size."""
+    from nslab.store.stats import judge, mean
+    out: List[Claim] = []
+    for r in by_test(c.recs, "mlrsearch"):
         m = r.measurements
         assert isinstance(m, Mlr)
         ndr = m.goals["NDR"]
-        rfc = tp.get(r.params.dut, {}).get(r.params.frame)
+        rfc = c.tp.get(r.params.dut, {}).get(r.params.frame)
         measured = (f"{r.params.dut} at {r.params.frame} B: NDR {ndr.fps:,.0f} fps "
                     f"[{ndr.lower_bound:,.0f}, {ndr.upper_bound:,.0f}], PDR "
                     f"{m.goals['PDR'].fps:,.0f} fps; {m.trials} trials, {m.wall_s:.0f} s")
@@ -465,32 +531,46 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
             verdict, why = "undecided", "no RFC 2544 search at this size to compare"
         out.append(Claim("MLRsearch's NDR agrees with the RFC 2544 binary search", measured,
                          verdict, why, "IETF BMWG MLRsearch draft; RFC 2544 section 26.1"))
-    for x in back_to_back_rows(recs):
+    return out
+
+
+def back_to_back_claims(c: _ClaimInputs) -> List[Claim]:
+    """RFC 2544 26.4: the longest burst forwarded without loss against the
+    input queue's prediction."""
+    out: List[Claim] = []
+    for x in back_to_back_rows(c.recs):
         if x["whole_trial"]:
             measured = (f"every burst up to one trial ({x['longest']:,} frames) forwarded "
                         "without loss")
             verdict, why = "undecided", "no prediction to compare: the DUT kept up with line rate"
         else:
-            measured = (f"{x['mean']:,.0f} frames ({x['ms']:.1f} ms at line rate, {x['searches']} "
-                        f"searches, {x['min']:,.0f}-{x['max']:,.0f})")
-            if x["predicted"] and x["searches"] >= 2:
-                from nslab.stats import Estimate, Interval, level
-                from scipy import stats as st
-                lvl = level()
-                half = float(st.t.ppf(0.5 + lvl / 2, x["searches"] - 1)) * x["stdev"] / math.sqrt(
-                    x["searches"])
-                est = Estimate(x["mean"], Interval(x["mean"] - half, x["mean"] + half, lvl, "t"),
-                               x["searches"])
-                chk = judge(est, 0.5 * x["predicted"], 2 * x["predicted"],
-                            "half to twice the input queue's prediction", 1, " frames", 0,
-                            need="more searches (--b2b-repeat)")
-                measured += f"; the input queue predicts {x['predicted']:,.0f}"
-                verdict, why = chk.verdict, chk.why
-            else:
-                verdict, why = "undecided", "one search or no prediction: --b2b-repeat 3"
+            measured, verdict, why = _back_to_back_verdict(x)
         out.append(Claim(f"back-to-back, {x['dut']} at {x['frame']} bytes (RFC 2544 26.4)",
                          measured, verdict, why, "RFC 2544 section 26.4"))
     return out
+
+
+def _back_to_back_verdict(x: Dict[str, Any]) -> Tuple[str, str, str]:
+    """``(measured, verdict, why)`` of a back-to-back row whose bursts lost
+    frames: the mean burst (t interval) within half to twice the prediction."""
+    from nslab.store.stats import judge
+    measured = (f"{x['mean']:,.0f} frames ({x['ms']:.1f} ms at line rate, {x['searches']} "
+                f"searches, {x['min']:,.0f}-{x['max']:,.0f})")
+    if not (x["predicted"] and x["searches"] >= 2):
+        return measured, "undecided", "one search or no prediction: --b2b-repeat 3"
+    from scipy import stats as st
+
+    from nslab.store.stats import Estimate, Interval, level
+    lvl = level()
+    half = float(st.t.ppf(0.5 + lvl / 2, x["searches"] - 1)) * x["stdev"] / math.sqrt(
+        x["searches"])
+    est = Estimate(x["mean"], Interval(x["mean"] - half, x["mean"] + half, lvl, "t"),
+                   x["searches"])
+    chk = judge(est, 0.5 * x["predicted"], 2 * x["predicted"],
+                "half to twice the input queue's prediction", 1, " frames", 0,
+                need="more searches (--b2b-repeat)")
+    measured += f"; the input queue predicts {x['predicted']:,.0f}"
+    return measured, chk.verdict, chk.why
 
 
 def write_report(run_dir: str) -> StudyReport:
@@ -503,7 +583,7 @@ def write_report(run_dir: str) -> StudyReport:
     throughput = sorted(by_test(recs, "throughput"), key=lambda r: (r.params.dut, r.params.frame))
     latency = sorted(by_test(recs, "latency"), key=lambda r: (r.params.dut, r.params.frame))
     found = claims(recs, duts, pub, prov)
-    from nslab.stats import level
+    from nslab.store.stats import level
     md, body = render_study(TEMPLATES, "report.md.j2", level=level(), topologies=run.topologies,
                             prov=prov,
                             cfg=cfg, duts=duts, setups=prov.get("setups") or {},
@@ -517,10 +597,10 @@ def write_report(run_dir: str) -> StudyReport:
 
 def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
          line_bps: Optional[float]) -> Dict[str, str]:
-    from nslab.plotting import pyplot
+    from nslab.store.plotting import pyplot
     plt = pyplot()
 
-    from nslab.plotting import save_figure
+    from nslab.store.plotting import save_figure
     colors = {"bridge": "C0", "router": "C1", "ovs": "C2"}
     fig, axes = plt.subplots(2, 2, figsize=(11, 8.5))
     ax = axes[0][0]  # Fig 10/13

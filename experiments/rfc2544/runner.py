@@ -23,13 +23,14 @@ import subprocess
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from nslab.counters import (backlog_limit, busy_pct_from_idle, idle_seconds, node_link_stats,
+from nslab.traffic.counters import (backlog_limit, busy_pct_from_idle, idle_seconds, node_link_stats,
                             process_cpu_seconds, qdisc_drops, softnet_drops)
 from nslab.errors import CapabilityError, LabError
-from nslab.interference import Watch, account
-from nslab.pktgen import pktgen_path
-from nslab.proc import pin_threads, restore_threads
-from nslab.shaping import frame_rate
+from nslab.runtime.node import LabLike
+from nslab.traffic.interference import Watch, account
+from nslab.traffic.pktgen import pktgen_path
+from nslab.runtime.proc import pin_threads, restore_threads
+from nslab.model.shaping import frame_rate
 
 from .bed import DUT_CPU, GEN_CPU, napi_on
 from .config import Rfc2544Config
@@ -71,7 +72,7 @@ PERSISTENT = 3
 class Rfc2544Runner:
     """One DUT's test bed and its trials."""
 
-    def __init__(self, lab, cfg: Rfc2544Config, dut: str, store) -> None:
+    def __init__(self, lab: LabLike, cfg: Rfc2544Config, dut: str, store: Any) -> None:
         from nslab.topologies.rfc2544 import roles
         self.lab, self.cfg, self.dut, self.store = lab, cfg, dut, store
         self.gen, self.sink, self.dutn = lab["gen"], lab["sink"], lab["dut"]
@@ -120,7 +121,7 @@ class Rfc2544Runner:
         behind a bridge (the DUTs learn or forward it)."""
         if self._nh_mac:
             return self._nh_mac
-        from nslab.fields import MAC_RE
+        from nslab.model.fields import MAC_RE
         node, intf = (self.dutn, self.dut_in) if self.dut == "router" else (self.sink, "sink-eth0")
         mac = node.run(["cat", f"/sys/class/net/{intf}/address"]).stdout.strip()
         if not MAC_RE.fullmatch(mac):
@@ -243,7 +244,7 @@ class Rfc2544Runner:
         them (a private veth pair, the sink's receive steered as on its link),
         at 1,000 fps of 64 bytes: with idle CPUs and with both kept awake."""
         if not self._bed_path:
-            from nslab.render import line, text
+            from nslab.model.render import line, text
             self.gen.run(["ip", "-batch", "-"], input=text([
                 line("link", "add", "name", "bed0", "type", "veth", "peer", "name", "bed1",
                      "netns", self.sink.netns),
@@ -304,7 +305,7 @@ class Rfc2544Runner:
             return cfg.dut_us_per_frame * 1000.0, f"--dut-us-per-frame {cfg.dut_us_per_frame:g}"
         if cfg.dut_fps_64 is not None:
             return 1e9 / cfg.dut_fps_64, f"--dut-fps-64 {cfg.dut_fps_64:g}"
-        from nslab.published import load_published
+        from nslab.store.published import load_published
 
         from .model import paper_knee
         fps = paper_knee(load_published("rfc2544"))
@@ -402,7 +403,7 @@ class Rfc2544Runner:
 
     def _cost(self, n: int) -> None:
         self.dutn.run(["tc", "qdisc", "add", "dev", self.dut_in, "handle", "ffff:", "ingress"])
-        from nslab.render import line, text
+        from nslab.model.render import line, text
         # One u32 instance per priority, at most U32_PRIOS of them (the kernel
         # numbers them in 11 bits: a CI run's 2048th filter was refused); beyond
         # that, further filters join the existing priorities' lists, which every
@@ -562,7 +563,7 @@ class Rfc2544Runner:
         c["sink_rx"] = got["sink"]["rx_packets"]
         c["gen_qdrops"] = got["gen_q"]
         if self.dut == "ovs":
-            from nslab.proc import run
+            from nslab.runtime.proc import run
             c["dut_tx"] = int(run(["cat", f"/sys/class/net/{self.dut_out}/statistics/tx_packets"]).stdout)
             c["dut_qdrops"] = 0
             c["ovs_cpu"] = process_cpu_seconds(self.ovs_pid) if self.ovs_pid else 0.0

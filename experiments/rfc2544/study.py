@@ -11,9 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any, ContextManager, Dict, List
 
-from nslab.errors import CapabilityError
-from nslab.study import Study, StudyReport
-from nslab.topo import Topology
+from nslab.errors import CapabilityError, InputError
+from nslab.run.study import Study, StudyReport
+from nslab.model.topo import Topology
+from nslab.runtime.node import LabLike
 
 from .config import Rfc2544Config
 from .records import SCHEMA
@@ -29,8 +30,15 @@ class Rfc2544Study(Study):
     #: each trial is accounted and re-run on its own (runner.trial)
     reruns_points = False
 
+    def check_hosts(self, cfg: Rfc2544Config) -> None:
+        """RFC 2544 measures one DUT's CPU against a generator and a sink pinned to
+        this machine's CPUs (and sets static ARP entries in its nodes): refused
+        across hosts, before anything is built."""
+        raise InputError("the rfc2544 study runs on one machine (it measures the DUT's CPU "
+                         "beside a pinned generator and sink): run it without --hosts")
+
     def needs(self, cfg: Rfc2544Config) -> List[str]:
-        from nslab.pktgen import pktgen_path
+        from nslab.traffic.pktgen import pktgen_path
         if (os.cpu_count() or 1) < 2:
             raise CapabilityError("the RFC 2544 CPU model needs 2 CPUs (generator and DUT apart)")
         pktgen_path()
@@ -59,7 +67,7 @@ class Rfc2544Study(Study):
         from .bed import CpuSplitLock
         return CpuSplitLock()
 
-    def runner(self, key: str, lab: Any, cfg: Rfc2544Config, store: Any):
+    def runner(self, key: str, lab: LabLike, cfg: Rfc2544Config, store: Any):
         from .runner import Rfc2544Runner
         return Rfc2544Runner(lab, cfg, key, store)
 

@@ -42,7 +42,7 @@ class Bystanders:
         subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
         # ensure_running() above starts the daemons the way a lab does; stop them
         # the same way (only if nslab started them and nothing else uses them).
-        from nslab.clean import live_journals
+        from nslab.runtime.clean import live_journals
         from nslab.ovs.daemon import release
         release([j["run"] for j in live_journals() if "ovs" in (j.get("extensions") or {})])
 

@@ -16,9 +16,9 @@ import time
 import pytest
 
 from nslab import Lab
-from nslab.clean import discover, live_journals
-from nslab.proc import pid_running, pids_with_tag, process_name
-from nslab.testing import needs
+from nslab.runtime.clean import discover, live_journals
+from nslab.runtime.proc import pid_running, pids_with_tag, process_name
+from nslab.runtime.testing import needs
 from nslab.topologies import pair, single
 
 pytestmark = [pytest.mark.root, needs("dumpcap", "tcpdump", "ping")]

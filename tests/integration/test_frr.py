@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 
 from nslab import Lab
 from nslab.frr import DaemonCheckError, wait_for_ecmp
@@ -95,7 +95,7 @@ def test_interface_config_reaches_zebra_on_this_frr_and_comes_back_after_zebra_r
     import signal
     import time
 
-    from nslab import caps
+    from nslab.runtime import caps
     from nslab.frr.router import wait_ready
     libstate = set(os.listdir("/var/lib/frr")) if os.path.isdir("/var/lib/frr") else set()
     t = clos(spines=1, servers=2, bfd=True)

@@ -9,13 +9,13 @@ import time
 import pytest
 
 from nslab import Lab
-from nslab.clean import discover
+from nslab.runtime.clean import discover
 from nslab.errors import CapabilityError, CommandError
-from nslab.iperf import run_client, start_server, wait_listening
-from nslab.topo import Topology
+from nslab.traffic.iperf import run_client, start_server, wait_listening
+from nslab.model.topo import Topology
 from nslab.topologies import pair, single
 
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 
 pytestmark = pytest.mark.root
 
@@ -84,7 +84,7 @@ def test_framing_overhead_lowers_tcp_to_what_real_gbe_carries(make_lab):
 
 @needs("ovs-vsctl", "iperf")
 def test_ovs_daemons_the_lab_started_outlive_a_users_bridge_then_stop():
-    from nslab import caps
+    from nslab.runtime import caps
     from nslab.ovs.daemon import USER, owner, started_by_nslab
     from .conftest import Bystanders
     if caps.ovs_running() and not started_by_nslab():
@@ -103,7 +103,7 @@ def test_ovs_daemons_the_lab_started_outlive_a_users_bridge_then_stop():
 
 
 def test_netem_is_refused_clearly_when_the_kernel_lacks_it():
-    from nslab import caps
+    from nslab.runtime import caps
     if caps.probe()["netem"].ok:
         pytest.skip("this kernel has netem")
     before = netns_list()
@@ -148,7 +148,7 @@ CRASHER = textwrap.dedent("""
     import sys, time
     from nslab import Lab
     from nslab.topologies import single
-    from nslab.iperf import start_server
+    from nslab.traffic.iperf import start_server
     lab = Lab(single(k=2, switch=sys.argv[1]))
     lab.start()
     start_server(lab["h2"])
@@ -248,7 +248,7 @@ def test_mininet_cli_runs_on_lab_namespaces_without_broad_kills(tmp_path):
     code = textwrap.dedent(f"""
         from nslab import Lab
         from nslab.topologies import single
-        from nslab.mncli import run_cli
+        from nslab.cmdline.mncli import run_cli
         with Lab(single(k=2)) as lab:
             run_cli(lab, script={str(script)!r})
     """)
@@ -298,7 +298,7 @@ def test_every_topology_the_docs_use_builds_from_the_cli(tmp_path, args):
 
 
 def test_every_link_end_is_up_when_the_lab_says_up(make_lab):
-    from nslab.proc import links_not_flowing
+    from nslab.runtime.proc import links_not_flowing
     lab = make_lab(single(k=40))
     assert links_not_flowing(lab.inventory.namespaces) == []
     lab["h1"].run(["ping", "-c", "1", "-W", "2", "10.0.0.40"])
@@ -307,7 +307,7 @@ def test_every_link_end_is_up_when_the_lab_says_up(make_lab):
 def test_route_tables_read_by_netlink_match_ip_json_in_each_namespace(make_lab):
     """Lab.route_tables (one thread, a netlink dump per namespace: what ECMP
     readiness polls) gives what `ip -j route show` gives in each node."""
-    from nslab.proc import ip_json_routes
+    from nslab.runtime.proc import ip_json_routes
     lab = make_lab(single(k=3))
     h1 = lab["h1"]
     h1.run(["ip", "route", "add", "10.9.0.0/24", "nexthop", "via", "10.0.0.2",
@@ -322,7 +322,7 @@ def test_route_tables_read_by_netlink_match_ip_json_in_each_namespace(make_lab):
 
 def test_commands_run_inside_each_namespace_and_the_caller_stays_home(make_lab):
     from nslab.errors import CommandError
-    from nslab.proc import NetnsJob, run_in_namespaces
+    from nslab.runtime.proc import NetnsJob, run_in_namespaces
     lab = make_lab(single(k=3))
     home = os.stat("/proc/thread-self/ns/net").st_ino
     res = run_in_namespaces([NetnsJob(lab[h].netns, ["ip", "-o", "link", "show"]) for h in
@@ -341,7 +341,7 @@ def test_commands_run_inside_each_namespace_and_the_caller_stays_home(make_lab):
 
 
 def test_ovs_switches_linked_to_each_other_leave_no_interface(make_lab):
-    from nslab import caps
+    from nslab.runtime import caps
     if not caps.probe()["ovs"].ok:
         pytest.skip("no Open vSwitch here")
     from nslab.topologies.mininet import linear

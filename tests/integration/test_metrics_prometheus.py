@@ -24,8 +24,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from nslab.iperf import parse, version_of, wait_listening
-from nslab.testing import needs
+from nslab.traffic.iperf import parse, version_of, wait_listening
+from nslab.runtime.testing import needs
 from nslab.topologies import pair
 
 pytestmark = pytest.mark.root

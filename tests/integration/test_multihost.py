@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 
 from .pseudohosts import PseudoHosts, available
 
@@ -48,7 +48,7 @@ def _converge_script(ph) -> str:
     with open(path, "w") as f:
         f.write(f"""
 import json, sys, time
-from nslab.remote import MultiLab
+from nslab.hosts.remote import MultiLab
 from nslab.frr import wait_for_ecmp
 from nslab.topologies.clos import clos, expected_routes
 t = clos(spines=2, servers=2)

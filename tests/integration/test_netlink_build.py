@@ -1,4 +1,4 @@
-"""What each namespace configures in itself over rtnetlink (nslab.netlink) is
+"""What each namespace configures in itself over rtnetlink (nslab.runtime.netlink) is
 what the plan's ``ip`` lines say, read back with ``ip -j``; sysctls written
 from a thread inside a namespace land there and not on the host; --no-ipv6."""
 import json
@@ -8,7 +8,7 @@ import time
 import pytest
 
 from nslab import Lab
-from nslab.topo import Topology
+from nslab.model.topo import Topology
 
 pytestmark = pytest.mark.root
 

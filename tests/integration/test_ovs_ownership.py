@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from nslab import caps
+from nslab.runtime import caps
 from nslab.topologies import single
 
 pytestmark = pytest.mark.root

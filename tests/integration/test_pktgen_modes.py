@@ -10,7 +10,7 @@ import pytest
 
 from nslab.errors import CommandError
 
-from nslab.pktgen import pktgen_path
+from nslab.traffic.pktgen import pktgen_path
 from nslab.topologies import pair
 
 pytestmark = pytest.mark.root

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from nslab.clean import discover
-from nslab.naming import STATE_DIR
+from nslab.runtime.clean import discover
+from nslab.model.naming import STATE_DIR
 
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 
 pytestmark = pytest.mark.root
 
@@ -81,7 +81,7 @@ def test_a_lab_killed_while_it_starts_ovs_leaves_no_daemons_after_clean(tmp_path
     # The daemons nslab starts for a lab are its own until they are stopped:
     # a kill before, during or after `ovs-ctl start`, then `nslab clean`,
     # must leave OVS as it was found (here: not running), and no state file.
-    from nslab import caps
+    from nslab.runtime import caps
     if caps.ovs_running():
         pytest.skip("OVS is already running here: the lab would not start it")
     state_before = set(os.listdir(STATE_DIR)) if os.path.isdir(STATE_DIR) else set()

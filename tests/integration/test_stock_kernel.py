@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from nslab.clean import discover
-from nslab.iperf import run_client, start_server, wait_listening
-from nslab.testing import needs
+from nslab.runtime.clean import discover
+from nslab.traffic.iperf import run_client, start_server, wait_listening
+from nslab.runtime.testing import needs
 from nslab.topologies import pair, single
 
 pytestmark = [pytest.mark.root, pytest.mark.kernel]
@@ -86,7 +86,7 @@ def test_netem_jitter_spreads_the_delay(make_lab):
 def test_netem_loss_count_falls_in_the_binomial_interval(make_lab):
     from scipy.stats import binom
 
-    from nslab.pktgen import pktgen_path
+    from nslab.traffic.pktgen import pktgen_path
     lab = make_lab(pair(loss=10))
     lab.static_arp()
     pg = pktgen_path()
@@ -156,7 +156,7 @@ def test_crash_and_clean_on_the_kernel_datapath(tmp_path, bystanders):
 
 
 def _has_pktgen_module() -> bool:
-    from nslab.pktgen import kernel_pktgen_present
+    from nslab.traffic.pktgen import kernel_pktgen_present
     return kernel_pktgen_present() or subprocess.run(
         ["modprobe", "-n", "pktgen"], capture_output=True).returncode == 0
 
@@ -168,7 +168,7 @@ def test_bench_generator_measures_the_kernel_pktgen_anchor(tmp_path):
     import glob
     import json
 
-    from nslab.pktgen import kernel_pktgen_present
+    from nslab.traffic.pktgen import kernel_pktgen_present
     before = kernel_pktgen_present()
     res = subprocess.run([NSLAB, "--results", str(tmp_path), "bench", "generator", "--sizes",
                           "64", "--modes", "udp", "--seconds", "1", "--repeat", "1"],

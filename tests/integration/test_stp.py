@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from nslab.registry import topology
-from nslab.testing import needs
+from nslab.run.registry import topology
+from nslab.runtime.testing import needs
 
 pytestmark = pytest.mark.root
 

@@ -114,7 +114,7 @@ def test_a_node_cannot_set_a_host_wide_sysctl_at_run_time(make_lab):
 
 @pytest.mark.guest
 def test_refused_from_python_too():
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     t = Topology()
     t.add_host("h1", sysctls={"net.core.rmem_max": 1})
     t.add_host("h2")

@@ -11,11 +11,11 @@ import time
 import pytest
 
 from nslab import Lab
-from nslab.topo import Topology
+from nslab.model.topo import Topology
 from nslab.errors import InputError
 from nslab.topologies import single
 
-from nslab.testing import needs, stock_kernel
+from nslab.runtime.testing import needs, stock_kernel
 
 pytestmark = pytest.mark.root
 # The uplink tests marked guest run again on the stock kernel (OVS kernel
@@ -90,7 +90,7 @@ def test_alias_study_across_the_uplink_and_exact_restore(stand_in_nic):
             kbps = float(res.stdout.split("reports: ")[1].split()[0])
             assert kbps > 50_000
             # A plain host-to-host iperf to the remote box's base address too.
-            from nslab.iperf import run_client
+            from nslab.traffic.iperf import run_client
             rep = run_client(lab["h1"], "192.168.2.1", time=1)
             assert rep.total_bps > 50e6
     finally:

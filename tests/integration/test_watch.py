@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 from nslab.topologies import pair
 
 pytestmark = pytest.mark.root

@@ -1,4 +1,3 @@
-import pytest
 """The alias study end to end with tiny durations: real namespaces, iperf2 and ss."""
 import json
 import os
@@ -7,8 +6,9 @@ import subprocess
 import sys
 import time
 
+import pytest
 
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from nslab.clean import discover
+from nslab.runtime.clean import discover
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

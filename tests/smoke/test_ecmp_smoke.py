@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

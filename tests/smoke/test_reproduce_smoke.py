@@ -9,7 +9,7 @@ import time
 import pytest
 
 from nslab.experiments.ecmp.config import EcmpConfig
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 

@@ -99,12 +99,12 @@ def test_a_dut_cost_beyond_the_kernels_2047_u32_priorities_applies(tmp_path):
 
 def test_a_hog_on_the_dut_cpu_is_seen_and_its_trials_rerun_or_excluded_flipping_nothing(tmp_path):
     """A neighbour that takes half of the DUT's CPU in bursts of 2-40 ms
-    (nslab.noisegen's dut-bursts profile): the idle baseline says so instead
+    (nslab.traffic.noisegen's dut-bursts profile): the idle baseline says so instead
     of reading the neighbour as the DUT's zero, every trial it disturbed is
     re-run or excluded with the reason, no throughput figure comes from a
     disturbed search, and no verdict differs from the same run on a quiet
     host but by becoming undecided."""
-    from nslab.noisegen import Noise, profile
+    from nslab.traffic.noisegen import Noise, profile
     from nslab.experiments.rfc2544.config import Rfc2544Config
     from nslab.experiments.rfc2544.study import Rfc2544Study
     threshold = Rfc2544Config().interference_pct

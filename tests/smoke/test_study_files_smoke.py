@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from nslab.testing import needs
+from nslab.runtime.testing import needs
 
 pytestmark = [pytest.mark.root, pytest.mark.slow]
 
@@ -101,7 +101,7 @@ def test_the_failover_study_at_a_tiny_preset(tmp_path):
 
 
 def test_netem_where_the_kernel_has_none_is_one_line_and_nothing_is_built(tmp_path):
-    from nslab.caps import probe
+    from nslab.runtime.caps import probe
     if probe()["netem"].ok:
         pytest.skip("this kernel has netem")
     path = tmp_path / "netem.yaml"

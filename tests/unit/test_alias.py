@@ -10,8 +10,8 @@ from nslab.experiments.alias.model import alias_addresses, alias_batch, rise, wi
 from nslab.experiments.alias.records import SCHEMA
 from nslab.experiments.alias.report import summarize, write_report
 from nslab.experiments.alias.study import AliasStudy
-from nslab.published import load_published
-from nslab.shaping import goodput_ceiling
+from nslab.store.published import load_published
+from nslab.model.shaping import goodput_ceiling
 from tests.conftest import data
 
 
@@ -90,7 +90,7 @@ def test_counters_read_tcp_payload_by_netlink():
     import socket
     import time
 
-    from nslab.counters import tcp_bytes
+    from nslab.traffic.counters import tcp_bytes
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
@@ -170,7 +170,7 @@ def test_the_raw_sock_diag_reader_agrees_with_pyroute2():
     from pyroute2 import DiagSocket
     from pyroute2.netlink.diag import SS_ESTABLISHED
 
-    from nslab.counters import tcp_bytes
+    from nslab.traffic.counters import tcp_bytes
     srv = socket.socket(socket.AF_INET6)
     srv.bind(("::1", 0))
     srv.listen()
@@ -209,7 +209,7 @@ def test_tcp_limits_agree_with_pyroute2_and_count_a_small_send_buffer():
     from pyroute2 import DiagSocket
     from pyroute2.netlink.diag import SS_ESTABLISHED
 
-    from nslab.counters import limited_share, tcp_limits
+    from nslab.traffic.counters import limited_share, tcp_limits
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen()
@@ -257,7 +257,7 @@ def test_tcp_limits_agree_with_pyroute2_and_count_a_small_send_buffer():
 
 
 def test_limited_share_counts_only_connections_in_both_samples():
-    from nslab.counters import limited_share
+    from nslab.traffic.counters import limited_share
     a, b, c = ("a", "x"), ("b", "x"), ("c", "x")
     before = {a: (1000, 0, 100), b: (5000, 0, 0)}
     after = {a: (3000, 500, 1100), c: (9000, 0, 9000)}  # b closed, c opened in between

@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nslab import capture, limits
-from nslab.capture import (LabMap, Target, bound_bytes, check_filter, dumpcap_argv,
+from nslab.traffic import capture
+from nslab.model import limits
+from nslab.traffic.capture import (LabMap, Target, bound_bytes, check_filter, dumpcap_argv,
                            parse_target, resolve)
-from nslab.capturerun import root_ports
-from nslab.capturecli import split_rest
+from nslab.traffic.capturerun import root_ports
+from nslab.cmdline.capturecli import split_rest
 from nslab.errors import InputError
 from nslab.topologies import single
 
@@ -432,11 +433,11 @@ class FakeCapture:
 def trial(tmp_path, monkeypatch):
     from nslab.experiments.filestudy import trialcap
     from nslab.experiments.filestudy.spec import load
-    from nslab.results import ResultStore
+    from nslab.store.results import ResultStore
     FakeCapture.started = []
     monkeypatch.setattr(trialcap, "Capture", FakeCapture)
     monkeypatch.setattr(trialcap, "wait_started", lambda caps: None)
-    monkeypatch.setattr("nslab.capture.require_tool", lambda: "/usr/bin/dumpcap")
+    monkeypatch.setattr("nslab.traffic.capture.require_tool", lambda: "/usr/bin/dumpcap")
     run = "nl0a0b"
     monkeypatch.setattr(trialcap, "lab_map", lambda r, nodes: fake_lab(r))
     spec = load(study(tmp_path)).spec
@@ -512,7 +513,7 @@ def test_a_study_across_hosts_refuses_captures_in_one_line(tmp_path):
 def test_the_report_names_each_capture(tmp_path):
     from nslab.experiments.filestudy.captures import report_rows
     from nslab.experiments.filestudy.records import FileRecord
-    from nslab.reporting import render
+    from nslab.store.reporting import render
     rec = FileRecord.model_validate({
         "schema_version": 1, "experiment": "captured", "run_id": "nl0a0b", "kind": "point",
         "time": 0, "params": {"vars.x": "a", "repeat": 1},
@@ -550,8 +551,8 @@ sys.exit(2)
 
 
 def fake_dumpcap(tmp_path, how, message=""):
-    from nslab.capture import Where
-    from nslab.capturerun import Capture
+    from nslab.traffic.capture import Where
+    from nslab.traffic.capturerun import Capture
     script = tmp_path / "dumpcap.py"
     script.write_text(FAKE_DUMPCAP)
     where = Where("h1", None, ("h1-eth0",), ("h1-eth0",))
@@ -588,7 +589,7 @@ def test_an_interface_dumpcap_cannot_open_is_one_line(tmp_path):
 
 
 def test_a_capture_follows_its_lab_and_stops_when_it_goes(tmp_path, monkeypatch):
-    from nslab import capturerun
+    from nslab.traffic import capturerun
     alive = iter([True, True, False])
     monkeypatch.setattr(capturerun, "run_alive", lambda run: next(alive, False))
     cap = fake_dumpcap(tmp_path, "ok")
@@ -598,7 +599,8 @@ def test_a_capture_follows_its_lab_and_stops_when_it_goes(tmp_path, monkeypatch)
 
 
 def test_the_live_map_of_a_lab_reads_its_namespaces_and_root_ports(monkeypatch):
-    from nslab import capturerun, clean, watch
+    from nslab.traffic import capturerun, watch
+    from nslab.runtime import clean
     run = "nl0a0b"
     links = {None: [{"ifname": "lo"}, {"ifname": "eth0"},
                     {"ifname": f"{run}-p1", "ifalias": f"nslab:{run}:s1:s1-eth1"},
@@ -627,7 +629,7 @@ HOSTILE = "icmp and host 10.0.0.1 ; touch PWNED $(touch PWNED) `touch PWNED` 'q'
 
 
 def remote_host(**kw):
-    from nslab.captureremote import RemoteHost
+    from nslab.traffic.captureremote import RemoteHost
     base = dict(run="nl0a0b", node="h2", dest="root@box2", nslab="/opt/ns lab/bin/nslab",
                 ssh_config="/etc/nslab/ssh_config", control_dir=None)
     return RemoteHost(**{**base, **kw})
@@ -643,8 +645,8 @@ def shell_words(tmp_path, line):
 
 
 def test_the_ssh_command_of_a_remote_capture_passes_each_argument_as_given(tmp_path):
-    from nslab.captureremote import remote_argv
-    from nslab.remote import LIFELINE, Ssh
+    from nslab.traffic.captureremote import remote_argv
+    from nslab.hosts.remote import LIFELINE, Ssh
     host = remote_host()
     remote = remote_argv(host, parse_target("h2:h2-eth0"), count=10, duration=2.5,
                          filt=HOSTILE, snaplen=128)
@@ -664,8 +666,8 @@ def test_the_ssh_command_of_a_remote_capture_passes_each_argument_as_given(tmp_p
 def test_any_filter_accepted_reaches_the_remote_shell_as_one_word(text):
     import tempfile
 
-    from nslab.captureremote import remote_argv
-    from nslab.remote import Ssh
+    from nslab.traffic.captureremote import remote_argv
+    from nslab.hosts.remote import Ssh
     try:
         check_filter(text)
     except InputError:
@@ -687,20 +689,20 @@ def test_any_filter_accepted_reaches_the_remote_shell_as_one_word(text):
     (Target("node", "h2"), {"duration": float("nan")}, "--duration nan"),
 ])
 def test_what_could_reach_the_remote_shell_is_checked_first(target, kw, says):
-    from nslab.captureremote import remote_argv
+    from nslab.traffic.captureremote import remote_argv
     with pytest.raises(InputError) as exc:
         remote_argv(remote_host(), target, **kw)
     assert says in one_line(exc)
 
 
 def test_a_run_id_that_is_not_one_never_reaches_the_remote_shell():
-    from nslab.captureremote import remote_argv
+    from nslab.traffic.captureremote import remote_argv
     with pytest.raises(InputError, match="bad run id"):
         remote_argv(remote_host(run="nl0a0b;reboot"), parse_target("h2"))
 
 
 def controller_record(**kw):
-    from nslab.remote import MultiLab
+    from nslab.hosts.remote import MultiLab
     lab = MultiLab(single(k=2), {"10.99.0.1": "10.99.0.1", "root@box2": "192.0.2.2"},
                    placement={"h1": "10.99.0.1", "s1": "10.99.0.1", "h2": "root@box2"},
                    run_id="nl0a0b", ssh_config="/etc/nslab/ssh_config",
@@ -709,7 +711,7 @@ def controller_record(**kw):
 
 
 def test_the_host_of_a_node_comes_from_the_controllers_record():
-    from nslab.captureremote import host_of
+    from nslab.traffic.captureremote import host_of
     h = host_of(controller_record(), "nl0a0b", "h2")
     assert (h.run, h.node, h.dest, h.nslab, h.ssh_config) == (
         "nl0a0b", "h2", "root@box2", "/opt/nslab/bin/nslab", "/etc/nslab/ssh_config")
@@ -730,7 +732,7 @@ def test_the_host_of_a_node_comes_from_the_controllers_record():
     ({"hosts": None}, "no placement"),
 ])
 def test_a_controller_record_that_nslab_did_not_write_is_refused(change, says):
-    from nslab.captureremote import host_of
+    from nslab.traffic.captureremote import host_of
     from nslab.errors import LabError
     with pytest.raises(LabError) as exc:
         host_of(controller_record(**change), "nl0a0b", "h2")
@@ -739,8 +741,8 @@ def test_a_controller_record_that_nslab_did_not_write_is_refused(change, says):
 
 @pytest.fixture
 def state(tmp_path, monkeypatch):
-    from nslab import clean, extension
-    from nslab.proc import Result
+    from nslab.runtime import clean, extension
+    from nslab.runtime.proc import Result
     monkeypatch.setattr(clean, "STATE_DIR", str(tmp_path))
     monkeypatch.setattr(clean, "run", lambda argv, check=False: Result(argv, 0, "", ""))
     monkeypatch.setattr(clean, "pids_with_tag", lambda run_id=None: {})
@@ -749,8 +751,8 @@ def state(tmp_path, monkeypatch):
 
 
 def test_the_controllers_record_marks_its_lab_live_and_clean_removes_a_dead_ones(state):
-    from nslab import clean
-    from nslab.proc import process_start_time
+    from nslab.runtime import clean
+    from nslab.runtime.proc import process_start_time
     me = {"run": "nl0a0b", "pid": os.getpid(), "pid_start": process_start_time(os.getpid())}
     clean.write_controller("nl0a0b", me)
     assert os.listdir(state) == ["nl0a0b.controller.json"]
@@ -806,8 +808,8 @@ def fake_remote(tmp_path, monkeypatch):
 
 def test_a_remote_capture_streams_into_its_file_and_stops_when_its_reader_goes(fake_remote,
                                                                                tmp_path):
-    from nslab.capturerun import follow
-    from nslab.captureremote import RemoteCapture, remote_argv
+    from nslab.traffic.capturerun import follow
+    from nslab.traffic.captureremote import RemoteCapture, remote_argv
     host = remote_host(nslab=str(fake_remote / "nslab"))
     target = parse_target("h2:h2-eth0")
     out = tmp_path / "h2.pcapng"
@@ -833,7 +835,7 @@ def test_a_remote_capture_streams_into_its_file_and_stops_when_its_reader_goes(f
 ])
 def test_a_remote_capture_that_cannot_start_is_its_one_line(fake_remote, kw, target, error,
                                                             says):
-    from nslab.captureremote import RemoteCapture, remote_argv
+    from nslab.traffic.captureremote import RemoteCapture, remote_argv
     from nslab.errors import LabError
     host = remote_host(nslab=str(fake_remote / "nslab"), **kw)
     t = parse_target(target)
@@ -845,7 +847,7 @@ def test_a_remote_capture_that_cannot_start_is_its_one_line(fake_remote, kw, tar
 
 
 def test_a_pipe_whose_reader_went_is_seen_and_a_file_never_is(tmp_path):
-    from nslab.capturerun import pipe_closed
+    from nslab.traffic.capturerun import pipe_closed
     r, w = os.pipe()
     try:
         assert not pipe_closed(w)
@@ -861,7 +863,7 @@ def test_a_study_across_hosts_with_captures_is_refused_before_anything_is_built(
     import functools
 
     from nslab.experiments.filestudy.study import study_class
-    from nslab.study import run_study
+    from nslab.run.study import run_study
     path = study(tmp_path)
     cls = study_class(path)
     cfg = cls.Config.preset()

@@ -10,13 +10,13 @@ import shlex
 import pytest
 import yaml
 
-from nslab.clab import (FRR_IMAGE, HOST_IMAGE, KIND_LABEL, export_containerlab, from_containerlab,
+from nslab.runtime.clab import (FRR_IMAGE, HOST_IMAGE, KIND_LABEL, export_containerlab, from_containerlab,
                         image_release, write_export)
-from nslab.cli import main
+from nslab.cmdline.cli import main
 from nslab.errors import InputError
 from nslab.frr.daemon import node_configs
 from nslab.frr.version import parse_version
-from nslab.topoload import load_topology
+from nslab.run.topoload import load_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXAMPLE = os.path.join(ROOT, "examples", "two-hosts.yaml")
@@ -406,6 +406,6 @@ def test_a_file_not_written_by_nslab_is_read_as_far_as_it_goes(tmp_path):
 
 
 def test_the_command_line_defaults_are_the_module_s():
-    from nslab.cli import topo_export
+    from nslab.cmdline.cli import topo_export
     defaults = {p.name: p.default for p in topo_export.params}
     assert defaults["image"] == HOST_IMAGE and defaults["frr_image"] == FRR_IMAGE

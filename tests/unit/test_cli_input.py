@@ -1,7 +1,7 @@
 """Bad input: one line naming the problem, a non-zero exit, no traceback."""
 import pytest
 
-from nslab.cli import main
+from nslab.cmdline.cli import main
 
 
 @pytest.mark.parametrize("args, message", [
@@ -31,7 +31,7 @@ def test_malformed_yaml_from_the_cli(tmp_path, capsys):
 
 def test_not_root_is_refused_before_anything_is_built(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("os.geteuid", lambda: 1000)
-    from nslab import caps
+    from nslab.runtime import caps
     caps.probe.cache_clear()
     try:
         rc = main(["--results", str(tmp_path), "topo", "up", "single", "--for", "0"])

@@ -2,8 +2,8 @@
 its kind and interface names. No root."""
 import pytest
 
-from nslab.draw import available, draw, links, node_kind, to_graph
-from nslab.registry import topologies
+from nslab.store.draw import available, draw, links, node_kind, to_graph
+from nslab.run.registry import topologies
 from nslab.topologies.clos import clos
 from nslab.topologies.basic import single
 
@@ -45,7 +45,7 @@ HOSTILE = '<<TABLE HREF="javascript:alert(1)"><TR><TD>x</TD></TR></TABLE>>'
 
 
 def _pair(name):
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     t = Topology(name=name)
     t.add_host("h1")
     t.add_host("h2")

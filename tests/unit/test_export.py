@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from nslab import stats
-from nslab.cli import main
-from nslab.export import parse_interval, unit_of
-from nslab.runcli import study_of_run
-from nslab.study import report_of
+from nslab.store import stats
+from nslab.cmdline.cli import main
+from nslab.cmdline.export import parse_interval, unit_of
+from nslab.cmdline.runcli import study_of_run
+from nslab.run.study import report_of
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 RUNS = ["alias_run", "ecmp_run", "failover_run", "rfc2544_run", "rfc2544_b2b_run"]
@@ -419,7 +419,7 @@ def test_records_whose_keys_all_differ_are_refused_before_the_table_is_filled(
         tmp_path, capsys, monkeypatch):
     """Every row has every column: 40 records of 50 keys of their own would
     be 2,000 columns x 40 rows. Counted as the records are read."""
-    from nslab import export
+    from nslab.cmdline import export
     monkeypatch.setattr(export, "MAX_CELLS", 20_000)
     # a run of nslab's own is far below the bound (same keys in every record)
     rc, out = _export(tmp_path / "ok", os.path.join(DATA, "failover_run"), "--table", "points")
@@ -458,7 +458,7 @@ def test_packet_captures_are_not_copied_so_a_run_at_its_capture_limit_exports(
         tmp_path, monkeypatch):
     """A run's captures may take up to --limit captures (2 GiB), more than
     the copy an export reads from may (1 GiB): they are left out of it."""
-    from nslab import export
+    from nslab.cmdline import export
     monkeypatch.setattr(export, "REPORT_COPY_LIMIT", 100_000)
     run = _copy(tmp_path, "failover_run")
     os.makedirs(os.path.join(run, "raw"), exist_ok=True)

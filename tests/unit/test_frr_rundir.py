@@ -14,7 +14,7 @@ from nslab.errors import LabError
 from nslab.frr.daemon import Bgpd, Zebra, frr_prologue
 from nslab.frr.rundir import NodeDir, copy_frr_files, owned_process
 from nslab.frr.version import FrrVersion
-from nslab.proc import Process, process_start_time
+from nslab.runtime.proc import Process, process_start_time
 from nslab.safeio import UnsafePathError
 
 FRR_8_4 = FrrVersion("8.4.4", 8, 4)

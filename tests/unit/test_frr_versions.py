@@ -153,7 +153,7 @@ def test_start_order_per_version(version, names):
     assert "bfdd" not in [k.NAME for k in daemon_kinds(False, version_of(version))]
 
 
-def test_mgmtd_gets_no_f_and_no_C_and_every_daemon_sees_its_node_as_frr_s_directories():
+def test_mgmtd_gets_no_f_and_no_C_and_every_daemon_sees_its_node_as_frr_s_directories():  # noqa: N802
     v = FrrVersion("10.3", 10, 3, "/etc/frr", "/run/frr", "/var/lib/frr")
     topo = clos(**TOPOLOGY)
     kinds = {k.NAME: k for k in daemon_kinds(True, v)}

@@ -3,12 +3,12 @@ controller off the loopback); only the command line applies it. Checked
 before anything is built, so no root is needed here."""
 import pytest
 
-from nslab.cli import main
+from nslab.cmdline.cli import main
 from nslab.errors import TopologyError
-from nslab.grants import HostGrants, check, loopback_controller, requests
-from nslab.lab import Lab
-from nslab.topo import Topology
-from nslab.topoload import grants_from_options
+from nslab.runtime.grants import HostGrants, check, loopback_controller, requests
+from nslab.runtime.lab import Lab
+from nslab.model.topo import Topology
+from nslab.run.topoload import grants_from_options
 
 EVIL = """name: evil
 switch: ovs

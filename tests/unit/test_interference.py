@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from nslab.interference import (SchedTimes, Snapshot, Task, Watch, account, others_share,
+from nslab.traffic.interference import (SchedTimes, Snapshot, Task, Watch, account, others_share,
                                 parse_cpu_list, parse_task_schedstat, worst)
 from nslab.experiments.rfc2544.model import baseline_of, cost_unmeasured, disturbed
 
@@ -199,7 +199,7 @@ def test_points_left_out_for_host_interference_say_so_in_every_undecided_claim(t
     import json
     import shutil
 
-    from nslab.registry import studies
+    from nslab.run.registry import studies
     from tests.conftest import data
     run = tmp_path / "nl0003"
     shutil.copytree(data(src), run)

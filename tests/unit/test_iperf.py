@@ -7,7 +7,7 @@ import re
 import pytest
 
 from nslab.errors import InputError
-from nslab.iperf import (client_argv, parse, parse_csv, parse_text, parse_version, server_argv,
+from nslab.traffic.iperf import (client_argv, parse, parse_csv, parse_text, parse_version, server_argv,
                          version_of)
 from tests.conftest import data
 

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from nslab import clean
+from nslab.runtime import clean
 from nslab.frr.daemon import private_tmp
 
 

@@ -9,16 +9,16 @@ import time
 
 import pytest
 
-from nslab import limits
+from nslab.model import limits
 from nslab.errors import InputError
-from nslab.limits import LimitError, derive
-from nslab.topoload import load_topology
+from nslab.model.limits import LimitError, derive
+from nslab.run.topoload import load_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 #: MemTotal of a QEMU guest given 2 GiB (what `nslab vm run` and the guest tiers use)
 GUEST_2G_KIB = 2_000_000
-#: MemTotal of the machine the README's benchmarks ran on
+#: MemTotal of the machine the benchmarks (docs/benchmarks.md) ran on
 BENCH_KIB = 24_684_096
 
 
@@ -37,7 +37,7 @@ def test_ceilings_follow_memory_as_documented():
 
 @pytest.mark.parametrize("shape, size", [
     ("single,1000", (1001, 1000, 1001)),          # README: a thousand hosts on one bridge
-    ("clos,16,64", (80, 1024, 80)),               # README: nslab bench clos 16x64
+    ("clos,16,64", (80, 1024, 80)),               # docs/benchmarks.md: nslab bench clos 16x64
     ("single,1000,ovs", (1001, 1000, 1000)),
 ])
 def test_documented_topologies_fit_a_2_gib_guest(shape, size):
@@ -47,7 +47,7 @@ def test_documented_topologies_fit_a_2_gib_guest(shape, size):
 
 
 def test_the_studies_nslab_ships_fit_a_2_gib_guest_at_their_full_preset():
-    from nslab.registry import studies
+    from nslab.run.registry import studies
     with limits.use(derive(GUEST_2G_KIB)):
         for name, cls in studies().items():
             cfg = cls.Config.preset("full")
@@ -148,7 +148,7 @@ def test_a_huge_tree_is_refused_at_once_without_building_it(monkeypatch):
 
 
 def test_any_other_topology_is_checked_when_validated():
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     t = Topology(name="by-hand")
     for i in range(5):
         t.add_host(f"h{i}")
@@ -174,7 +174,7 @@ def test_the_cli_shows_the_limits_and_refuses_in_one_line():
 
 # -- YAML: bounded while it is parsed ---------------------------------------------------------
 def _topology_error(path):
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     t0 = time.monotonic()
     with pytest.raises(InputError) as info:
         Topology.from_yaml(str(path))
@@ -203,7 +203,7 @@ def test_aliases_of_aliases_cannot_nest_past_the_bound(tmp_path):
 
 
 def test_a_huge_file_is_refused_before_parsing(tmp_path):
-    from nslab.topo_yaml import MAX_BYTES
+    from nslab.model.topo_yaml import MAX_BYTES
     p = tmp_path / "huge.yaml"
     p.write_text("#" * (MAX_BYTES + 1))
     msg, took = _topology_error(p)
@@ -211,14 +211,14 @@ def test_a_huge_file_is_refused_before_parsing(tmp_path):
 
 
 def test_a_file_of_many_small_nodes_stops_at_the_node_budget(tmp_path):
-    from nslab.topo_yaml import MAX_NODES
+    from nslab.model.topo_yaml import MAX_NODES
     p = tmp_path / "flat.yaml"
     p.write_text("[" + "a," * (MAX_NODES + 10) + "a]")
     assert f"more than {MAX_NODES:,} YAML nodes" in _topology_error(p)[0]
 
 
 def test_a_topology_file_is_counted_right_after_parsing(tmp_path, monkeypatch):
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     p = tmp_path / "many.yaml"
     p.write_text("name: many\nnodes:\n" + "".join(f"  h{i}: {{}}\n" for i in range(50)) +
                  "  s1: {kind: switch}\nlinks:\n" + "".join(f"  - [h{i}, s1]\n" for i in range(50)))
@@ -263,7 +263,7 @@ def _huge_study(tmp_path, values=1000, extra=""):
 
 
 def test_a_billion_point_sweep_is_refused_at_once(tmp_path, monkeypatch):
-    from nslab import study
+    from nslab.run import study
     from nslab.experiments.filestudy import spec
 
     def never(*a, **kw):

@@ -5,7 +5,7 @@ import subprocess
 
 import pytest
 
-from nslab.proc import _link_dump
+from nslab.runtime.proc import _link_dump
 
 OPER = {"UNKNOWN": 0, "NOTPRESENT": 1, "DOWN": 2, "LOWERLAYERDOWN": 3, "TESTING": 4,
         "DORMANT": 5, "UP": 6}

@@ -22,10 +22,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nslab.draw import available, to_graph
-from nslab.fields import LABEL_RE
-from nslab.reporting import Claim, environment, md_escape, render, safe_url, to_html
-from nslab.topo import Topology
+from nslab.store.draw import available, to_graph
+from nslab.model.fields import LABEL_RE
+from nslab.store.reporting import Claim, environment, md_escape, render, safe_url, to_html
+from nslab.model.topo import Topology
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data")
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
@@ -227,7 +227,7 @@ def test_the_stored_failover_run_with_a_script_link_title(tmp_path):
 def test_every_study_template_escapes_what_a_stored_run_says(name, tmp_path):
     """Provenance is a stored file too: its host, kernel and CPU model reach
     every study's report as text."""
-    from nslab.registry import studies, study_from_file
+    from nslab.run.registry import studies, study_from_file
     run = tmp_path / name
     shutil.copytree(os.path.join(DATA, name), run)
     prov_path = run / "provenance.json"
@@ -325,7 +325,7 @@ def test_no_accepted_topology_name_changes_the_picture(s):
     """Any name the topology model accepts is drawn as its text: the SVG has
     the elements of a plainly named one, no attribute of it holds the name's
     markup or a script address, and the live page's check passes it."""
-    from nslab.webwatch import clean_svg
+    from nslab.traffic.webwatch import clean_svg
     t = Topology(name=s)
     t.add_host("h1")
     t.add_host("h2")
@@ -360,7 +360,7 @@ def test_the_lab_table_shows_names_as_text(capsys):
     """The lab table's title is the topology name: rich would read
     ``[link=...]`` as a terminal hyperlink, ``[bold]`` as style and
     ``:warning:`` as an emoji. It reads them as text."""
-    from nslab.cliutil import print_lab
+    from nslab.cmdline.cliutil import print_lab
     lab = SimpleNamespace(run_id="nl0001", topology=SimpleNamespace(name=RICH_HOSTILE),
                           build_seconds=1.0,
                           describe=lambda max_intfs: [("h1", "host", "[red]h1-eth0", "x")])
@@ -376,7 +376,7 @@ def test_the_watch_table_shows_names_as_text():
 
     from rich.console import Console
 
-    from nslab.watch import Rate, table
+    from nslab.traffic.watch import Rate, table
     console = Console(file=io.StringIO(), width=200, color_system="truecolor",
                       force_terminal=True)
     console.print(table("[link=https://example.org]nl0001[/link]",

@@ -4,7 +4,7 @@ loops, and size limits that are the kernel's or the address plan's. No root."""
 import pytest
 
 from nslab.errors import InputError, TopologyError
-from nslab.topoload import load_topology
+from nslab.run.topoload import load_topology
 
 mtopo = pytest.importorskip("mininet.topo")
 mlib = pytest.importorskip("mininet.topolib")
@@ -76,9 +76,9 @@ def test_importing_mininet_leaves_nslabs_loggers_stdlib_ones():
     code = "\n".join([
         "import logging",
         "logging.basicConfig(level=logging.DEBUG, format='%(name)s %(levelname)s %(message)s')",
-        "from nslab import registry",
+        "from nslab.run import registry",
         "registry.studies()",
-        "from nslab.topoload import load_topology",
+        "from nslab.run.topoload import load_topology",
         "load_topology('linear,2', {})",
         "import mininet.log",
         "assert type(mininet.log.lg).__name__ == 'MininetLogger'",  # mn --custom keeps its own

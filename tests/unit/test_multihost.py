@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nslab.errors import InputError
-from nslab.multihost import (VNI_BASE, cut_size, place, tunnel_mtu, tunnels, vxlan_overhead)
+from nslab.model.multihost import (VNI_BASE, cut_size, place, tunnel_mtu, tunnels, vxlan_overhead)
 from nslab.topologies.clos import clos
 from nslab.topologies.mininet import linear, torus
 
@@ -72,14 +72,14 @@ def test_every_node_is_placed_once_and_the_parts_differ_by_at_most_one(k, hosts)
 
 # -- one host's part: the build plan ------------------------------------------------
 def _part(host="a"):
-    from nslab.multihost import Part
+    from nslab.model.multihost import Part
     t = clos(spines=2, servers=2)
     p = place(t, ["a", "b"], {"spine1": "a", "server1": "a", "spine2": "b", "server2": "b"})
     return t, Part(host, p, {"a": "192.0.2.1", "b": "192.0.2.2"}, tuple(tunnels(t, p)))
 
 
 def test_a_host_builds_only_its_nodes_and_one_vxlan_end_per_crossing_link():
-    from nslab.plan import plan
+    from nslab.runtime.plan import plan
     t, part = _part("a")
     bp = plan(t, "nl0a0a", (), part)
     assert set(bp.nodes) == {"spine1", "server1"}
@@ -115,7 +115,7 @@ def test_a_tunnel_end_is_found_only_on_its_own_host():
     ("10.0.0.1,root@10.0.0.2", {"10.0.0.1": "10.0.0.1", "root@10.0.0.2": "10.0.0.2"}),
 ])
 def test_hosts_are_ssh_destinations_with_their_underlay_address(spec, want):
-    from nslab.multihost import parse_hosts
+    from nslab.model.multihost import parse_hosts
     assert parse_hosts(spec) == want
 
 
@@ -130,14 +130,14 @@ def test_hosts_are_ssh_destinations_with_their_underlay_address(spec, want):
     ("no-such-host.invalid", "cannot resolve"),
 ])
 def test_bad_hosts_are_refused_in_one_line(spec, msg):
-    from nslab.multihost import parse_hosts
+    from nslab.model.multihost import parse_hosts
     with pytest.raises(InputError, match=msg):
         parse_hosts(spec)
 
 
 def test_the_remote_command_reaches_the_far_shell_argument_by_argument():
     import shlex
-    from nslab.remote import Ssh
+    from nslab.hosts.remote import Ssh
     argv = ["nslab", "agent", "exec", "--", "sh", "-c", "echo a; echo $HOME 'b' \"c\""]
     ssh = Ssh("h1", "/tmp", config="/tmp/cfg").argv(argv)
     i = ssh.index("--")
@@ -149,7 +149,7 @@ def test_the_remote_command_reaches_the_far_shell_argument_by_argument():
 def test_a_yaml_hosts_section_pins_nodes_and_is_checked(tmp_path):
     import textwrap
 
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     path = tmp_path / "t.yaml"
     path.write_text(textwrap.dedent("""
         nodes: {h1: {}, h2: {}, s1: {kind: switch}}
@@ -172,7 +172,7 @@ def test_an_agent_refuses_a_bad_request_in_one_line_before_building_anything():
     import io
     import json
 
-    from nslab.remote import agent_up
+    from nslab.hosts.remote import agent_up
     t = clos(spines=2, servers=2)
     good = {"run_id": "nl0a0a", "host": "a", "topology": t.to_dict(),
             "placement": {n: "a" for n in t.nodes}, "underlay": {"a": "192.0.2.1"}}
@@ -197,7 +197,7 @@ def test_a_remote_background_process_is_stopped_when_its_lifeline_closes(tmp_pat
     import subprocess
     import time
 
-    from nslab.remote import LIFELINE
+    from nslab.hosts.remote import LIFELINE
 
     def start(grace, *cmd):
         return subprocess.Popen(["sh", "-c", LIFELINE, "t", str(grace), "env",

@@ -1,4 +1,4 @@
-"""The rtnetlink requests a namespace sends itself (nslab.netlink), checked
+"""The rtnetlink requests a namespace sends itself (nslab.runtime.netlink), checked
 byte for byte against pyroute2's encoding of the same requests, and the
 acknowledgement reader against a captured kernel refusal. No root."""
 import ipaddress
@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from nslab import netlink as nl
+from nslab.runtime import netlink as nl
 from nslab.errors import CommandError
-from nslab.fields import Route
-from nslab.render import RenderError
+from nslab.model.fields import Route
+from nslab.model.render import RenderError
 
 INDEX = {"eth0": 7, "lo": 1, "s1": 42}
 

@@ -2,7 +2,7 @@ import os
 
 import pytest
 
-from nslab import statefile
+from nslab.runtime import statefile
 from nslab.errors import InputError
 from nslab.ovs.toolbelt import ETHTOOL_HELP, check_bridge, parse_dpid
 from nslab.ovs.uplink import parse_ethtool, restore_argv
@@ -88,7 +88,7 @@ def mark(tmp_path, monkeypatch):
     """The OVS start mark in a scratch dir; this test process plays ovs-vswitchd
     (its pidfile is written), ovsdb-server is not running."""
     import os
-    from nslab.proc import process_start_time
+    from nslab.runtime.proc import process_start_time
     from nslab.ovs import daemon
     monkeypatch.setattr(daemon, "_MARK", str(tmp_path / "ovs-started"))
     pidfiles = {"ovsdb-server": str(tmp_path / "ovsdb-server.pid"),
@@ -137,7 +137,7 @@ def test_a_mark_from_another_clock_is_not_believed(mark):
 
 def test_the_intent_clock_and_process_start_times_compare_like_with_like():
     import subprocess
-    from nslab.proc import boot_clock, process_start_time
+    from nslab.runtime.proc import boot_clock, process_start_time
     for _ in range(5):
         before = boot_clock()
         child = subprocess.Popen(["sleep", "5"])
@@ -154,7 +154,7 @@ def test_the_intent_clock_and_process_start_times_compare_like_with_like():
 
 def test_a_running_ovs_ctl_of_ours_is_waited_for_before_judging(mark):
     import subprocess
-    from nslab.proc import pid_running, process_start_time
+    from nslab.runtime.proc import pid_running, process_start_time
     daemon, _, me = mark
     ctl = subprocess.Popen(["sleep", "0.5"])
     statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": me[1], "ctl": [ctl.pid, process_start_time(ctl.pid)]})
@@ -228,7 +228,7 @@ def test_daemons_the_user_started_outlive_every_lab(mark, monkeypatch):
 
 def test_ovs_start_takes_over_daemons_a_lab_started(mark, monkeypatch):
     daemon, _, me = mark
-    monkeypatch.setattr("nslab.caps.ovs_running", lambda: True)
+    monkeypatch.setattr("nslab.runtime.caps.ovs_running", lambda: True)
     monkeypatch.setattr(daemon.os.path, "exists", lambda p: True)
     statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "owner": daemon.LAB,
                                    "daemons": {"ovs-vswitchd": me}})

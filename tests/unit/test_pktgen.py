@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from nslab.pktgen import pktgen_path
+from nslab.errors import CapabilityError
+from nslab.traffic.pktgen import pktgen_path
 from tests.conftest import data
 
 
@@ -15,7 +16,7 @@ from tests.conftest import data
 def pg():
     try:
         return pktgen_path()
-    except Exception:
+    except CapabilityError:
         pytest.skip("nslab-pktgen not built (make setup)")
 
 
@@ -104,7 +105,7 @@ def test_auto_without_an_interface_falls_back_to_udp_and_says_why(pg):
 
 # -- the kernel's pktgen (the anchor), on output captured in the stock-kernel guest --
 def test_kernel_pktgen_result_is_read_from_a_real_run():
-    from nslab.pktgen import parse_kernel_pktgen
+    from nslab.traffic.pktgen import parse_kernel_pktgen
     got = parse_kernel_pktgen(open(data("pktgen/kernel-pktgen-veth.txt")).read())
     assert got == {"usec": 2221860, "sent": 100000, "pkt_size": 60, "pps": 45007.0,
                    "bps": 21603360.0, "errors": 0}
@@ -113,13 +114,13 @@ def test_kernel_pktgen_result_is_read_from_a_real_run():
 
 
 def test_kernel_pktgen_without_a_result_is_an_error():
-    from nslab.pktgen import parse_kernel_pktgen
+    from nslab.traffic.pktgen import parse_kernel_pktgen
     with pytest.raises(ValueError, match="Result: Idle"):
         parse_kernel_pktgen("Params: count 0\nResult: Idle\n")
 
 
 def test_kernel_pktgen_commands_count_the_fcs_and_refuse_odd_values():
-    from nslab.pktgen import kernel_pktgen_commands
+    from nslab.traffic.pktgen import kernel_pktgen_commands
     cmds = dict((line.split()[0], line) for _, line in
                 kernel_pktgen_commands("h1-eth0", "10.0.0.2", "aa:bb:cc:dd:ee:ff", 64, 0))
     assert cmds["pkt_size"] == "pkt_size 60" and cmds["clone_skb"] == "clone_skb 0"

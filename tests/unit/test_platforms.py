@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from nslab.platforms import distribution, known_problems, parse_os_release
+from nslab.runtime.platforms import distribution, known_problems, parse_os_release
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "os-release")
 

@@ -4,9 +4,9 @@ import os
 import re
 import shutil
 
-from nslab.reporting import md_escape
-from nslab.reproduce import ordered_studies, write_report
-from nslab.stats import VERDICTS
+from nslab.store.reporting import md_escape
+from nslab.cmdline.reproduce import ordered_studies, write_report
+from nslab.store.stats import VERDICTS
 from tests.conftest import data
 
 RUNS = (("alias", "alias_run", "nlc945"), ("ecmp", "ecmp_run", "nle9b7"),
@@ -159,7 +159,7 @@ def test_interference_is_read_from_the_trials(tmp_path):
     """Records whose trials carry the accounting (re-runs, an exclusion for
     host interference, other tasks' share per CPU) give the counts; records
     without any give nothing, not zeros."""
-    from nslab.reproduce import interference_of_records
+    from nslab.cmdline.reproduce import interference_of_records
     run = tmp_path / "run"
     run.mkdir()
     (run / "provenance.json").write_text("{}")
@@ -182,7 +182,7 @@ def test_interference_is_read_from_the_trials(tmp_path):
 
 
 def test_html_escapes_what_the_markdown_carries(tmp_path):
-    from nslab.reporting import to_html
+    from nslab.store.reporting import to_html
     page = to_html("# A <b>\n\nx & y <script>alert(1)</script>\n\n| a |\n|---|\n| <i>1</i> |\n", "t")
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "x &amp; y" in page and "<table>" in page and "<i>" not in page
@@ -192,7 +192,7 @@ def test_claims_on_points_a_run_did_not_plan_are_not_made(tmp_path):
     """The failover file's quick preset measures neither a killed bgpd nor L3
     hashing: those two claims get no verdict from it (not undecided: not
     made), and its report says which and why."""
-    from nslab.registry import studies
+    from nslab.run.registry import studies
     root = reproduction(tmp_path)
     run = next((root / "ecmp-failover").iterdir())
     rep = studies()["ecmp-failover"]().report(str(run))

@@ -3,7 +3,8 @@ import os
 import pytest
 
 from nslab.errors import InputError
-from nslab.results import SCHEMA_VERSION, ResultStore, collect_provenance, point_key
+from nslab.runtime.provenance import collect_provenance
+from nslab.store.results import SCHEMA_VERSION, ResultStore, point_key
 
 
 def test_records_carry_schema_params_measurements_and_relative_raw_paths(tmp_path):

@@ -6,15 +6,15 @@ import subprocess
 
 import pytest
 
-from nslab.counters import busy_pct
-from nslab.errors import InputError
+from nslab.traffic.counters import busy_pct
+from nslab.errors import CapabilityError, InputError
 from nslab.experiments.rfc2544.config import Rfc2544Config
 from nslab.experiments.rfc2544.model import PAPER_FPS, loads, theory_table
 from nslab.experiments.rfc2544.records import SCHEMA, BackToBack, Throughput
 from nslab.experiments.rfc2544.report import back_to_back_rows, table3, write_report
 from nslab.experiments.rfc2544.study import Rfc2544Study
-from nslab.pktgen import pktgen_path
-from nslab.published import load_published
+from nslab.traffic.pktgen import pktgen_path
+from nslab.store.published import load_published
 from nslab.topologies.rfc2544 import dut_chain, roles
 from tests.conftest import data
 
@@ -88,7 +88,7 @@ def test_one_lab_per_dut_and_the_points_in_order():
 def test_generator_and_sink_on_loopback_without_root():
     try:
         pg = pktgen_path()
-    except Exception:
+    except CapabilityError:
         pytest.skip("nslab-pktgen not built (make setup)")
     port = 20000 + os.getpid() % 20000
     sink = subprocess.Popen([pg, "recv", "--port", str(port), "--duration", "2.5", "--warmup", "0.2"],
@@ -107,7 +107,7 @@ def test_generator_and_sink_on_loopback_without_root():
 def test_generator_rejects_a_runt_frame():
     try:
         pg = pktgen_path()
-    except Exception:
+    except CapabilityError:
         pytest.skip("nslab-pktgen not built (make setup)")
     res = subprocess.run([pg, "send", "--dst", "127.0.0.1", "--size", "40", "--rate", "1",
                           "--duration", "0.1"], capture_output=True, text=True)
@@ -139,7 +139,7 @@ def test_back_to_back_is_opt_in_and_in_the_full_preset():
 def test_generator_sends_an_exact_burst_with_count():
     try:
         pg = pktgen_path()
-    except Exception:
+    except CapabilityError:
         pytest.skip("nslab-pktgen not built (make setup)")
     port = 20000 + (os.getpid() + 7) % 20000
     sink = subprocess.Popen([pg, "recv", "--port", str(port), "--duration", "2"],
@@ -176,3 +176,11 @@ def test_back_to_back_report_from_a_captured_run(tmp_path):
     assert rows[("bridge", 64)]["predicted"] == pytest.approx(want)
     assert f"| bridge | 64 | {b2b.frames_mean:,.0f} |" in text
     assert "back-to-back, bridge at 64 bytes" in text
+
+
+def test_rfc2544_across_hosts_is_refused_before_anything_is_built():
+    from nslab.errors import InputError
+    from nslab.experiments.rfc2544.config import Rfc2544Config
+    from nslab.experiments.rfc2544.study import Rfc2544Study
+    with pytest.raises(InputError, match="without --hosts"):
+        Rfc2544Study().check_hosts(Rfc2544Config.preset("quick"))

@@ -7,7 +7,7 @@ import base64
 import json
 import os
 
-from nslab.proc import ip_json_routes, parse_route_messages
+from nslab.runtime.proc import ip_json_routes, parse_route_messages
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "route_dump.json")
 

@@ -7,11 +7,11 @@ import shutil
 
 import pytest
 
-from nslab import results as results_mod
+from nslab.store import results as results_mod
 from nslab import safeio
-from nslab.cli import main
+from nslab.cmdline.cli import main
 from nslab.errors import InputError
-from nslab.results import ResultStore
+from nslab.store.results import ResultStore
 from nslab.safeio import (UnsafePathError, copy_file, copy_tree, make_dirs, make_fresh_dir,
                           open_append, open_new, tree_is_safe, write_atomic)
 
@@ -197,7 +197,7 @@ def test_records_are_not_appended_through_a_link(folder):
 
 def test_resuming_a_directory_that_is_not_nslabs_own_is_refused_in_one_line(folder):
     from nslab.experiments.alias.study import AliasStudy
-    from nslab.study import open_store
+    from nslab.run.study import open_store
     lab, outside = folder
     run = shutil.copytree(os.path.join(DATA, "alias_run"), "alias_run")
     os.symlink(outside, os.path.join(run, "records.jsonl.bak"))
@@ -285,7 +285,7 @@ def test_a_folders_matplotlibrc_changes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     import subprocess
     import sys
-    code = ("from nslab.plotting import pyplot; plt = pyplot(); import matplotlib; "
+    code = ("from nslab.store.plotting import pyplot; plt = pyplot(); import matplotlib; "
             "print(matplotlib.get_backend(), matplotlib.rcParams['lines.linewidth'])")
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          timeout=120)

@@ -9,11 +9,11 @@ import statistics
 
 import pytest
 
-from nslab import stats
-from nslab.records import Record, RecordSchema, Strict
-from nslab.reporting import Claim, StudyReport
-from nslab.results import ResultStore
-from nslab.study import Study, StudyConfig, config_of_round, run_study
+from nslab.store import stats
+from nslab.store.records import Record, RecordSchema, Strict
+from nslab.store.reporting import Claim, StudyReport
+from nslab.store.results import ResultStore
+from nslab.run.study import Study, StudyConfig, config_of_round, run_study
 
 
 def decide(samples, low, high):
@@ -193,7 +193,7 @@ def test_rounds_go_on_while_undecided_and_stop_at_the_last(tmp_path):
     assert n == 6 and FakeLab.built == 3
     # the report of the run draws its intervals at 1 - 0.05/3
     # the run's report draws its intervals at 1 - 0.05/3, as its looks ask
-    from nslab.study import report_of
+    from nslab.run.study import report_of
     seen = []
     real_mean = stats.mean
     try:
@@ -262,7 +262,7 @@ def test_a_later_round_measures_only_the_points_the_open_claims_need(tmp_path):
 
 
 def test_the_next_rounds_cost_is_its_points_and_labs_at_the_rates_so_far():
-    from nslab.study import round_cost
+    from nslab.run.study import round_cost
     # 10 points took 40 s of a 60 s round that built 2 labs: 4 s a point, 10 s a lab
     cost = {"points": 10, "point_s": 40.0, "labs": 2}
     assert round_cost(cost, 60.0, 3, 1) == pytest.approx(3 * 4.0 + 10.0)
@@ -278,9 +278,9 @@ def test_a_round_multiplies_the_repeat_field():
 
 
 def test_a_point_disturbed_by_other_tasks_is_measured_again_then_marked(monkeypatch):
-    from nslab import interference
-    from nslab.interference import Snapshot
-    from nslab.study import measure_point
+    from nslab.traffic import interference
+    from nslab.traffic.interference import Snapshot
+    from nslab.run.study import measure_point
     shares = iter([40.0, 3.0, 40.0, 40.0])  # others' share of all CPUs per measurement
     monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
     monkeypatch.setattr(interference, "others_share", lambda a, b, n: next(shares))

@@ -1,7 +1,7 @@
 import pytest
 
 from nslab.errors import InputError
-from nslab.shaping import Shaping, format_rate, frame_rate, parse_rate, parse_time_ms
+from nslab.model.shaping import Shaping, format_rate, frame_rate, parse_rate, parse_time_ms
 
 
 @pytest.mark.parametrize("text, bps", [

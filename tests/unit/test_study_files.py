@@ -16,8 +16,8 @@ from nslab.experiments.filestudy.model import ClaimSpec
 from nslab.experiments.filestudy.records import SCHEMA
 from nslab.experiments.filestudy.spec import load
 from nslab.experiments.filestudy.study import study_class
-from nslab.iperf import parse
-from nslab.probe import outage, parse_arrivals
+from nslab.traffic.iperf import parse
+from nslab.traffic.probe import outage, parse_arrivals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "tests", "data")
@@ -329,7 +329,7 @@ def test_nslab_run_file_has_an_option_per_sweep_key():
 
 
 def test_a_later_round_of_a_study_file_measures_what_its_open_claims_select():
-    from nslab.reporting import Claim
+    from nslab.store.reporting import Claim
     cls = study_class(FAILOVER)
     study = cls()
     cfg = cls.Config.preset("quick")
@@ -367,13 +367,13 @@ captures:
 
 
 def test_the_captures_of_every_sampling_round_count_against_the_limit(tmp_path):
-    """Each later round adds `repeat` trials to a point (nslab.study.config_of_round):
+    """Each later round adds `repeat` trials to a point (nslab.run.study.config_of_round):
     the captures' limit is checked against the last round's trials, before
     anything is built, not only against the first round's."""
-    from nslab import limits
-    from nslab.capture import bound_bytes
+    from nslab.model import limits
+    from nslab.traffic.capture import bound_bytes
     from nslab.experiments.filestudy.captures import planned
-    from nslab.study import ConfigError
+    from nslab.run.study import ConfigError
     p = tmp_path / "captured.yaml"
     p.write_text(CAPTURED)
     cls = study_class(str(p))

@@ -1,8 +1,8 @@
 import pytest
 
 from nslab.errors import InputError, TopologyError
-from nslab.topo import Topology
-from nslab.registry import topology as get
+from nslab.model.topo import Topology
+from nslab.run.registry import topology as get
 from nslab.topologies import pair, single
 from nslab.topologies.basic import build_single
 
@@ -95,7 +95,7 @@ def test_mininet_topo_converts_to_the_same_topology():
 def test_ready_topologies_take_jitter_and_swallow_no_option():
     import inspect
 
-    from nslab.registry import topologies
+    from nslab.run.registry import topologies
     assert pair(delay="20ms", jitter="5ms").links[0].shaping.jitter_ms == 5.0
     assert single(k=2, delay="1ms", jitter="0.5ms").links[1].shaping.jitter_ms == 0.5
     for name, fn in topologies().items():
@@ -104,7 +104,7 @@ def test_ready_topologies_take_jitter_and_swallow_no_option():
 
 
 def test_without_ipv6_plans_no_link_locals_on_hosts_and_switches_but_on_routers():
-    from nslab.plan import plan
+    from nslab.runtime.plan import plan
     t = Topology(name="v4")
     t.add_host("h1")
     t.add_switch("s1")
@@ -141,7 +141,7 @@ def test_the_two_ends_of_a_veth_get_different_interface_indexes():
     both ends of a first link index 2."""
     import re
 
-    from nslab.plan import plan
+    from nslab.runtime.plan import plan
 
     def indexes(topo):
         return [tuple(int(i) for i in re.findall(r" index (\d+)", ln))

@@ -13,11 +13,11 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-import nslab.netlink as netlink_mod
-import nslab.plan as plan_mod
+import nslab.runtime.netlink as netlink_mod
+import nslab.runtime.plan as plan_mod
 from nslab.errors import InputError
-from nslab.render import text
-from nslab.topo import Topology
+from nslab.model.render import text
+from nslab.model.topo import Topology
 
 from .test_untrusted_topology import BASE
 

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from nslab import bounded, clean, naming
-from nslab.errors import InputError
+from nslab.model import bounded, naming
+from nslab.runtime import clean
+from nslab.errors import CapabilityError, InputError
 
 STUDY = """\
 name: filed
@@ -84,7 +85,7 @@ def test_a_link_inside_the_folder_is_followed(tmp_path):
                                          (".nan", "not a finite number"),
                                          ("0bit", "must be positive")])
 def test_a_rate_under_one_bit_is_refused_with_its_line(tmp_path, bw, message):
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     p = tmp_path / "t.yaml"
     p.write_text(f"nodes: {{h1: {{}}, h2: {{}}}}\nlinks:\n  - {{a: h1, b: h2,\n     bw: {bw}}}\n")
     with pytest.raises(InputError) as info:
@@ -94,7 +95,7 @@ def test_a_rate_under_one_bit_is_refused_with_its_line(tmp_path, bw, message):
 
 
 def test_one_bit_per_second_is_the_least_rate_and_reaches_tc_as_such():
-    from nslab.shaping import Shaping, parse_rate
+    from nslab.model.shaping import Shaping, parse_rate
     assert parse_rate("1bit") == 1 and parse_rate("1.9bit") == 1
     assert any(" rate 1bit " in line for line in Shaping(rate=1).tc_batch("eth0"))
 
@@ -112,10 +113,10 @@ def test_a_study_event_with_a_rate_under_one_bit_names_its_line(tmp_path):
 # -- nslab-pktgen ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def pg():
-    from nslab.pktgen import pktgen_path
+    from nslab.traffic.pktgen import pktgen_path
     try:
         return pktgen_path()
-    except Exception:
+    except CapabilityError:
         pytest.skip("nslab-pktgen not built (make setup)")
 
 
@@ -159,7 +160,7 @@ def test_a_slow_rate_ends_with_its_trial_not_after_its_next_frame(pg):
     (dict(rate=100, count=-1), "count -1: a whole number from 0 to 1000000000000"),
 ])
 def test_the_python_side_refuses_the_same_values(kwargs, message):
-    from nslab.pktgen import send_argv
+    from nslab.traffic.pktgen import send_argv
     args = dict(dst="10.0.0.2", port=9, size=64, duration=1.0)
     args.update(kwargs)
     with pytest.raises(InputError) as info:
@@ -168,7 +169,7 @@ def test_the_python_side_refuses_the_same_values(kwargs, message):
 
 
 def test_send_argv_is_what_the_binary_takes(pg):
-    from nslab.pktgen import send_argv
+    from nslab.traffic.pktgen import send_argv
     argv = send_argv("127.0.0.1", 9, 64, 0.001, 0.1, count=1)
     assert argv[1:] == ["send", "--dst", "127.0.0.1", "--port", "9", "--size", "64", "--rate",
                         "0.001", "--duration", "0.1", "--count", "1", "--mode", "udp"]
@@ -255,10 +256,10 @@ def test_the_nslab_command_refuses_it_too(tmp_path):
     d = tmp_path / "state"
     d.mkdir()
     os.chmod(d, 0o777)
-    code = ("import sys; from nslab import clean, cli; "
+    code = ("import sys; from nslab.runtime import clean; from nslab.cmdline import cli; "
             "clean.run = lambda *a, **k: sys.exit('ran a command'); "
             "clean.registered = lambda: {}; "
-            "from nslab import caps; caps.require_root = lambda *a: None; "
+            "from nslab.runtime import caps; caps.require_root = lambda *a: None; "
             "sys.exit(cli.main(['clean', '--dry-run']))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True,
                          text=True, timeout=60, env=dict(os.environ, NSLAB_STATE_DIR=str(d)))
@@ -350,7 +351,7 @@ def test_a_huge_json_file_is_not_read_whole(tmp_path):
 
 def test_stored_results_with_deep_or_odd_json_are_one_line_or_skipped(tmp_path):
     from nslab.experiments.filestudy.records import SCHEMA
-    from nslab.results import ResultStore, iter_records
+    from nslab.store.results import ResultStore, iter_records
     run = tmp_path / "run"
     run.mkdir()
     (run / "provenance.json").write_text("[" * 100000)

@@ -11,9 +11,9 @@ import yaml
 from nslab.errors import InputError, TopologyError
 from nslab.frr.rundir import NodeDir
 from nslab.frr.version import FrrVersion
-from nslab.plan import plan
-from nslab.render import RenderError, line, token
-from nslab.topo import Topology, schema
+from nslab.runtime.plan import plan
+from nslab.model.render import RenderError, line, token
+from nslab.model.topo import Topology, schema
 
 FRR_8_4 = FrrVersion("8.4.4", 8, 4)
 

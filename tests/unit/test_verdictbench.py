@@ -9,8 +9,8 @@ import statistics
 
 import pytest
 
-from nslab.noisegen import PROFILES, Hog, Noise, profile, schedule
-from nslab.verdictbench import RunResult, claims_of, flips, interference_counts, table
+from nslab.traffic.noisegen import PROFILES, Hog, Noise, profile, schedule
+from nslab.cmdline.verdictbench import RunResult, claims_of, flips, interference_counts, table
 from tests.conftest import data
 
 

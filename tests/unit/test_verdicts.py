@@ -12,9 +12,9 @@ from nslab.experiments.ecmp.records import EcmpRecord
 from nslab.experiments.rfc2544 import report as rfc_report
 from nslab.experiments.rfc2544.model import knee_index, next_filters, paper_knee
 from nslab.experiments.rfc2544.records import SCHEMA as RFC_SCHEMA, RfcRecord
-from nslab.published import load_published
-from nslab.reporting import Claim
-from nslab.stats import Estimate, Interval, judge, mean
+from nslab.store.published import load_published
+from nslab.store.reporting import Claim
+from nslab.store.stats import Estimate, Interval, judge, mean
 
 
 HEAD = {"schema_version": 2, "experiment": "test", "run_id": "t", "time": 0.0}
@@ -80,10 +80,11 @@ def test_alias_a_real_overhead_is_called_out():
 
 def test_alias_one_repeat_is_undecided_and_says_what_to_run():
     recs = [r for r in _alias_run(0.0, 0.03) if r.params.repeat == 0]
-    one = [c for c in alias_report.claims(recs, {})
-           if "N=254 (1)" in c.measured or "-P 254" in c.measured]
-    assert len(one) >= 3  # the claims that compare N=254 with a single sample there
-    for c in one:
+    got = alias_report.claims(recs, {})
+    # every claim of the study rests on N=254, which has a single sample here
+    assert len(got) == 4, [c.claim for c in got]
+    for c in got:
+        assert "N=254" in c.measured and "(n=1: no interval)" in c.measured, c
         assert c.verdict == "undecided" and "default preset" in c.why, c
 
 

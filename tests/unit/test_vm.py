@@ -3,7 +3,7 @@ import os
 
 import pytest
 
-from nslab import vm
+from nslab.hosts import vm
 from nslab.errors import CapabilityError, InputError
 
 
@@ -69,3 +69,25 @@ def test_a_guest_on_another_root_names_both_ends_and_mounts_binds_first(monkeypa
         "--rwdir=/repo=/repo", "--rwdir=/repo/.cache=/r/debian13/var/cache/nslab-repo",
         "--rwdir=/out=/out", "--rwdir=/more=/more"]
     assert "--disable-kvm" in argv
+
+
+def test_a_nic_pair_is_one_stream_wire_with_one_listening_end():
+    a, b = vm.nic_pair("rtl8139", "e1000", tag=3)
+    assert a.wire == b.wire and not a.listen and b.listen
+    args_a, args_b = " ".join(a.qemu_args(0)), " ".join(b.qemu_args(1))
+    assert f"stream,id=nslabnic0,server=off,addr.type=unix,addr.path={a.wire},addr.abstract=on" in args_a
+    assert "server=on" in args_b and "rtl8139,netdev=nslabnic0,mac=52:54:00:ab:03:01" in args_a
+    with pytest.raises(InputError, match="wire"):
+        vm.Nic("e1000", "52:54:00:ab:03:01", "bad,name=x", listen=True)
+
+
+def test_a_listening_abstract_socket_is_seen_and_a_bound_one_is_not():
+    import socket
+    name = f"nslab-test-{os.getpid()}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind("\0" + name)
+        assert not vm.listening_abstract(name)  # bound, not yet listening
+        s.listen(1)
+        assert vm.listening_abstract(name)
+        assert not vm.listening_abstract(name + "-other")
+    assert not vm.listening_abstract(name)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from nslab.errors import InputError
-from nslab.watch import find_run, parse_link_stats, rates, table
+from nslab.traffic.watch import find_run, parse_link_stats, rates, table
 from tests.conftest import data
 
 
@@ -34,10 +34,10 @@ def test_rates_between_two_samples():
 
 
 def test_no_lab_or_an_unknown_one_is_one_clear_line(monkeypatch):
-    monkeypatch.setattr("nslab.clean.live_journals", lambda exclude=None: [])
+    monkeypatch.setattr("nslab.runtime.clean.live_journals", lambda exclude=None: [])
     with pytest.raises(InputError, match="no lab is running"):
         find_run(None)
-    monkeypatch.setattr("nslab.clean.live_journals",
+    monkeypatch.setattr("nslab.runtime.clean.live_journals",
                         lambda exclude=None: [{"run": "nlaaaa"}, {"run": "nlbbbb"}])
     with pytest.raises(InputError, match="2 labs are running \\(nlaaaa, nlbbbb\\)"):
         find_run(None)

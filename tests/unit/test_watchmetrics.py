@@ -23,10 +23,10 @@ from prometheus_client.openmetrics.parser import \
     text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from nslab.watch import parse_link_stats
-from nslab.watchmetrics import (INTERFACE_METRICS, LABELS, Reading, exposition, registry,
+from nslab.traffic.watch import parse_link_stats
+from nslab.traffic.watchmetrics import (INTERFACE_METRICS, LABELS, Reading, exposition, registry,
                                 sample_names)
-from nslab.webwatch import Watcher, app, run_server
+from nslab.traffic.webwatch import Watcher, app, run_server
 from tests.conftest import ROOT, data
 
 #: What Prometheus 2.x sends.
@@ -230,7 +230,7 @@ def test_pages_and_scrapers_share_one_sampler(caplog):
     closed page is a debug line, never an error."""
     import aiohttp
     caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="nslab.webwatch")  # whatever its parents say
+    caplog.set_level(logging.DEBUG, logger="nslab.traffic.webwatch")  # whatever its parents say
     fake = FakeSampler()
     w = watcher(0.05, fake)
 
@@ -272,7 +272,7 @@ def test_the_server_stops_at_once_with_pages_and_scrapers_connected(caplog):
     nothing is logged as an error."""
     import aiohttp
     caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="nslab.webwatch")  # whatever its parents say
+    caplog.set_level(logging.DEBUG, logger="nslab.traffic.webwatch")  # whatever its parents say
     w = watcher(0.1)
 
     async def go():
@@ -314,7 +314,7 @@ def test_the_server_stops_at_once_with_pages_and_scrapers_connected(caplog):
 # -- a real server process and a real signal -------------------------------------------------
 SERVER = r"""
 import sys, time
-from nslab.webwatch import Watcher, listen, serve_watcher
+from nslab.traffic.webwatch import Watcher, listen, serve_watcher
 n = [0]
 def sampler(nss):
     n[0] += 1

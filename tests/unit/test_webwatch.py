@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from nslab.draw import available, links
-from nslab.registry import topology
-from nslab.watch import Rate
-from nslab.webwatch import LOAD_COLOURS, Watcher, app, colour, link_rates
+from nslab.store.draw import available, links
+from nslab.run.registry import topology
+from nslab.traffic.watch import Rate
+from nslab.traffic.webwatch import LOAD_COLOURS, Watcher, app, colour, link_rates
 
 
 def rate(node, intf, tx=0.0, rx=0.0, drops=0):
@@ -43,11 +43,11 @@ def test_colours_by_load():
 def fake_watcher(monkeypatch, samples):
     """A Watcher over a pair topology whose counters come from ``samples``."""
     it = iter(samples)
-    monkeypatch.setattr("nslab.webwatch.namespaces", lambda run: {"h1": "x-h1", "h2": "x-h2"})
-    monkeypatch.setattr("nslab.webwatch.load_topology", lambda run: topology("pair")(bw="1Gbit"))
-    monkeypatch.setattr("nslab.webwatch.sample", lambda nss: next(it))
-    monkeypatch.setattr("nslab.clean.read_journal", lambda run: {"run": run})
-    monkeypatch.setattr("nslab.clean.run_is_live", lambda j: True)
+    monkeypatch.setattr("nslab.traffic.webwatch.namespaces", lambda run: {"h1": "x-h1", "h2": "x-h2"})
+    monkeypatch.setattr("nslab.traffic.webwatch.load_topology", lambda run: topology("pair")(bw="1Gbit"))
+    monkeypatch.setattr("nslab.traffic.webwatch.sample", lambda nss: next(it))
+    monkeypatch.setattr("nslab.runtime.clean.read_journal", lambda run: {"run": run})
+    monkeypatch.setattr("nslab.runtime.clean.run_is_live", lambda j: True)
     w = Watcher("nltest", 0.05)
     return w
 
@@ -87,7 +87,7 @@ def test_the_page_and_its_event_stream(monkeypatch):
 def test_the_stream_says_when_the_lab_is_gone(monkeypatch):
     from aiohttp.test_utils import TestClient, TestServer
     w = fake_watcher(monkeypatch, [(0.0, counters(0))] * 100)
-    monkeypatch.setattr("nslab.clean.run_is_live", lambda j: False)
+    monkeypatch.setattr("nslab.runtime.clean.run_is_live", lambda j: False)
 
     async def go():
         async with TestClient(TestServer(app(w))) as client:
@@ -101,13 +101,13 @@ def test_the_stream_says_when_the_lab_is_gone(monkeypatch):
 SVG_OPEN = '<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink">'
 
 
-@pytest.mark.parametrize("name", sorted(__import__("nslab.registry").registry.topologies()))
+@pytest.mark.parametrize("name", sorted(__import__("nslab.run.registry").run.registry.topologies()))
 def test_every_ready_topology_picture_is_clean_and_keeps_its_link_ids(name):
     import xml.etree.ElementTree as ET
 
-    from nslab.draw import to_graph
-    from nslab.registry import topologies
-    from nslab.webwatch import clean_svg
+    from nslab.store.draw import to_graph
+    from nslab.run.registry import topologies
+    from nslab.traffic.webwatch import clean_svg
     if not available():
         pytest.skip("Graphviz (dot) is not installed")
     topo = topologies()[name]()
@@ -134,7 +134,7 @@ def test_every_ready_topology_picture_is_clean_and_keeps_its_link_ids(name):
     ('<p xmlns="http://www.w3.org/1999/xhtml">x</p>', "<p>"),
 ])
 def test_a_picture_with_anything_but_drawing_is_refused(body, why):
-    from nslab.webwatch import UnsafeSvgError, clean_svg
+    from nslab.traffic.webwatch import UnsafeSvgError, clean_svg
     with pytest.raises(UnsafeSvgError, match=why.replace("(", r"\(")):
         clean_svg(SVG_OPEN + body + "</svg>")
 
@@ -143,7 +143,7 @@ def test_comments_processing_instructions_and_entities_do_not_reach_the_page():
     """The HTML parser reads ``<?...>`` as a comment that ends at the first
     ``>``, and XML does not: what is inlined is re-serialised from the parsed
     elements, so neither can smuggle markup past the check."""
-    from nslab.webwatch import UnsafeSvgError, clean_svg
+    from nslab.traffic.webwatch import UnsafeSvgError, clean_svg
     out = clean_svg(SVG_OPEN + '<?x <script>alert(1)</script> ?><!-- <script>x</script> -->'
                     '<g id="link0" class="edge link"><title>a&lt;b&gt;</title>'
                     '<path fill="url(#l_0)" d="M0,0"/></g></svg>')
@@ -163,13 +163,13 @@ def test_the_page_of_a_hostile_topology_runs_only_its_own_script(monkeypatch):
 
     from aiohttp.test_utils import TestClient, TestServer
 
-    from nslab.topo import Topology
+    from nslab.model.topo import Topology
     hostile = Topology(name='<<TABLE HREF="javascript:alert(1)"><TR><TD>x</TD></TR></TABLE>>')
     hostile.add_host("h1")
     hostile.add_host("h2")
     hostile.add_link("h1", "h2")
     w = fake_watcher(monkeypatch, [(0.0, counters(0))] * 100)
-    monkeypatch.setattr("nslab.webwatch.load_topology", lambda run: hostile)
+    monkeypatch.setattr("nslab.traffic.webwatch.load_topology", lambda run: hostile)
     w = Watcher("nltest", 0.05)
 
     async def go():
@@ -233,7 +233,7 @@ def page_tags(page):
     ("lab.example:8765", "0.0.0.0", False),  # ...but no other name
 ])
 def test_host_header(host, bind, ok):
-    from nslab.webwatch import host_allowed
+    from nslab.traffic.webwatch import host_allowed
     assert host_allowed(host, bind) is ok
 
 

@@ -3,7 +3,7 @@ import textwrap
 import pytest
 
 from nslab.errors import InputError
-from nslab.topo import Topology
+from nslab.model.topo import Topology
 
 
 def write(tmp_path, text):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from nslab import vm
+from nslab.hosts import vm
 from tests.integration.pseudohosts import SSHD, write_keys, write_sshd_config
 
 pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.timeout(2400)]

@@ -1,6 +1,6 @@
 """Two boxes with real NIC drivers: QEMU guests on Debian's stock kernel, box A
 with a Realtek NIC (driver 8139cp), box B with an Intel one (e1000), joined
-by a QEMU UDP socket. Box B runs the posts' server side; box A runs the alias
+by a QEMU stream socket (a lossless wire). Box B runs the posts' server side; box A runs the alias
 sweep across its lab's OVS uplink, `nslab ethtool`, an RFC 2544 trial at 1518
 bytes across the wire, and a crash followed by `nslab clean`. Each NIC's state
 afterwards must equal its state before. Run by `make test-kernel`."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from nslab import vm
+from nslab.hosts import vm
 
 pytestmark = [pytest.mark.vm, pytest.mark.root]
 
@@ -97,16 +97,17 @@ def test_rfc2544_trial_at_1518_bytes_crosses_the_wire(boxes):
     assert t["nic_tx"] >= sent  # every frame went out on the Realtek NIC
     # Box B's Intel NIC delivered at least what its sink counted, in order.
     assert b["rx_after"] - b["rx_before"] >= got and b["sink"]["reordered"] == 0, (b, got)
-    # The wire between two TCG guests is QEMU's socket: when box B's vCPU
-    # falls behind, QEMU drops frames before B's NIC sees it. Measured in CI
-    # runs on the 2-core development VM: 2 of 12,192 frames once, 68 of 12,174
-    # (0.56 %) once and 142 of 12,192 (1.16 %) once, each with no drop inside
-    # box B (its socket-buffer drops: 0, no reordering), none in other runs.
-    # Real hardware would not; the bound is 2 %, what two emulated CPUs sharing
-    # two host cores with a whole CI run have shown plus a margin.
-    assert sent - got <= max(2, 0.02 * sent), (got, sent, "socket buffer drops on B:",
-                                                b["udp_rcvbuf_errors_after"]
-                                                - b["udp_rcvbuf_errors_before"])
+    # The wire is a QEMU stream socket: when box B's vCPU falls behind, QEMU
+    # stops reading it and the sender is held back, so no frame is lost between
+    # the two QEMUs (over the UDP socket used before, 0.02-1.16 % were, in the
+    # host's UDP receive buffer: its RcvbufErrors rose 3,251 in one run). What
+    # QEMU's e1000 still drops when B's receive ring is full it counts (MPC,
+    # rx_missed_errors), as B's kernel counts its own drops: every frame lost
+    # must be one of those, counted during the trial.
+    w = b["trial_window"]
+    print("rfc2544 across the wire: sent", sent, "received", got, "; box B during the trial:", w)
+    assert w["found"] and w["udp_in"] >= got, w
+    assert sent - got <= sum(w["drops"].values()), (got, sent, w)
     # One-way latency across two boxes needs their clocks synchronised (PTP):
     # the guests' clocks differ, so it is not asserted here.
 

@@ -1,5 +1,5 @@
 """How tests/data/proc/<kernel>/{a,b} were made: two copies, 0.5 s apart, of
-the /proc files nslab.interference reads, for this process, a CPU hog pinned
+the /proc files nslab.traffic.interference reads, for this process, a CPU hog pinned
 to CPU1 (busy half of every 20 ms), an idle sleeper allowed on every CPU, and
 the softirq threads; plus /proc/schedstat where the kernel has it.
 

@@ -10,10 +10,10 @@ from typing import Any, ClassVar, Dict, List, Tuple
 from pydantic import Field
 from typing_extensions import Annotated
 
-from nslab.records import Record, RecordSchema, Strict
-from nslab.reporting import Claim, StudyReport, render, write_markdown_and_html
-from nslab.stats import mean
-from nslab.study import Study, StudyConfig, expand
+from nslab.store.records import Record, RecordSchema, Strict
+from nslab.store.reporting import Claim, StudyReport, render, write_markdown_and_html
+from nslab.store.stats import mean
+from nslab.run.study import Study, StudyConfig, expand
 
 
 class TinyConfig(StudyConfig):

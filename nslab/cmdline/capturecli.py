@@ -1,0 +1,237 @@
+"""``nslab capture TARGET [RUN] [FILTER...]``: pcapng of a running lab's link,
+interface or node, to a file or to stdout (``| wireshark -k -i -``).
+
+See :mod:`nslab.traffic.capture` for targets and the tool, ``docs/capture.md`` for use.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import IO, TYPE_CHECKING, Callable, Optional, Tuple, TypeVar
+
+import click
+
+from ..traffic.capture import HOP_ENV
+from ..errors import InputError, LabError
+
+if TYPE_CHECKING:
+    from ..traffic.capture import Target
+    from ..traffic.captureremote import RemoteHost
+    from ..traffic.capturerun import CaptureProcess
+
+C = TypeVar("C", bound="CaptureProcess")
+
+EXAMPLES = """\b
+  nslab capture h1:h1-eth0 -w h1.pcapng              until Ctrl-C or the lab ends
+  nslab capture s1:s1-eth2 -w - | wireshark -k -i -  live in Wireshark
+  nslab capture h1-s1 -w x.pcapng -c 100 icmp        a link, at h1's end; a filter
+  nslab capture r1 -w r1.pcapng --duration 10        every interface of r1, one file
+  nslab capture h2:h2-eth0 -w /root/caps/h2.pcapng -C 10 -W 5   a ring of 5 x 10 MB"""
+
+
+def split_rest(rest: Tuple[str, ...], filt: Optional[str]) -> Tuple[Optional[str], Optional[str]]:
+    """``(run, filter)`` from the words after TARGET: a first word that is a
+    run id (``nl3f2a``) is the RUN; the rest, joined by spaces, is the filter
+    (or ``-f``, not both)."""
+    from ..model.naming import RUN_RE
+    words = list(rest)
+    run = words.pop(0) if words and RUN_RE.fullmatch(words[0]) else None
+    if words and filt is not None:
+        raise InputError("give the capture filter once: with -f or after the target, not both")
+    text = " ".join(words) if words else filt
+    if text is not None:
+        from ..traffic.capture import check_filter
+        check_filter(text)
+    return run, text
+
+
+@click.command("capture", epilog=EXAMPLES)
+@click.argument("target")
+@click.argument("rest", nargs=-1, metavar="[RUN] [FILTER]...")
+@click.option("-w", "out", required=True, metavar="FILE",
+              help="The pcapng file (replaced if it exists; never written through a link), "
+                   "or - for stdout.")
+@click.option("-c", "count", type=click.IntRange(1, 10**12), default=None,
+              help="Stop after this many packets.")
+@click.option("--duration", type=click.FloatRange(0, 86400 * 366, min_open=True), default=None,
+              help="Stop after this many seconds.")
+@click.option("-f", "--filter", "filt", default=None, metavar="FILTER",
+              help="A capture (BPF) filter, e.g. 'icmp or arp'; or give it after TARGET.")
+@click.option("-s", "--snaplen", type=click.IntRange(64, 262144), default=None,
+              help="Bytes kept of each packet (default: all).")
+@click.option("-C", "ring_mb", type=click.IntRange(1, 10**6), default=None, metavar="MB",
+              help="A ring of files of MB (10^6 bytes) each, as tcpdump -C (needs -w FILE).")
+@click.option("-W", "ring_files", type=click.IntRange(1, 100000), default=None, metavar="N",
+              help="With -C: keep the last N files, as tcpdump -W.")
+def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[int],
+                duration: Optional[float], filt: Optional[str], snaplen: Optional[int],
+                ring_mb: Optional[int], ring_files: Optional[int]) -> None:
+    """Capture packets of a running lab into pcapng (Wireshark's dumpcap).
+
+    \b
+    TARGET is NODE:IFACE (one interface), A-B (the link between nodes A
+    and B, as `nslab topo draw` draws it, captured at A's end) or NODE (all
+    its links' interfaces, one file). RUN is a lab's run id (with no RUN and
+    one lab up, that one). Words after them are a capture filter. The
+    capture runs inside the node's namespace (an OVS port in the root
+    namespace), tagged with the lab's run: it stops on Ctrl-C, at -c or
+    --duration, when its reader goes, and when the lab ends. On the machine
+    that controls a lab across machines (--hosts), a node on another host is
+    captured there, over the lab's SSH connection, and streamed back.
+    """
+    from ..traffic import capture as cap
+    from ..traffic import capturerun as live
+    from ..runtime.caps import require_root
+    from ..model.naming import check_run_id
+    parsed = cap.parse_target(target)
+    run, text = split_rest(rest, filt)
+    # every option is checked before anything else (and without root)
+    cap.dumpcap_argv(["check"], out, count=count, duration=duration, filt=text, snaplen=snaplen,
+                     ring_mb=ring_mb, ring_files=ring_files)
+    if out == "-" and sys.stdout.isatty():
+        raise InputError("-w -: stdout is a terminal; pipe it (| wireshark -k -i -) or give "
+                         "-w FILE")
+    if ring_mb is not None:
+        why = cap.ring_dir_problem(out)
+        if why is not None:
+            raise InputError(f"-w {out} with -C: dumpcap names and opens the ring's files "
+                             f"itself, so their directory must be root's alone: {why} (e.g. "
+                             "mkdir -m 700 /root/captures)")
+    require_root("nslab capture")
+    run = find_lab(check_run_id(run) if run else None)
+    lab = live.lab_map(run, [parsed.node])
+    if parsed.node not in lab.netns and not os.environ.get(HOP_ENV):
+        # not here: on another host of a lab controlled from here? (once: a
+        # capture sent here from the controller is not sent on)
+        host = remote_host(run, parsed.node)
+        if host is not None:
+            return capture_remote(host, parsed, run, out, count=count, duration=duration,
+                                  text=text, snaplen=snaplen, ring_mb=ring_mb)
+    cap.require_tool()
+    where = cap.resolve(parsed, lab)
+    argv = cap.dumpcap_argv(where.devs, "-" if ring_mb is None else os.path.abspath(out),
+                            count=count, duration=duration, filt=text, snaplen=snaplen,
+                            ring_mb=ring_mb, ring_files=ring_files)
+    c, ended = run_capture(lambda fh: live.Capture(where, argv, run, stdout=fh),
+                           lambda one: live.wait_started([one]), run, out,
+                           to_file=ring_mb is None, says=f"of lab {run}", text=text)
+    if ended == "ended" and c.proc.popen.returncode not in (0, -2, -13) and c.message():
+        if out == "-" and "Broken pipe" in c.message():
+            ended = "stopped: its reader closed the pipe"
+        else:
+            raise c.failure()  # e.g. the interface went away
+    say_captured(c, ended)
+
+
+def run_capture(make: Callable[[Optional[IO]], C], start: Callable[[C], None], run: str,
+                out: str, *, to_file: bool, says: str, text: Optional[str],
+                alive: Optional[Callable[[], bool]] = None) -> Tuple[C, str]:
+    """What a capture here and one on another host share: ``out`` opened
+    (unless it is ``-`` or not ``to_file``) for ``make`` to start the capture
+    writing into, ``start`` waiting until it captures (the empty file of one
+    that never began removed), one line saying so, then
+    :func:`~nslab.traffic.capturerun.follow` until it ends, the lab goes
+    (``alive``), its reader goes or Ctrl-C. Returns the capture and why it
+    ended (``ended``, ``stopped: ...``)."""
+    from ..traffic.capturerun import follow
+    from .cliutil import install_signals
+    install_signals()
+    fh = None
+    if out != "-" and to_file:
+        from ..safeio import open_new
+        try:
+            fh = open_new(out, "wb", replace=True)
+        except OSError as exc:
+            raise InputError(f"-w {out}: {exc.strerror or exc}") from None
+    try:
+        c = make(fh)
+    finally:
+        if fh is not None:
+            fh.close()  # dumpcap (or ssh) writes through its own descriptor
+    ended = "stopped"
+    try:
+        try:
+            start(c)
+        except LabError:
+            if fh is not None and os.path.isfile(out) and os.path.getsize(out) == 0:
+                os.unlink(out)  # the empty file made for a capture that never began
+            raise
+        click.echo(f"capturing {c.label} {says}"
+                   + (f" (filter {text!r})" if text else "") + " into "
+                   + ("stdout" if out == "-" else out) + "; Ctrl-C to stop", err=True)
+        how = follow(c, run, alive=alive, reader_gone=stdout_closed if out == "-" else None)
+        ended = {"done": "ended", "lab gone": f"stopped: lab {run} is gone",
+                 "reader gone": "stopped: its reader closed the pipe"}[how]
+    except KeyboardInterrupt:
+        c.stop()
+    return c, ended
+
+
+def say_captured(c: CaptureProcess, ended: str) -> None:
+    """The last line of a capture: how many packets, of what, and why it ended."""
+    n = c.packets
+    click.echo(f"{n if n is not None else '?'} packet{'' if n == 1 else 's'} captured on "
+               f"{c.label} ({ended})", err=True)
+
+
+def stdout_closed() -> bool:
+    """Has the reader of this process's stdout (a pipe) gone?"""
+    from ..traffic.capturerun import pipe_closed
+    return pipe_closed(sys.stdout.fileno())
+
+
+def find_lab(run: Optional[str]) -> str:
+    """The lab to capture, as ``nslab watch`` finds it (``run`` if live, else
+    the only one), counting the labs across machines controlled from here."""
+    from ..runtime.clean import live_controllers, live_journals, read_controller, read_journal, run_is_live
+    if run:
+        if run_is_live(read_journal(run)) or run_is_live(read_controller(run)):
+            return run
+        raise InputError(f"no live lab {run!r} on this host (nslab clean --dry-run lists what "
+                         "is left)")
+    live = sorted({str(j.get("run")) for j in live_journals()} | set(live_controllers()))
+    if len(live) == 1:
+        return live[0]
+    if not live:
+        raise InputError("no lab is running on this host: start one (nslab topo up pair); a "
+                         "lab across machines is captured from the machine that controls it "
+                         "(its `nslab topo up --hosts`) or on the host that has the node (ssh "
+                         "HOST nslab capture TARGET -w - > file.pcapng)")
+    raise InputError(f"{len(live)} labs are running ({', '.join(live)}): name the one to "
+                     "capture (nslab capture TARGET RUN ...)")
+
+
+def remote_host(run: str, node: str) -> Optional[RemoteHost]:
+    """Where ``node`` is, if lab ``run`` is controlled from here (a live
+    controller's record lists its hosts); else None."""
+    from ..runtime.clean import read_controller, run_is_live
+    record = read_controller(run)
+    if not run_is_live(record):
+        return None
+    from ..traffic.captureremote import host_of
+    return host_of(record, run, node)
+
+
+def capture_remote(host: RemoteHost, parsed: Target, run: str, out: str, *,
+                   count: Optional[int], duration: Optional[float], text: Optional[str], snaplen: Optional[int],
+                   ring_mb: Optional[int]) -> None:
+    """``nslab capture`` of a node on another host (``host``, a
+    :class:`~nslab.traffic.captureremote.RemoteHost`): the same command run there
+    through the lab's SSH connection, its pcapng streamed into ``out``."""
+    from ..traffic import captureremote as rcap
+    from ..runtime.clean import read_controller, run_is_live
+    if ring_mb is not None:
+        raise InputError(f"-C: {parsed.node} is on {host.dest}, and dumpcap writes a ring's "
+                         "files itself, on the host that captures; use -w FILE or -w - here, "
+                         f"or run the ring there (ssh {host.dest} nslab capture ... -C)")
+    remote = rcap.remote_argv(host, parsed, count=count, duration=duration, filt=text,
+                              snaplen=snaplen)
+    c, ended = run_capture(lambda fh: rcap.RemoteCapture(host, parsed, remote, stdout=fh),
+                           rcap.RemoteCapture.wait_ready, run, out, to_file=True,
+                           says=f"(lab {run}, over SSH)", text=text,
+                           alive=lambda: run_is_live(read_controller(run)))
+    if ended == "ended":
+        if c.proc.popen.returncode != 0 and c.message():
+            raise c.failure()  # e.g. the interface went away there
+        ended = c.ended or ended
+    say_captured(c, ended)

@@ -1,0 +1,252 @@
+"""``nslab reproduce``: every registered study in one directory, then one report
+(Markdown and HTML, same content) that puts our tables beside the published
+ones and states, per claim of the sources, what we found and how sure we are.
+
+Reports read result files only: ``nslab report DIR`` redraws them without root.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import secrets
+import time
+import urllib.parse
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+
+import click
+from pydantic import BaseModel, ConfigDict, Field
+
+from .cliutil import limit_option
+from ..errors import InputError
+from ..store.reporting import MarkdownText
+from ..store.results import ResultStore
+from ..safeio import make_fresh_dir, tree_is_safe, write_atomic
+from ..run.study import PRESETS, report_of, results_dir_of, run_study
+
+log = logging.getLogger(__name__)
+TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
+
+
+def ordered_studies() -> Dict[str, Any]:
+    """Registered studies in their reading order."""
+    from ..run.registry import studies
+    found = studies()
+    return dict(sorted(found.items(), key=lambda kv: (getattr(kv[1], "order", 100), kv[0])))
+
+
+def reproduce(mode: str, results: str, resume: Optional[str] = None,
+              studies: Optional[Sequence[str]] = None,
+              echo: Callable[[str], None] = print) -> str:
+    """Run the studies at preset ``mode`` (skipping points already measured on
+    resume) and write the report. Returns the HTML report's path.
+
+    A new reproduction directory is made fresh (exclusive ``mkdir``); one to
+    resume must be nslab's own (:func:`~nslab.safeio.tree_is_safe`)."""
+    registered = ordered_studies()
+    names = list(studies) if studies else list(registered)
+    for s in names:
+        if s not in registered:
+            raise InputError(f"unknown study {s!r} (registered: {', '.join(registered)})")
+    if resume and not os.path.isdir(resume):
+        raise InputError(f"{resume}: no such reproduction directory")
+    if resume:
+        why = tree_is_safe(resume)
+        if why is not None:
+            raise InputError(f"--resume {resume}: not a reproduction directory of nslab's own "
+                             f"({why}); start a new one instead")
+    root = resume or _fresh_root(results)
+    write_atomic(os.path.join(root, "mode"), mode + "\n")
+    for i, name in enumerate(names, 1):
+        study = registered[name]()
+        prev = results_dir_of(root, name)
+        echo(f"== [{i}/{len(names)}] {name}" + (f" (resuming {prev})" if prev else ""))
+        t0 = time.monotonic()
+        cfg = None if prev else study.Config.preset(mode)
+        run_study(study, cfg, root, resume=prev)
+        echo(f"== {name} done in {time.monotonic() - t0:.0f} s")
+    return write_report(root)["html"]
+
+
+def _fresh_root(results: str, tries: int = 16) -> str:
+    """A new ``<results>/reproduce/<time>`` directory, made fresh (a suffix is
+    added when that name exists: never an earlier reproduction's)."""
+    stem = os.path.join(results, "reproduce", time.strftime("%Y%m%d-%H%M%S"))
+    for i in range(tries):
+        path = stem if i == 0 else f"{stem}-{secrets.token_hex(2)}"
+        try:
+            make_fresh_dir(path)
+        except FileExistsError:
+            continue
+        return path
+    raise InputError(f"{stem}: exists already, and {tries - 1} other names too")
+
+
+def _demote(md: str, base: str) -> str:
+    """Nest a study's own report under our headings (# -> ####) and point its
+    images at its run directory."""
+    md = "\n".join(("###" + line) if line.startswith("#") else line for line in md.splitlines())
+    base = urllib.parse.quote(base)  # a folder's name is not Markdown
+    return MarkdownText(re.sub(r"!\[([^\]]*)\]\(([^)/]+)\)",
+                               lambda m: f"![{m.group(1)}]({base}/{m.group(2)})", md))
+
+
+def _saved_mode(root: str) -> Optional[str]:
+    """The preset a reproduction directory was started with (its ``mode`` file)."""
+    try:
+        with open(os.path.join(root, "mode")) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+class _HostNoise(BaseModel):
+    """The host noise figure a study's provenance holds (:mod:`nslab.traffic.noise`)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    p50_us: float = Field(ge=0)
+    p99_us: float = Field(ge=0)
+
+
+class _Interference(BaseModel):
+    """A run's summary of trials disturbed by other tasks on the bed's CPUs
+    (:mod:`nslab.traffic.interference`): re-run, excluded, the worst share seen."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+    reruns: int = Field(0, ge=0)
+    excluded: int = Field(0, ge=0)
+    worst_other_pct: Optional[float] = Field(None, ge=0)
+
+
+def _checked(model: Any, value: Any, where: str) -> Any:
+    from pydantic import ValidationError
+
+    from ..model.topo import explain
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise InputError(f"{where}: {explain(exc)}") from None
+
+
+def host_noise(prov: Dict[str, Any], where: str) -> Optional[_HostNoise]:
+    """The host noise figure measured at the run's start, if its provenance
+    has one (``where`` names the file in an error)."""
+    found = prov.get("host_noise")
+    return None if found is None else _checked(_HostNoise, found, f"{where}: host_noise")
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _dicts(obj: Any, depth: int = 0) -> Iterator[Dict[str, Any]]:
+    """Every dict inside a stored record (its trials, probes...)."""
+    if depth > 32:
+        return
+    if isinstance(obj, dict):
+        yield obj
+        obj = list(obj.values())
+    if isinstance(obj, list):
+        for x in obj:
+            yield from _dicts(x, depth + 1)
+
+
+def interference_of_records(run_dir: str) -> Optional[_Interference]:
+    """Trials or points re-run or excluded for host interference, from the
+    run's records: a trial's ``interference_reruns``, an ``invalid`` reason
+    that starts "host interference" and the worst ``interference.*.other_pct``
+    (RFC 2544 trials); a record's ``host`` (every study's points: ``reruns``,
+    ``disturbed``, ``worst_pct``). None when nothing was accounted (the run
+    predates it)."""
+    accounted, reruns, excluded, worst = False, 0, 0, None
+
+    def seen(pct: Any) -> None:
+        nonlocal worst
+        if _number(pct):
+            worst = pct if worst is None else max(worst, pct)
+    for rec in ResultStore.open(run_dir).records():
+        host = rec.get("host")
+        if isinstance(host, dict):
+            accounted = True
+            if _number(host.get("reruns")):
+                reruns += int(host["reruns"])
+            excluded += host.get("disturbed") is True
+            seen(host.get("worst_pct"))
+        for d in _dicts(rec.get("measurements")):
+            if d.get("interference_reruns") is not None or d.get("interference") is not None:
+                accounted = True
+            if _number(d.get("interference_reruns")):
+                reruns += int(d["interference_reruns"])
+            invalid = d.get("invalid")
+            if isinstance(invalid, list) and any(str(w).startswith("host interference")
+                                                 for w in invalid):
+                excluded += 1
+            cpus = d.get("interference")
+            for cpu in (cpus.values() if isinstance(cpus, dict) else ()):
+                seen(cpu.get("other_pct") if isinstance(cpu, dict) else None)
+    if not accounted:
+        return None
+    return _Interference(reruns=reruns, excluded=excluded, worst_other_pct=worst)
+
+
+def write_report(root: str) -> Dict[str, str]:
+    """Redraw every study's report and write report.md + report.html in ``root``:
+    first how the run went and one table of every claim of every study, then
+    each study's own report (its figures and tables; its claims are in the
+    first table)."""
+    from ..store.reporting import render, write_markdown_and_html
+    from ..store.stats import VERDICTS
+    mode = _saved_mode(root) or "?"
+    sections: List[Dict[str, Any]] = []
+    for name, cls in ordered_studies().items():
+        run_dir = results_dir_of(root, name)
+        section: Dict[str, Any] = {"name": name, "title": cls.title, "source": cls.source,
+                                   "run_dir": None, "claims": []}
+        if run_dir:
+            rep = report_of(cls(), run_dir)
+            rel = os.path.relpath(run_dir, root)
+            prov = ResultStore.open(run_dir).provenance()
+            where = os.path.join(run_dir, "provenance.json")
+            section.update(run_dir=rel, prov=prov, claims=rep.claims,
+                           figures=[os.path.relpath(f, root) for f in rep.figures],
+                           body=_demote(rep.markdown, rel), noise=host_noise(prov, where),
+                           interference=interference_of_records(run_dir))
+        sections.append(section)
+    claims = [c for s in sections for c in s["claims"]]
+    counts = {v: sum(1 for c in claims if c.verdict == v) for v in VERDICTS}
+    md = render(TEMPLATES, "reproduce.md.j2", mode=mode, sections=sections, counts=counts,
+                total=len(claims), decided=counts["agrees"] + counts["disagrees"],
+                provs=[s["prov"] for s in sections if s["run_dir"]])
+    return write_markdown_and_html(root, "report", md, "nslab reproduction")
+
+
+@click.command("reproduce")
+@click.option("--quick", "mode", flag_value="quick", default=True, help="A few minutes (default).")
+@click.option("--default", "mode", flag_value="default", help="Each study's default preset.")
+@click.option("--full", "mode", flag_value="full",
+              help="The sources' own parameters where feasible (~40 min on 2 CPUs).")
+@click.option("--only", default=None, help="Studies to run, comma-separated (default: all registered).")
+@click.option("--resume", default=None, help="Continue an interrupted reproduction directory.")
+@limit_option
+@click.pass_context
+def reproduce_cmd(ctx: click.Context, mode: str, only: Optional[str], resume: Optional[str]) -> None:
+    """Reproduce every registered study and write one report (HTML + Markdown)."""
+    from .cliutil import install_signals, setup_logging
+    studies = [s.strip() for s in only.split(",") if s.strip()] if only else None
+    if resume:
+        mode = _saved_mode(resume) or mode
+    if mode not in PRESETS:
+        raise InputError(f"unknown mode {mode!r}")
+    setup_logging(ctx.obj, f"reproduce-{time.strftime('%Y%m%d-%H%M%S')}")
+    install_signals()
+    try:
+        path = reproduce(mode, ctx.obj.results, resume=resume, studies=studies,
+                         echo=lambda m: click.echo(m, err=True))
+    except KeyboardInterrupt:
+        if resume or os.path.isdir(os.path.join(ctx.obj.results, "reproduce")):
+            click.echo("nslab: interrupted; measured points are kept; continue with "
+                       "`nslab reproduce --resume <dir>` (the newest results/reproduce/*)", err=True)
+        raise
+    click.echo(f"report: {path}")
+    click.echo(f"        {path[:-5]}.md")

@@ -1,0 +1,379 @@
+"""Stock kernels in QEMU guests: the features and NIC drivers users' machines have.
+
+A guest boots a Debian kernel package unpacked into a cache (never installed
+into what the host boots) with virtme-ng: the host's root filesystem is shared
+read-only, ``/etc`` and ``/var`` get writable overlays (OVS keeps its database
+there), and chosen directories are shared read-write to return results.
+Emulated NICs (``rtl8139``, driver 8139cp; ``e1000``) can join two guests
+over a QEMU stream socket (a Unix socket in the abstract namespace: no file,
+nothing left behind), so a physical-NIC flow runs across two boxes with real
+drivers. A stream, not a UDP socket: when a TCG guest falls behind, QEMU stops
+reading its socket, and a UDP socket's buffer then overflows in the host
+kernel (counted in the host's ``Udp RcvbufErrors``), dropping frames no real
+wire would; a stream holds the sender back instead.
+
+KVM is used where it can run a guest (``/dev/kvm`` usable and the CPU offers
+vmx/svm), else TCG. Every guest has a hard timeout; its serial console (kernel
+messages and the command's stderr) is saved, and QEMU is killed, with its whole
+process group, when the guest is done, times out, or the caller is interrupted.
+
+Used by ``make test-kernel`` and ``nslab vm run``.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import IO, Dict, List, Optional
+
+from ..errors import CapabilityError, InputError, LabError
+from ..safeio import make_dirs, open_new
+
+log = logging.getLogger(__name__)
+
+#: Where ``scripts/setup-kernel.sh`` unpacks kernel packages (git-ignored). Not
+#: under /var/cache or /tmp: the guest mounts its own tmpfs there.
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_CACHE = os.path.join(_CHECKOUT, ".cache", "kernel")
+NIC_MODELS = {"rtl8139": "8139cp", "e1000": "e1000", "virtio-net-pci": "virtio_net"}
+MAC_RE = re.compile(r"52:54:00(:[0-9a-f]{2}){3}")
+WIRE_RE = re.compile(r"[A-Za-z0-9-]{1,100}")
+
+
+def cache_dir() -> str:
+    return os.environ.get("NSLAB_KERNEL_CACHE", DEFAULT_CACHE)
+
+
+def find_kernel(cache: Optional[str] = None, name: Optional[str] = None) -> str:
+    """The kernel to boot.
+
+    Args:
+        cache: where ``scripts/setup-kernel.sh`` unpacked kernels (default
+            :func:`cache_dir`).
+        name: one of them by its link in the cache, e.g. ``bookworm`` or
+            ``trixie`` (``KERNEL_DIST`` of setup-kernel.sh), or by its folder
+            (``linux-image-6.12.118+deb13-amd64``). Without it:
+            ``$NSLAB_KERNEL`` (a vmlinuz), else this machine's release's
+            kernel (``current``), else the newest unpacked.
+    """
+    cache = cache or cache_dir()
+    if name:
+        if "/" in name or name in (".", ".."):
+            raise InputError(f"kernel {name!r}: name a kernel in {cache} (e.g. bookworm, trixie)")
+        found = sorted(glob.glob(os.path.join(cache, name, "boot", "vmlinuz-*")))
+        if not found:
+            raise CapabilityError(f"no kernel {name!r} unpacked in {cache}: run `make test-kernel` "
+                                  f"or KERNEL_DIST={name} scripts/setup-kernel.sh")
+        return found[-1]
+    explicit = os.environ.get("NSLAB_KERNEL")
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise CapabilityError(f"NSLAB_KERNEL={explicit}: no such file")
+        return explicit
+    found = sorted(glob.glob(os.path.join(cache, "current", "boot", "vmlinuz-*")))
+    found = found or sorted(glob.glob(os.path.join(cache, "*", "boot", "vmlinuz-*")))
+    if not found:
+        raise CapabilityError(f"no stock kernel unpacked in {cache}: run `make test-kernel` "
+                              "or scripts/setup-kernel.sh (it never installs a kernel into what "
+                              "this machine boots)")
+    return found[-1]
+
+
+def kernel_release(vmlinuz: str) -> str:
+    """``6.1.0-56-amd64`` from ``.../boot/vmlinuz-6.1.0-56-amd64``."""
+    return os.path.basename(vmlinuz).split("vmlinuz-", 1)[1]
+
+
+def vng_path() -> str:
+    """virtme-ng's ``vng``, next to this Python or on PATH."""
+    cand = os.path.join(os.path.dirname(sys.executable), "vng")
+    found = cand if os.path.exists(cand) else shutil.which("vng")
+    if not found:
+        raise CapabilityError("virtme-ng is not installed: run `make test-kernel` (pip install "
+                              "virtme-ng into the venv)")
+    return found
+
+
+def kvm_usable() -> bool:
+    """True when KVM can run a guest: the device is usable and the CPU offers
+    hardware virtualisation (``/dev/kvm`` alone is not enough: measured here, it
+    exists without vmx/svm and a guest hangs after decompression)."""
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return bool(re.search(r"^flags\s*:.*\b(vmx|svm)\b", flags, re.M))
+
+
+#: How long a guest whose NIC connects waits for its peer's QEMU to listen.
+PEER_WAIT_S = 60.0
+
+
+def listening_abstract(name: str) -> bool:
+    """True when a Unix socket named ``@name`` (abstract namespace) listens on this host."""
+    try:
+        with open("/proc/net/unix") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return False
+    # Num RefCount Protocol Flags Type St Inode Path; St 01 = listening (SS_UNCONNECTED)
+    # with the __SO_ACCEPTCON flag (0x10000) set
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 8 and parts[7] == "@" + name and int(parts[3], 16) & 0x10000:
+            return True
+    return False
+
+
+@dataclass
+class Nic:
+    """An emulated NIC joined to a peer guest's over a Unix stream socket.
+
+    Attributes:
+        model: QEMU device (``rtl8139`` -> the Realtek 8139cp driver, ``e1000``).
+        mac: its own MAC (two guests must differ: QEMU's default is shared).
+        wire: the abstract socket's name both ends use.
+        listen: this end's QEMU listens (start its guest first); the other connects.
+    """
+
+    model: str
+    mac: str
+    wire: str
+    listen: bool
+
+    def __post_init__(self) -> None:
+        if self.model not in NIC_MODELS:
+            raise InputError(f"unknown NIC model {self.model!r} (use {', '.join(NIC_MODELS)})")
+        if not MAC_RE.fullmatch(self.mac):
+            raise InputError(f"NIC MAC {self.mac!r}: use 52:54:00:xx:xx:xx")
+        if not WIRE_RE.fullmatch(self.wire):
+            raise InputError(f"NIC wire {self.wire!r}: use letters, digits and '-' only")
+
+    @property
+    def driver(self) -> str:
+        return NIC_MODELS[self.model]
+
+    def qemu_args(self, index: int) -> List[str]:
+        nid = f"nslabnic{index}"
+        server = "on" if self.listen else "off"
+        return ["-netdev", f"stream,id={nid},server={server},addr.type=unix,"
+                           f"addr.path={self.wire},addr.abstract=on",
+                "-device", f"{self.model},netdev={nid},mac={self.mac}"]
+
+
+def nic_pair(model_a: str, model_b: str, tag: int = 1) -> "tuple[Nic, Nic]":
+    """Two NICs wired to each other (one for each guest); the second listens, so
+    start its guest first (:func:`start` waits for it before starting the first)."""
+    wire = f"nslab-wire-{os.getpid()}-{tag}-{os.urandom(4).hex()}"
+    return (Nic(model_a, f"52:54:00:ab:{tag:02x}:01", wire, listen=False),
+            Nic(model_b, f"52:54:00:ab:{tag:02x}:02", wire, listen=True))
+
+
+@dataclass
+class Guest:
+    """One QEMU guest running one shell command.
+
+    Attributes:
+        name: a label (file names, logs).
+        command: the shell command run in the guest (as root, cwd ``cwd``).
+        out_dir: where its console log goes; shared read-write with the guest.
+        rwdirs: more host directories the guest may write.
+        nics: emulated NICs.
+        cpus, memory: guest size.
+        timeout: seconds before the guest is killed.
+        kernel: a vmlinuz (default: the newest in the cache).
+        env: environment variables exported before ``command``.
+        root: a folder the guest boots on as its root filesystem (virtme-ng
+            ``--root``, read-only, e.g. the Debian 13 root of
+            ``scripts/setup-debian13.sh``; the kernel's modules must be in its
+            ``/usr/lib/modules``); default: this machine's root, read-only.
+        binds: ``(guest path, host path)`` pairs shared read-write, mounted in
+            this order before ``out_dir`` and ``rwdirs`` (with ``root``, this
+            machine's folders are only seen through these).
+    """
+
+    name: str
+    command: str
+    out_dir: str
+    rwdirs: List[str] = field(default_factory=list)
+    nics: List[Nic] = field(default_factory=list)
+    cpus: int = 2
+    memory: str = "2G"
+    timeout: float = 900.0
+    kernel: Optional[str] = None
+    cwd: str = field(default_factory=os.getcwd)
+    env: Dict[str, str] = field(default_factory=dict)
+    kvm: Optional[bool] = None
+    root: Optional[str] = None
+    binds: List["tuple[str, str]"] = field(default_factory=list)
+
+    def argv(self) -> List[str]:
+        kernel = self.kernel or find_kernel()
+        use_kvm = kvm_usable() if self.kvm is None else self.kvm
+        exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(self.env.items()))
+        script = f"{exports}cd {shlex.quote(self.cwd)} && {self.command}"
+        argv = [vng_path(), "--run", kernel, "--verbose", "--cpus", str(self.cpus),
+                "--memory", self.memory]
+        if self.root:
+            argv += ["--root", self.root]
+        for guest_path, host_path in self.binds:
+            argv.append(f"--rwdir={guest_path}={host_path}")
+        for d in [self.out_dir, *self.rwdirs]:
+            # virtme-ng reads a bare path as one inside --root: name both ends
+            argv.append(f"--rwdir={d}={d}" if self.root else f"--rwdir={d}")
+        if not use_kvm:
+            argv.append("--disable-kvm")
+        qemu: List[str] = []
+        for i, nic in enumerate(self.nics):
+            qemu += nic.qemu_args(i)
+        if qemu:
+            argv.append("--qemu-opts=" + " ".join(qemu))  # "=": the value starts with "-"
+        return argv + ["--exec", script]
+
+
+@dataclass
+class GuestResult:
+    name: str
+    returncode: Optional[int]
+    stdout: str
+    console: str
+    seconds: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+
+class RunningGuest:
+    """A guest started in the background (see :func:`start`)."""
+
+    def __init__(self, guest: Guest, stdin: bool = False) -> None:
+        self.guest = guest
+        make_dirs(guest.out_dir)  # results/vm/...: a link there is refused, never followed
+        self.console_path = os.path.join(guest.out_dir, f"{guest.name}.console.log")
+        self.stdout_path = os.path.join(guest.out_dir, f"{guest.name}.stdout.log")
+        self._out: IO[str] = open_new(self.stdout_path, replace=True)
+        self._err: IO[str] = open_new(self.console_path, replace=True)
+        argv = guest.argv()
+        for nic in guest.nics:
+            if not nic.listen:
+                _wait_for_peer(guest.name, nic.wire)
+        log.info("guest %s: %s", guest.name, " ".join(shlex.quote(a) for a in argv))
+        env = dict(os.environ)
+        env["PATH"] = os.path.dirname(vng_path()) + os.pathsep + env.get("PATH", "")
+        env.pop("NSLAB_RUN", None)  # QEMU is no lab process
+        self.t0 = time.monotonic()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                                     stdout=self._out, stderr=self._err, text=True, env=env,
+                                     start_new_session=True, cwd=guest.out_dir)
+
+    def send(self, line: str) -> None:
+        """Write a line to the guest command's stdin (started with ``stdin=True``)."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def wait(self, timeout: Optional[float] = None) -> GuestResult:
+        """Wait for the guest (at most its own timeout); kill it if it overruns."""
+        left = self.guest.timeout - (time.monotonic() - self.t0)
+        timeout = left if timeout is None else min(timeout, left)
+        timed_out = False
+        try:
+            rc: Optional[int] = self.proc.wait(timeout=max(0.0, timeout))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self.kill()
+            rc = None
+        finally:
+            self.close()
+        return GuestResult(self.guest.name, rc, _read(self.stdout_path), _read(self.console_path),
+                           time.monotonic() - self.t0, timed_out)
+
+    def kill(self) -> None:
+        """Kill vng and QEMU (the whole process group)."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.proc.wait(timeout=5)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+        for f in (self._out, self._err, self.proc.stdin):
+            if f is not None and not f.closed:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "RunningGuest":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _wait_for_peer(name: str, wire: str) -> None:
+    """Wait until the peer's QEMU listens on ``wire``: QEMU 7.2 connects a stream
+    netdev once, at start, and does not retry."""
+    deadline = time.monotonic() + PEER_WAIT_S
+    while not listening_abstract(wire):
+        if time.monotonic() > deadline:
+            raise LabError(f"guest {name}: its NIC's peer is not listening on @{wire} after "
+                           f"{PEER_WAIT_S:.0f} s (start the listening guest first; its "
+                           "console log says why it did not)")
+        time.sleep(0.1)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def start(guest: Guest, stdin: bool = False) -> RunningGuest:
+    """Start ``guest`` in the background."""
+    return RunningGuest(guest, stdin=stdin)
+
+
+def run(guest: Guest) -> GuestResult:
+    """Run ``guest`` to completion (or its timeout)."""
+    with start(guest) as g:
+        return g.wait()
+
+
+def require() -> None:
+    """Raise :class:`CapabilityError` unless guests can run here."""
+    for tool, pkg in (("qemu-system-x86_64", "qemu-system-x86"), ("busybox", "busybox-static")):
+        if not shutil.which(tool):
+            raise CapabilityError(f"{tool} is missing: run `make test-kernel` (apt {pkg})")
+    vng_path()
+    find_kernel()
+
+
+def describe(kernel: Optional[str] = None) -> Dict[str, object]:
+    """What a guest will be: kernel, accelerator (for reports and provenance).
+    ``kernel``: a vmlinuz (default :func:`find_kernel`'s)."""
+    kernel = kernel or find_kernel()
+    return {"kernel": kernel_release(kernel), "vmlinuz": kernel,
+            "accelerator": "kvm" if kvm_usable() else "tcg"}

@@ -1,0 +1,708 @@
+"""Topologies as data: nodes, links, shaping and addresses, validated without root.
+
+A :class:`Topology` is a pydantic model: every field is parsed into a typed
+value (:mod:`nslab.model.fields`) when it is set, and unknown keys are refused. It can
+be written directly with Mininet-style builder calls, converted from a Mininet
+``Topo`` (:meth:`Topology.from_mininet`) or loaded from YAML
+(:meth:`Topology.from_yaml`); ``nslab topo schema`` prints the JSON Schema of
+the YAML format. Nothing here touches the system.
+"""
+from __future__ import annotations
+
+import ipaddress
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from pydantic import (BaseModel, StringConstraints, ConfigDict, Field, PrivateAttr, StrictBool, StrictInt,
+                      ValidationError, ValidationInfo, field_validator, model_validator)
+from typing_extensions import Annotated, Literal
+
+from ..errors import InputError, TopologyError
+from .fields import (BgpOptions, Bytes, ControllerTarget, Delay, Dpid, IfName, Interface, Label,
+                     Mac, Mtu, NAME_RE, NodeName, Percent, QueueLimit, Rate, Route, SYSCTL_KEY_RE,
+                     StrictModel, SysctlKey, SysctlValue, check_name)
+from .limits import active, topology_size
+from .shaping import ETHERNET_OVERHEAD, Shaping
+from .topo_yaml import line_of, read_yaml
+
+__all__ = ["Topology", "Node", "Link", "LinkEnd", "check_name", "KINDS", "SWITCH_TYPES",
+           "explain", "raw_size"]
+
+KINDS = ("host", "switch", "router")
+SWITCH_TYPES = ("bridge", "ovs")
+#: The most ports a Linux bridge takes (the kernel's BR_MAX_PORTS is 1024, port 0 unused).
+BRIDGE_MAX_PORTS = 1023
+#: Options that only a switch takes.
+SWITCH_ONLY = ("type", "stp", "dpid", "controller", "uplink", "force")
+#: Options that only a host or router takes (a switch has no address of its own).
+HOST_ONLY = ("ip", "loopback", "routes", "bgp", "mac")
+
+
+#: The sysctls of a namespace with IPv6 disabled (set before its links exist).
+NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+
+
+class Node(StrictModel):
+    """A node of the topology (its name is its key in :attr:`Topology.nodes`).
+
+    A ``host`` is a namespace with addresses and routes, a ``router`` a host
+    that forwards, a ``switch`` a Linux bridge (in its own namespace) or an
+    OVS bridge.
+    """
+
+    kind: Literal["host", "switch", "router"] = "host"
+    ip: Optional[Interface] = Field(None, description="address of the node's first interface")
+    mac: Optional[Mac] = Field(None, description="MAC of the node's first interface")
+    loopback: Optional[Interface] = Field(None, description="an address on lo")
+    routes: List[Route] = Field(default_factory=list)
+    sysctls: Dict[SysctlKey, SysctlValue] = Field(
+        default_factory=dict, description="per-namespace net.* sysctls only")
+    type: Optional[Literal["bridge", "ovs"]] = Field(None, description="switches: bridge or ovs")
+    stp: StrictBool = False
+    dpid: Optional[Dpid] = None
+    controller: Optional[ControllerTarget] = None
+    uplink: Optional[IfName] = Field(None, description="OVS switches: a physical NIC to attach")
+    force: StrictBool = Field(False, description="allow an uplink that carries the default "
+                                                 "route or the SSH session")
+    bgp: Optional[BgpOptions] = None
+
+    @field_validator(*SWITCH_ONLY)
+    @classmethod
+    def _switch_only(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = info.data.get("kind", "host")
+        if kind != "switch":
+            raise ValueError(f"{info.field_name} applies to switches only, not to a {kind}")
+        return value
+
+    @field_validator(*HOST_ONLY)
+    @classmethod
+    def _host_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("kind") == "switch":
+            raise ValueError(f"a switch takes no {info.field_name} (it has no address of its own)")
+        return value
+
+    @property
+    def is_switch(self) -> bool:
+        return self.kind == "switch"
+
+    def options(self) -> Dict[str, Any]:
+        """The options given for this node (as they would be written in YAML)."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude={"kind"})
+
+
+class LinkEnd(StrictModel):
+    """One end of a link: interface name, address, MAC (all optional)."""
+
+    intf: Optional[IfName] = None
+    ip: Optional[Interface] = None
+    mac: Optional[Mac] = None
+
+
+class Link(StrictModel):
+    """A point-to-point link between two nodes (a veth pair when built).
+
+    Shaping options follow Mininet's ``TCLink``: ``bw`` (Mbit/s or with a
+    unit), ``delay``, ``jitter``, ``loss`` (%), ``max_queue_size`` (packets),
+    plus ``qdisc`` (htb/tbf), ``burst`` (bytes), ``overhead`` (bytes per
+    frame) and ``framing`` (count Ethernet's 24 bytes of preamble, gap and FCS).
+    Shaping applies to both directions.
+    """
+
+    a: NodeName
+    b: NodeName
+    params1: LinkEnd = Field(default_factory=LinkEnd)
+    params2: LinkEnd = Field(default_factory=LinkEnd)
+    bw: Optional[Rate] = None
+    delay: Optional[Delay] = None
+    jitter: Optional[Delay] = None
+    loss: Optional[Percent] = None
+    max_queue_size: Optional[QueueLimit] = None
+    qdisc: Optional[Literal["htb", "tbf"]] = None
+    burst: Optional[Bytes] = None
+    overhead: Optional[Annotated[StrictInt, Field(ge=0, le=255)]] = None
+    framing: StrictBool = False
+    mtu: Optional[Mtu] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: Any) -> Any:
+        if isinstance(data, (list, tuple)):
+            if len(data) != 2:
+                raise ValueError(f"the short form of a link is [node_a, node_b], got {len(data)} "
+                                 "items")
+            return {"a": data[0], "b": data[1]}
+        return data
+
+    @model_validator(mode="after")
+    def _shaping_ok(self) -> "Link":
+        if self.a == self.b:
+            raise ValueError(f"link {self.a}-{self.b}: a node cannot link to itself")
+        try:
+            self.shaping  # noqa: B018 - builds and checks the shaping spec
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def shaping(self) -> Optional[Shaping]:
+        """The shaping of each direction, or None for an unshaped link.
+
+        With framing overhead the default qdisc is tbf: measured on Linux 6.18,
+        tbf charges the rate-spec overhead per packet (TCP at 1 Gbit/s + 24 B:
+        936 Mbit/s, theory 941) while htb ignored it (953, as without overhead).
+        """
+        overhead = ETHERNET_OVERHEAD if self.framing else int(self.overhead or 0)
+        s = Shaping(rate=self.bw, qdisc=self.qdisc or ("tbf" if overhead else "htb"),
+                    burst=self.burst, overhead=overhead, delay_ms=self.delay or 0.0,
+                    jitter_ms=self.jitter or 0.0, loss_pct=self.loss or 0.0,
+                    limit=self.max_queue_size)
+        return None if s.empty else s
+
+    def end(self, node: str) -> LinkEnd:
+        return self.params1 if node == self.a else self.params2
+
+
+class Topology(BaseModel):
+    """A whole topology: data only.
+
+    Attributes:
+        name: a label.
+        nodes: nodes by name, in insertion order.
+        links: links in insertion order.
+        switch_type: default type of ``switch`` nodes (``bridge`` or ``ovs``;
+            the YAML key is ``switch``).
+        auto_ip: give hosts without an address ``ip_base`` + N in insertion
+            order, like Mininet.
+        ip_base: the network auto addresses come from.
+        placement: for a lab across machines, nodes pinned to a host (the YAML
+            key is ``hosts``: ``{node: ssh destination}``); the others are
+            placed automatically (see :mod:`nslab.model.multihost`).
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+
+    name: Label = "custom"
+    switch_type: Literal["bridge", "ovs"] = Field("bridge", alias="switch")
+    auto_ip: StrictBool = True
+    ipv6: StrictBool = Field(True, description="false: no IPv6 on host and switch links (no "
+                             "link-local addresses, so no DAD, MLD or router solicitations)")
+    ip_base: Annotated[ipaddress.IPv4Network, Field(description="IPv4 network/prefix")] = \
+        ipaddress.IPv4Network("10.0.0.0/8")
+    nodes: Dict[NodeName, Node] = Field(default_factory=dict)
+    links: List[Link] = Field(default_factory=list)
+    placement: Dict[NodeName, Annotated[str, StringConstraints(
+        pattern=r"^(?:[a-z_][a-z0-9_-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")]] = Field(
+        default_factory=dict, alias="hosts")
+    #: The file this topology came from and its parsed document, so that a
+    #: problem found later (e.g. against the running kernel) names the line.
+    _source: Optional[Tuple[str, Any]] = PrivateAttr(default=None)
+
+    @field_validator("ip_base", mode="before")
+    @classmethod
+    def _ip_base(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return ipaddress.IPv4Network(value, strict=True)
+            except ValueError as exc:
+                raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+        return value
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _nodes(cls, value: Any) -> Any:
+        if isinstance(value, dict):  # YAML writes an empty node as `h1:` (None)
+            return {k: ({} if v is None else v) for k, v in value.items()}
+        return value
+
+    @model_validator(mode="after")
+    def _whole(self) -> "Topology":
+        self._check()
+        return self
+
+    # -- building -----------------------------------------------------------------
+    def add_node(self, name: str, kind: str = "host", **params: Any) -> str:
+        """Add a node; ``params`` are its options (see :class:`Node`)."""
+        check_name(name)
+        if name in self.nodes:
+            raise TopologyError(f"duplicate node name {name!r}")
+        try:
+            node = Node.model_validate({"kind": kind, **params})
+        except ValidationError as exc:
+            raise TopologyError(explain(exc, ("nodes", name), Node)) from None
+        self.nodes[name] = node
+        return name
+
+    def add_host(self, name: str, **params: Any) -> str:
+        return self.add_node(name, "host", **params)
+
+    def add_switch(self, name: str, **params: Any) -> str:
+        return self.add_node(name, "switch", **params)
+
+    def add_router(self, name: str, **params: Any) -> str:
+        return self.add_node(name, "router", **params)
+
+    def add_link(self, a: str, b: str, params1: Optional[Dict[str, Any]] = None,
+                 params2: Optional[Dict[str, Any]] = None, **opts: Any) -> Link:
+        """Add a link; ``opts`` takes TCLink names (``bw`` Mbit/s, ``delay``, ``loss``...)."""
+        unknown = sorted(set(opts) - set(Link.model_fields))
+        if unknown:
+            raise TopologyError(f"links.{len(self.links)}: link {a}-{b}: unknown option(s) "
+                                f"{', '.join(unknown)} "
+                                f"(allowed: {', '.join(k for k in Link.model_fields if k not in ('a', 'b'))})")
+        data = {"a": a, "b": b, "params1": params1 or {}, "params2": params2 or {},
+                **{k: v for k, v in opts.items() if v is not None}}
+        try:
+            link = Link.model_validate(data)
+        except ValidationError as exc:
+            raise TopologyError(explain(exc, ("links", len(self.links)), Link,
+                                        f"link {a}-{b}")) from None
+        self.links.append(link)
+        return link
+
+    # Mininet spellings, so one build function serves a Mininet Topo and a Topology.
+    def addHost(self, name: str, **params: Any) -> str:  # noqa: N802
+        return self.add_host(name, **params)
+
+    def addSwitch(self, name: str, **params: Any) -> str:  # noqa: N802
+        return self.add_switch(name, **params)
+
+    def addLink(self, node1: str, node2: str, **opts: Any) -> Link:  # noqa: N802
+        return self.add_link(node1, node2, opts.pop("params1", None), opts.pop("params2", None),
+                             **opts)
+
+    def without_ipv6(self) -> "Topology":
+        """A copy with :attr:`ipv6` off: the kernel generates no IPv6
+        link-local address on any host or switch link (``addrgenmode
+        none``), so those send no DAD, MLD or router solicitations. On one
+        bridge every host's are flooded to every port: a thousand hosts kept
+        two CPUs 60 % busy for seconds after the build, and slowed its
+        teardown 3x. Routers keep IPv6 (BGP unnumbered needs it). A host or
+        switch with an IPv6 address or route is refused."""
+        return self.model_copy(update={"ipv6": False}, deep=True).validate()
+
+    def with_switch_type(self, switch_type: str) -> "Topology":
+        """A copy whose default switch type is ``switch_type`` (this one is unchanged)."""
+        return self.model_copy(update={"switch_type": switch_type}, deep=True).validate()
+
+    # -- queries ------------------------------------------------------------------
+    def hosts(self) -> List[str]:
+        return [n for n, node in self.nodes.items() if node.kind != "switch"]
+
+    def switches(self) -> List[str]:
+        return [n for n, node in self.nodes.items() if node.kind == "switch"]
+
+    def switch_type_of(self, name: str) -> str:
+        return self.nodes[name].type or self.switch_type
+
+    def needs(self) -> List[str]:
+        """Capabilities this topology needs (names as in :mod:`nslab.runtime.caps`)."""
+        need = {"netns", "veth"}
+        for name in self.switches():
+            need.add("ovs" if self.switch_type_of(name) == "ovs" else "bridge")
+        for link in self.links:
+            s = link.shaping
+            if s and s.rate is not None:
+                need.add(s.qdisc)
+            if s and s.needs_netem:
+                need.add("netem")
+        return sorted(need)
+
+    def features(self) -> set:
+        """What this topology needs beyond the core (namespaces, veths, Linux
+        bridges, addresses, routes, shaping): ``switch:<type>`` for other switch
+        types (``switch:ovs``) and ``bgp``. Extensions provide them."""
+        out = {f"switch:{self.switch_type_of(s)}" for s in self.switches()
+               if self.switch_type_of(s) != "bridge"}
+        if any(n.bgp for n in self.nodes.values()):
+            out.add("bgp")
+        return out
+
+    def sysctls(self) -> Dict[str, Dict[str, str]]:
+        """Every node's sysctls, with the forwarding a router implies."""
+        out: Dict[str, Dict[str, str]] = {}
+        for name, node in self.nodes.items():
+            values = dict(node.sysctls)
+            if node.kind == "router":
+                values.setdefault("net.ipv4.ip_forward", "1")
+                values.setdefault("net.ipv6.conf.all.forwarding", "1")
+            if values:
+                out[name] = values
+        return out
+
+    def interfaces(self) -> Iterator[Tuple[Link, str, str, str, str]]:
+        """Yield ``(link, node_a, intf_a, node_b, intf_b)`` with Mininet-style names.
+
+        Hosts/routers number from ``eth0``, switches from ``eth1``, as in Mininet.
+        """
+        count: Dict[str, int] = {}
+        for link in self.links:
+            names = []
+            for node, end in ((link.a, link.params1), (link.b, link.params2)):
+                first = 1 if self.nodes[node].is_switch else 0
+                n = count.get(node, first)
+                count[node] = n + 1
+                names.append(end.intf or f"{node}-eth{n}")
+            yield link, link.a, names[0], link.b, names[1]
+
+    def node_interfaces(self) -> Dict[str, List[str]]:
+        """Each node's interface names, in link order."""
+        out: Dict[str, List[str]] = {n: [] for n in self.nodes}
+        for _, na, ia, nb, ib in self.interfaces():
+            out[na].append(ia)
+            out[nb].append(ib)
+        return out
+
+    def addresses(self) -> Dict[Tuple[str, str], Any]:
+        """Map ``(node, interface)`` to its address (an ``ipaddress`` interface)
+        after auto-addressing."""
+        out: Dict[Tuple[str, str], Any] = {}
+        first_intf: Dict[str, str] = {}
+        for link, na, ia, nb, ib in self.interfaces():
+            for node, intf, end in ((na, ia, link.params1), (nb, ib, link.params2)):
+                first_intf.setdefault(node, intf)
+                if end.ip is not None:
+                    out[(node, intf)] = end.ip
+        used = {v.ip for v in out.values()} | {n.ip.ip for n in self.nodes.values() if n.ip}
+        nxt = 1
+        for name in self.hosts():
+            node = self.nodes[name]
+            intf = first_intf.get(name)
+            if intf is None or (name, intf) in out:
+                continue
+            if node.ip is not None:
+                out[(name, intf)] = node.ip
+            elif self.auto_ip and node.kind == "host":
+                while True:
+                    if nxt >= self.ip_base.num_addresses - 1:
+                        raise TopologyError(
+                            f"auto addresses: {self.ip_base} has no room for host {name} "
+                            f"({self.ip_base.num_addresses - 2} host addresses)")
+                    ip = self.ip_base.network_address + nxt
+                    nxt += 1
+                    if ip not in used:
+                        break
+                out[(name, intf)] = ipaddress.IPv4Interface(f"{ip}/{self.ip_base.prefixlen}")
+        return out
+
+    def macs(self) -> Dict[Tuple[str, str], str]:
+        """Map ``(node, interface)`` to a MAC given in the topology."""
+        out: Dict[Tuple[str, str], str] = {}
+        first: Dict[str, str] = {}
+        for link, na, ia, nb, ib in self.interfaces():
+            for node, intf, end in ((na, ia, link.params1), (nb, ib, link.params2)):
+                first.setdefault(node, intf)
+                if end.mac:
+                    out[(node, intf)] = end.mac
+        for name, intf in first.items():
+            if self.nodes[name].mac and (name, intf) not in out:
+                out[(name, intf)] = self.nodes[name].mac
+        return out
+
+    def size(self) -> Tuple[int, int, int]:
+        """(nodes, links, namespaces): a Linux bridge has a namespace of its own,
+        an OVS switch none."""
+        ns = sum(1 for n in self.nodes if not self.nodes[n].is_switch
+                 or self.switch_type_of(n) != "ovs")
+        return len(self.nodes), len(self.links), ns
+
+    # -- validation ---------------------------------------------------------------
+    def validate(self) -> "Topology":  # type: ignore[override]
+        """Check the whole topology; raise :class:`TopologyError` naming the first
+        problem, or :class:`~nslab.model.limits.LimitError` if it is larger than the
+        active limits allow (ready topologies and files are counted before they
+        are built; this catches any other way of making one)."""
+        topology_size(*self.size(), where=f"topology {self.name!r}")
+        self._check()
+        if not self.nodes:
+            raise TopologyError(f"topology {self.name!r} has no nodes")
+        return self
+
+    def _check_ipv4_only(self) -> None:
+        """With ``ipv6: false``: no IPv6 address or route on a host or switch."""
+        v6: Dict[str, str] = {}
+        for (n, _), a in self.addresses().items():
+            if a.version == 6:
+                v6.setdefault(n, str(a))
+        for name, node in self.nodes.items():
+            if node.kind == "router":
+                continue
+            bad = v6.get(name) or next((str(r.dst) for r in node.routes if r.family == 6), None)
+            if bad:
+                raise _fail(("nodes", name), f"{bad} is IPv6, and the topology has ipv6: false "
+                                             "(--no-ipv6)")
+
+    def _check(self) -> None:
+        """Cross-field checks (each field was already checked when it was set).
+
+        Errors start with the field they are about (``nodes.h1.routes.0: ...``)."""
+        for i, link in enumerate(self.links):
+            for key, end in (("a", link.a), ("b", link.b)):
+                if end not in self.nodes:
+                    raise _fail(("links", i, key), f"link {link.a}-{link.b}: unknown node {end!r}")
+        for node in self.placement:
+            if node not in self.nodes:
+                raise _fail(("hosts", node), f"hosts: unknown node {node!r}")
+        if not self.ipv6:
+            self._check_ipv4_only()
+        intfs = self.node_interfaces()
+        for node, names in intfs.items():
+            if len(set(names)) != len(names):
+                dup = next(n for n in names if names.count(n) > 1)
+                raise _fail(("nodes", node), f"node {node}: duplicate interface {dup!r}")
+        for name, node in self.nodes.items():
+            where = ("nodes", name)
+            if node.is_switch:
+                if (node.type or self.switch_type) != "ovs" and len(intfs[name]) > BRIDGE_MAX_PORTS:
+                    raise _fail(where, f"switch {name} has {len(intfs[name])} links; a Linux bridge "
+                                       f"holds at most {BRIDGE_MAX_PORTS} ports (the kernel's "
+                                       "BR_MAX_PORTS): use type: ovs, or more switches")
+                if (node.type or self.switch_type) != "ovs":
+                    bad = [k for k in ("dpid", "controller", "uplink") if getattr(node, k)]
+                    if bad:
+                        raise _fail(where + (bad[0],), f"{', '.join(bad)} apply to OVS switches "
+                                                       "only (type: ovs)")
+                continue
+            mine = set(intfs[name]) | {"lo"}
+            for r, route in enumerate(node.routes):
+                if route.dev is not None and route.dev not in mine:
+                    raise _fail(where + ("routes", r), f"route to {route.dst} uses dev {route.dev}, "
+                                f"which {name} does not have (it has {', '.join(sorted(mine))})")
+            if node.bgp:
+                for j, intf in enumerate(node.bgp.unnumbered):
+                    if intf not in mine:
+                        raise _fail(where + ("bgp", "unnumbered", j),
+                                    f"{intf} is not an interface of {name}")
+            if (node.ip or node.mac) and not intfs[name]:
+                raise _fail(where + ("ip" if node.ip else "mac",),
+                            f"{name} has no link to put its address on")
+        ips: Dict[Any, str] = {}
+        for (node, intf), iface in self.addresses().items():
+            if iface.ip in ips:
+                raise _fail(("nodes", node), f"address {iface.ip} is used twice "
+                                             f"({ips[iface.ip]} and {node})")
+            ips[iface.ip] = node
+        macs: Dict[str, str] = {}
+        for (node, intf), mac in self.macs().items():
+            if mac in macs:
+                raise _fail(("nodes", node), f"MAC {mac} is used twice ({macs[mac]} and {node})")
+            macs[mac] = node
+
+    def locate(self, exc: TopologyError) -> TopologyError:
+        """``exc`` with the file and line it is about, when this topology came
+        from a file and ``exc`` carries a location."""
+        if self._source is None or not exc.loc:
+            return exc
+        path, doc = self._source
+        return TopologyError(f"{path}:{line_of(doc, exc.loc)}: {exc}", exc.loc)
+
+    # -- conversions --------------------------------------------------------------
+    @classmethod
+    def from_mininet(cls, topo: Any, name: str = "", switch_type: str = "bridge") -> "Topology":
+        """Convert a Mininet ``Topo`` (nodes, node info, links with info).
+
+        Mininet's own options are mapped (``ip``, ``mac``, ``defaultRoute``,
+        ``dpid``, ``stp``; on links ``bw``, ``delay``..., ``intfName1/2``,
+        ``addr1/2``, ``params1/2``); Mininet classes (``cls``) and the options
+        that only a Mininet class uses are refused with the option's name,
+        never silently dropped, except ``cls`` itself: nslab builds every host
+        the same way.
+        """
+        t = cls(name=name or type(topo).__name__, switch_type=switch_type)
+        for n in topo.nodes(sort=False):
+            info = dict(topo.nodeInfo(n))
+            kind = "switch" if info.pop("isSwitch", False) else info.pop("kind", "host")
+            info.pop("cls", None)
+            route = info.pop("defaultRoute", None)
+            if route is not None:
+                info["routes"] = list(info.get("routes", [])) + [f"default {route}"]
+            t.add_node(n, kind, **info)
+        for a, b, info in topo.links(sort=False, withKeys=False, withInfo=True):
+            info = dict(info)
+            n1, n2 = info.pop("node1", a), info.pop("node2", b)
+            p1 = dict(info.pop("params1", {}) or {})
+            p2 = dict(info.pop("params2", {}) or {})
+            for key in ("port1", "port2", "key", "cls"):
+                info.pop(key, None)
+            for src, end, dst in (("intfName1", p1, "intf"), ("intfName2", p2, "intf"),
+                                  ("addr1", p1, "mac"), ("addr2", p2, "mac")):
+                val = info.pop(src, None)
+                if val:
+                    end[dst] = val
+            use_htb = info.pop("use_htb", None)
+            if use_htb is not None and "qdisc" not in info:
+                info["qdisc"] = "htb" if use_htb else "tbf"
+            t.add_link(n1, n2, p1, p2, **info)
+        return t.validate()
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The topology as plain data that :meth:`from_dict` reads back (rates
+        with their unit; defaults left out)."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Topology":
+        """Validate a topology given as plain data (as a YAML file would hold it);
+        raise :class:`TopologyError` naming the field."""
+        topology_size(*raw_size(data), where="topology")  # before anything is built
+        try:
+            return cls.model_validate(data).validate()
+        except ValidationError as exc:
+            loc = loc_path(tuple(exc.errors(include_url=False)[0].get("loc", ())))
+            raise TopologyError(explain(exc, (), cls), loc) from None
+
+    @classmethod
+    def from_yaml(cls, path: str) -> "Topology":
+        """Load a topology from a YAML file; errors name the file, line and field."""
+        doc = read_yaml(path)
+        if not isinstance(doc, dict):
+            raise TopologyError(f"{path}:1: a topology must be a mapping with 'nodes' and 'links'")
+        if not doc.get("nodes"):
+            raise TopologyError(f"{path}:{doc.line}: 'nodes' must be a non-empty mapping of "
+                                "name: options")
+        nodes, links, namespaces = raw_size(doc)
+        limits = active()  # counted right after parsing, before anything is built
+        for key, value, field in (("nodes", nodes, "nodes"), ("namespaces", namespaces, "nodes"),
+                                  ("links", links, "links")):
+            limits.check(key, value, f"{path}:{line_of(doc, (field,))}: {field}")
+        data = dict(doc)
+        data.setdefault("name", path[-120:])
+        try:
+            topo = cls.model_validate(data)
+        except ValidationError as exc:
+            loc = loc_path(tuple(exc.errors(include_url=False)[0].get("loc", ())))
+            raise TopologyError(f"{path}:{line_of(doc, loc)}: {explain(exc, (), cls)}",
+                                loc) from None
+        except TopologyError as exc:
+            raise TopologyError(f"{path}:{line_of(doc, exc.loc)}: {exc}") from None
+        topo._source = (path, doc)
+        return topo
+
+    def summary(self) -> List[Tuple[str, str, str]]:
+        """Rows ``(node, kind, addresses)`` for display."""
+        addrs = self.addresses()
+        rows = []
+        for name, node in self.nodes.items():
+            kind = node.kind if not node.is_switch else f"switch ({self.switch_type_of(name)})"
+            ips = ", ".join(f"{intf} {ip}" for (n, intf), ip in addrs.items() if n == name)
+            rows.append((name, kind, ips))
+        return rows
+
+
+def raw_size(data: Any) -> Tuple[int, int, int]:
+    """(nodes, links, namespaces) of a topology given as plain data (a parsed
+    file), counted before it is validated or built; the kinds and types given
+    are read as written (an unknown one is refused later, by validation)."""
+    if not isinstance(data, dict):
+        return 0, 0, 0
+    nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
+    links = data.get("links") if isinstance(data.get("links"), list) else []
+    default = data.get("switch", "bridge")
+    ns = 0
+    for opts in nodes.values():
+        opts = opts if isinstance(opts, dict) else {}
+        if opts.get("kind", "host") != "switch" or opts.get("type", default) != "ovs":
+            ns += 1
+    return len(nodes), len(links), ns
+
+
+def schema() -> Dict[str, Any]:
+    """The JSON Schema of the YAML topology format (``nslab topo schema``)."""
+    sch = Topology.model_json_schema(by_alias=True, mode="validation")
+    sch["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    sch["title"] = "nslab topology"
+    defs = sch.get("$defs", {})
+    name = {"type": "string", "pattern": defs.get("Link", {}).get("properties", {})
+            .get("a", {}).get("pattern", "")}
+    sch["properties"]["links"]["items"] = {"anyOf": [
+        {"$ref": "#/$defs/Link"},
+        {"type": "array", "items": name, "minItems": 2, "maxItems": 2,
+         "description": "short form: [node_a, node_b]"}]}
+    node = sch["properties"]["nodes"]
+    node["additionalProperties"] = {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}
+    node["propertyNames"] = {"pattern": NAME_RE.pattern}
+    defs["Node"]["properties"]["sysctls"]["propertyNames"] = {"pattern": SYSCTL_KEY_RE.pattern}
+    # Options that fit one kind of node only.
+    defs["Node"]["allOf"] = [{
+        "if": {"properties": {"kind": {"const": "switch"}}, "required": ["kind"]},
+        "then": {"not": {"anyOf": [{"required": [k]} for k in HOST_ONLY]}},
+        "else": {"not": {"anyOf": [{"required": [k]} for k in SWITCH_ONLY]}}}]
+    routes = defs["Node"]["properties"]["routes"]
+    routes["items"] = {"anyOf": [{"$ref": "#/$defs/Route"},
+                                 {"type": "string",
+                                  "description": "DST [via ADDR] [dev IF] [metric N] [src ADDR]"}]}
+    return sch
+
+
+# -- error messages ---------------------------------------------------------------------
+def field_path(loc: Tuple[Any, ...]) -> str:
+    """``("nodes", "h1", "sysctls", "net.x")`` -> ``nodes.h1.sysctls['net.x']``."""
+    out = ""
+    for p in loc:
+        if isinstance(p, str) and "." in p:
+            out += f"[{p!r}]"
+        else:
+            out += ("." if out else "") + str(p)
+    return out
+
+
+def _fail(loc: Tuple[Any, ...], message: str) -> TopologyError:
+    return TopologyError(f"{field_path(loc)}: {message}", loc)
+
+
+def loc_path(loc: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """A pydantic error location without pydantic's own markers (``function-before[...]``)."""
+    return tuple(p for p in loc if isinstance(p, int) or (isinstance(p, str) and "[" not in p
+                                                              and p not in ("tagged-union",)))
+
+
+def explain(exc: ValidationError, where: Tuple[Any, ...] = (), root: Any = None,
+            what: str = "") -> str:
+    """One line for the first error of ``exc``: ``field.path: [what: ]message``.
+
+    ``where`` is the location of the validated value in a topology
+    (``("nodes", "h1")``), ``root`` its model (for the list of allowed keys),
+    ``what`` a short description put before the message.
+    """
+    err = exc.errors(include_url=False)[0]
+    loc = loc_path(tuple(err.get("loc", ())))
+    msg = str(err.get("msg", "invalid"))
+    for noise in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(noise):
+            msg = msg[len(noise):]
+    kind = err.get("type")
+    if kind == "extra_forbidden" and loc:
+        model = model_at(root, loc[:-1])
+        msg = f"unknown key {loc[-1]!r}"
+        if model is not None:
+            msg += f" (allowed: {', '.join(_keys(model))})"
+        loc = loc[:-1]
+    elif kind == "missing" and loc:
+        msg = f"{loc[-1]!r} is required"
+    elif kind == "literal_error":
+        msg = f"{err.get('input')!r} is not one of {err.get('ctx', {}).get('expected', '')}"
+    field = field_path(tuple(where) + loc)
+    return ": ".join(p for p in (field, what, msg) if p)
+
+
+def _keys(model: Any) -> List[str]:
+    return [f.alias or k for k, f in model.model_fields.items()]
+
+
+def model_at(root: Any, loc: Tuple[Any, ...]) -> Any:
+    """The model found at ``loc`` under ``root`` (None if ``loc`` leads elsewhere)."""
+    model = root
+    i = 0
+    while model is not None and i < len(loc):
+        part = loc[i]
+        if model is Topology and part == "nodes":
+            model, i = Node, i + 2
+        elif model is Topology and part == "links":
+            model, i = Link, i + 2
+        elif model is Link and part in ("params1", "params2"):
+            model, i = LinkEnd, i + 1
+        elif model is Node and part == "bgp":
+            model, i = BgpOptions, i + 1
+        elif model is Node and part == "routes":
+            model, i = Route, i + 2
+        else:
+            return None
+    return model

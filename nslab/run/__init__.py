@@ -1,0 +1,2 @@
+"""Run: studies as plugins and their runner, the registry of what is plugged in
+(entry points), topologies by name, benchmarks."""

@@ -1,0 +1,105 @@
+"""What every benchmark shares: timing a command, saving the result as JSON.
+
+The benchmarks themselves live with what they measure (``nslab.bench`` entry
+points: topologies, studies) and print ratios measured side by side in one run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+from ..errors import CapabilityError
+from ..safeio import make_dirs, write_atomic
+
+
+def mem_available_kb() -> int:
+    """``MemAvailable`` from ``/proc/meminfo`` in KiB."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1])
+    raise OSError("no MemAvailable in /proc/meminfo")
+
+
+class PeakMemory:
+    """Context manager: the largest drop of ``MemAvailable`` (KiB) below its
+    value at entry, sampled every ``interval`` s while the block runs and once
+    more as it ends, so a block shorter than one interval is measured too
+    (kernel objects, daemons and the command's own process all count)."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.peak_kb = 0
+
+    def __enter__(self) -> "PeakMemory":
+        self._base = mem_available_kb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak_kb = max(self.peak_kb, self._base - mem_available_kb())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak_kb = max(self.peak_kb, self._base - mem_available_kb())
+
+
+def time_command(argv: List[str], cwd: Optional[str] = None,
+                 memory: Optional[List[int]] = None) -> float:
+    """Seconds a command takes to run to completion (raise if it fails).
+
+    With ``memory``, the peak drop of available memory (KiB) while it ran is
+    appended to it."""
+    t0 = time.monotonic()
+    with PeakMemory() as peak:
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=cwd)
+    dt = time.monotonic() - t0
+    if memory is not None:
+        memory.append(peak.peak_kb)
+    if res.returncode != 0:
+        tail = (res.stderr or res.stdout).strip().splitlines()[-1:] or ["?"]
+        raise CapabilityError(f"benchmark command failed: {' '.join(argv)}: {tail[0]}")
+    return dt
+
+
+def _cpu_times() -> Tuple[int, int]:
+    """(all, idle) jiffies of the machine, from /proc/stat."""
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    return sum(vals), vals[3] + vals[4]
+
+
+def quiesce(busy_below: float = 0.10, window: float = 0.2, timeout: float = 15.0) -> float:
+    """Wait until the machine's CPUs are idle (busy under ``busy_below`` over a
+    ``window``), at most ``timeout`` seconds; returns the seconds waited.
+
+    A benchmark calls it before each timed run: the kernel finishes a
+    namespace's teardown after ``ip netns del`` has returned, and a thousand
+    hosts' IPv6 start-up keeps a CPU busy for seconds after a build, so the
+    next run measured right away would pay for the one before."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        a = _cpu_times()
+        time.sleep(window)
+        b = _cpu_times()
+        total = b[0] - a[0]
+        if total <= 0 or (total - (b[1] - a[1])) / total < busy_below:
+            break
+    return time.monotonic() - t0
+
+
+def save(results_root: str, name: str, out: Dict[str, object]) -> str:
+    """Write a benchmark's result to ``<results>/bench/<name>-<time>.json``."""
+    path = os.path.join(results_root, "bench", f"{name}-{int(time.time())}.json")
+    make_dirs(os.path.dirname(path))
+    out.setdefault("machine", {"cpus": os.cpu_count(), "kernel": os.uname().release})
+    out.setdefault("time", time.strftime("%Y-%m-%dT%H:%M:%S"))
+    return write_atomic(path, json.dumps(out, indent=1))

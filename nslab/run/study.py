@@ -1,0 +1,500 @@
+"""Studies as plugins: data plus a runner, driven by one :func:`run_study`.
+
+A study (one folder under ``experiments/``, one entry point in
+``nslab.studies``) declares:
+
+* ``Config``: a typed configuration (:class:`StudyConfig`, pydantic) with named
+  presets (``quick``, ``default``, ``full``) defined once;
+* ``needs(cfg)``: capabilities, checked before anything is built;
+* ``labs(cfg)``: the labs it needs, by key (one per DUT for RFC 2544);
+* ``points(cfg)``: the parameter points, each a dict, with ``lab_key`` saying
+  which lab measures it;
+* ``runner(key, lab, cfg, store)``: an object with ``setup()``,
+  ``measure(point)`` and ``finish()``;
+* ``records``: its typed, versioned record model (:mod:`nslab.store.records`);
+* ``report(run_dir)``: the report, from stored files only (no root).
+
+:func:`run_study` does the rest for every study: the results directory and
+provenance, resume (points already stored are skipped), progress, labs built
+and torn down, and the report. No study re-implements the sweep.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import sys
+import time
+from typing import (Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Protocol, Sequence,
+                    Tuple, Type)
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing_extensions import Annotated
+
+from ..errors import InputError
+from ..runtime.grants import HostGrants
+from ..runtime.node import LabLike
+from ..store.records import RecordSchema
+from ..store.reporting import Claim, StudyReport, claims_only
+from ..store.results import ResultStore, point_key
+from ..safeio import tree_is_safe, write_atomic
+
+__all__ = ["Claim", "ConfigError", "PRESETS", "Progress", "Runner", "Study", "StudyConfig",
+           "StudyReport", "expand", "open_store", "results_dir_of", "run_study"]
+
+log = logging.getLogger(__name__)
+
+PRESETS = ("quick", "default", "full")
+
+
+def expand(grid: Dict[str, Sequence[Any]], repeat: int, shuffle_seed: Optional[int] = 0
+           ) -> List[Dict[str, Any]]:
+    """All combinations of ``grid`` for repeats 0..repeat-1; order shuffled within
+    each repeat after the first (seeded, so a resumed sweep sees the same order)."""
+    combos: List[Dict[str, Any]] = [{}]
+    for k in grid:
+        combos = [dict(c, **{k: v}) for c in combos for v in grid[k]]
+    points = []
+    rng = random.Random(shuffle_seed)
+    for rep in range(repeat):
+        batch = [dict(c, repeat=rep) for c in combos]
+        if rep > 0 and shuffle_seed is not None:
+            rng.shuffle(batch)
+        points.extend(batch)
+    return points
+
+
+class ConfigError(InputError):
+    """A study configuration that does not validate: the message, and the field's
+    location, offending value and reason (for a command line to name its option)."""
+
+    def __init__(self, message: str, loc: Tuple[Any, ...] = (), value: Any = None,
+                 reason: str = "") -> None:
+        super().__init__(message)
+        self.loc, self.value, self.reason = loc, value, reason
+
+
+class StudyConfig(BaseModel):
+    """Base of every study's configuration: typed fields with defaults (the
+    ``default`` preset), named presets as overrides of them, and the CLI
+    spellings the study's command keeps (``cli_aliases``: option -> field)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    #: preset name -> values that differ from the field defaults
+    presets: ClassVar[Dict[str, Dict[str, Any]]] = {"default": {}}
+    #: extra CLI option names, e.g. {"policy": "policies"}
+    cli_aliases: ClassVar[Dict[str, str]] = {}
+    #: the field that counts repeats of every point (a sampling round adds as many)
+    repeat_field: ClassVar[str] = "repeat"
+
+    rounds: Annotated[int, Field(ge=1, le=10)] = Field(
+        1, description="sample to a decision: measure every point in up to this many rounds, "
+        "judging the claims after each and stopping once all are decided; intervals are drawn "
+        "at 1 - 0.05/rounds (Bonferroni over the looks), so no look decides wrongly more than "
+        "5 % of the time in all")
+    host_pct: Annotated[float, Field(gt=0, le=100)] = Field(
+        10.0, description="a point during which other tasks took more than this share "
+        "(percent) of any CPU is measured again, and left out of the verdicts if it stays so")
+    host_reruns: Annotated[int, Field(ge=0, le=5)] = Field(
+        1, description="times a point disturbed by other tasks is measured again")
+    budget_s: Optional[Annotated[float, Field(gt=0, le=86400)]] = Field(
+        None, description="seconds of measuring after which no further round starts "
+        "(a round is begun only if the rounds so far leave time for one more)")
+
+    @classmethod
+    def preset(cls, name: str = "default", **overrides: Any) -> "StudyConfig":
+        """The configuration of preset ``name`` with ``overrides`` on top."""
+        if name not in cls.presets:
+            raise InputError(f"unknown preset {name!r} (this study has: "
+                             f"{', '.join(cls.presets)})")
+        data = {**cls.presets[name], **overrides}
+        return cls.parse(data)
+
+    @classmethod
+    def parse(cls, data: Dict[str, Any], where: str = "") -> "StudyConfig":
+        """Validate ``data``; errors name the field in one line (after ``where``)."""
+        from ..model.topo import explain, loc_path
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            msg = explain(exc, (), cls)
+            err = exc.errors(include_url=False)[0]
+            raise ConfigError(f"{where}: {msg}" if where else msg,
+                              loc_path(tuple(err.get("loc", ()))), err.get("input"),
+                              str(err.get("msg", "invalid")).removeprefix("Value error, ")
+                              ) from None
+
+
+class Runner(Protocol):
+    """What a study's runner does with one lab."""
+
+    def setup(self) -> Dict[str, Any]:
+        """Prepare the lab; return facts for the provenance."""
+
+    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+        """Measure one point: (measurements, raw output paths, one-line summary)."""
+
+    def finish(self) -> None:
+        """Keep what must be kept before the lab goes (e.g. daemon logs)."""
+
+
+class Study:
+    """Base class of studies (see the module docstring)."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    #: where it comes in ``nslab reproduce`` and its report
+    order: ClassVar[int] = 100
+    #: which published sources it reproduces (shown in reports)
+    source: ClassVar[str] = ""
+    Config: ClassVar[Type[StudyConfig]] = StudyConfig
+    records: ClassVar[RecordSchema]
+    #: sysctls recorded in the provenance of every lab
+    sysctls: ClassVar[Sequence[str]] = ()
+    #: a point measured while other tasks took more than ``host_pct`` of a CPU
+    #: is measured again (False: the study re-runs its own trials and the
+    #: point's host figure is only recorded)
+    reruns_points: ClassVar[bool] = True
+
+    def needs(self, cfg: Any) -> List[str]:
+        return []
+
+    def check_hosts(self, cfg: Any) -> None:
+        """Raise one line if this study cannot run on labs across hosts
+        (``--hosts``, :class:`~nslab.hosts.remote.MultiLab`); called before anything
+        is built. Every study can, unless it says otherwise."""
+
+    def labs(self, cfg: Any) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def lab_key(self, cfg: Any, point: Dict[str, Any]) -> str:
+        keys = list(self.labs(cfg))
+        return keys[0]
+
+    def points(self, cfg: Any) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    def session(self, cfg: Any) -> ContextManager[Any]:
+        """Held around the whole run (e.g. a machine-wide lock)."""
+        return contextlib.nullcontext()
+
+    def runner(self, key: str, lab: LabLike, cfg: Any, store: ResultStore) -> Runner:
+        raise NotImplementedError
+
+    def report(self, run_dir: str) -> StudyReport:
+        raise NotImplementedError
+
+    def note(self, cfg: Any) -> Optional[str]:
+        """Something the user should know before the run starts (printed on stderr)."""
+        return None
+
+    def describe_point(self, point: Dict[str, Any]) -> str:
+        return " ".join(f"{k}={v}" for k, v in point.items())
+
+    def needed(self, cfg: Any, points: List[Dict[str, Any]],
+               open_claims: List[Any]) -> List[Dict[str, Any]]:
+        """Of a later sampling round's ``points``, those that can move one of
+        ``open_claims`` (the claims still undecided). A study that cannot tell
+        which point serves which claim keeps them all (the default)."""
+        return points
+
+
+class Progress:
+    """One line per point on stderr, with a rich progress bar on a terminal:
+    ``[3/39] n=16 repeat=1: 941.2 Mbit/s (~12 s left)``."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.started = time.monotonic()
+        self._bar = None
+        if enabled and total and sys.stderr.isatty():
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
+                                       TextColumn, TimeRemainingColumn)
+            self._bar = Bar(TextColumn("[bold]{task.description}"), BarColumn(),
+                            MofNCompleteColumn(), TimeRemainingColumn(), transient=True)
+            self._task = self._bar.add_task("measuring", total=total)
+            self._bar.start()
+
+    def point(self, desc: str, summary: str) -> None:
+        self.done += 1
+        if not self.enabled:
+            return
+        left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
+        line = f"[{self.done}/{self.total}] {desc}: {summary} (~{left:.0f} s left)"
+        if self._bar is not None:
+            self._bar.console.print(line, markup=False, highlight=False)
+            self._bar.advance(self._task)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+
+def open_store(study: Study, cfg: Any, results_root: str, run_id: Optional[str],
+               resume: Optional[str] = None) -> Tuple[ResultStore, Any]:
+    """A new run directory (made fresh, under ``run_id`` or a free id: see
+    :meth:`ResultStore.create`), or on resume the existing one with the
+    configuration it was started with (validated again). A directory to
+    resume must be nslab's own (:func:`~nslab.safeio.tree_is_safe`): nslab
+    runs as root and appends to it."""
+    if not resume:
+        return ResultStore.create(results_root, study.name, run_id), cfg
+    why = tree_is_safe(resume)
+    if why is not None:
+        raise InputError(f"--resume {resume}: not a run directory of nslab's own ({why}); "
+                         "start a new run instead")
+    store = ResultStore.open(resume)
+    prov = store.provenance()
+    if prov.get("experiment") not in (None, "", study.name):
+        raise InputError(f"{resume}: a {prov['experiment']} run, not {study.name}")
+    saved = prov.get("config")
+    if not saved:
+        raise InputError(f"{resume}: no saved configuration to resume")
+    return store, study.Config.parse(saved, f"{resume}: saved configuration")
+
+
+def run_study(study: Study, cfg: Any, results_root: str = "results",
+              run_id: Optional[str] = None, resume: Optional[str] = None,
+              progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None,
+              host_grants: Optional[HostGrants] = None,
+              store: Optional[ResultStore] = None) -> str:
+    """Run ``study`` with ``cfg`` (or resume a run directory) and store what it
+    measured. It renders no report: the report is a template over the stored
+    files, rendered once by whoever shows it (``nslab run`` and ``nslab
+    reproduce`` call :func:`report_of` on the returned directory; ``nslab
+    report DIR`` renders it again on demand).
+
+    A new run gets a fresh directory ``<results_root>/<study>/<run_id>``
+    (a free id without ``run_id``: :meth:`ResultStore.create`), or ``store``,
+    one the caller made already that way (the CLI makes it first, so that the
+    run's log is named after its id); its first lab has the run's id. On
+    ``resume``, ``run_id`` (default: a new one) names the first lab.
+
+    ``host_grants`` are what the command line allows the study's topologies
+    to change on this machine (see :mod:`nslab.runtime.grants`); ``None`` trusts a
+    configuration given by the calling code, but never one read back from a
+    run directory on ``resume``.
+    ``lab_factory(topology, run_id=..., host_grants=...)`` builds each lab (default
+    :class:`~nslab.runtime.lab.Lab`; :class:`~nslab.hosts.remote.MultiLab` for a lab across
+    hosts). Returns the run directory. Points are appended to the records as soon as
+    they are measured, so an interrupted run keeps them and a resumed one
+    measures only what is missing.
+    """
+    from ..runtime import caps
+    from ..runtime.lab import Lab
+    from ..model.naming import new_run_id
+    from ..runtime.provenance import collect_provenance
+    if store is None:
+        store, cfg = open_store(study, cfg, results_root, run_id, resume)
+    run_id = (run_id or new_run_id()) if resume else store.run_id
+    if resume and host_grants is None:
+        host_grants = HostGrants()  # the configuration came from a file
+    store.schema_version = study.records.version
+    if getattr(getattr(lab_factory, "func", lab_factory), "remote", False):
+        study.check_hosts(cfg)  # labs across hosts: what the study cannot do there, said now
+    caps.require(study.needs(cfg), f"the {study.name} study")
+    rounds = int(getattr(cfg, "rounds", 1) or 1)
+    budget = getattr(cfg, "budget_s", None)
+    labs = study.labs(cfg)
+    from ..model.limits import check_plan
+    # before any lab is built: the plan of the last round bounds them all
+    check_plan(len(labs), study.points(config_of_round(cfg, rounds - 1)),
+               f"the {study.name} study")
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    from ..traffic.noise import idle_jitter
+    noise = idle_jitter()
+    t0 = time.monotonic()
+    sampling: Dict[str, Any] = {"rounds": rounds, "budget_s": budget, "rounds_run": 0,
+                                "stopped": "one round" if rounds == 1 else ""}
+    first_id = True
+    open_claims: List[Any] = []
+    # what a lab's build and one point cost so far: the next round's estimate
+    cost = {"points": 0, "point_s": 0.0, "labs": 0}
+    for r in range(rounds):
+        cfg_r = config_of_round(cfg, r)
+        plan = study.points(cfg_r)
+        done = store.done_keys()
+        todo = [p for p in plan if point_key(p) not in done]
+        if r > 0:
+            todo = study.needed(cfg_r, todo, open_claims)
+        if r == 0 and len(todo) < len(plan):
+            log.info("resuming %s: %d of %d points already measured", store.path,
+                     len(plan) - len(todo), len(plan))
+        if todo:
+            if r > 0:
+                log.info("round %d of %d: %d more points", r + 1, rounds, len(todo))
+            prog = Progress(len(todo), enabled=progress)
+            try:
+                with study.session(cfg_r):
+                    for key, topo in labs.items():
+                        mine = [p for p in todo if study.lab_key(cfg_r, p) == key]
+                        if not mine:
+                            continue
+                        lab_id = run_id if first_id else new_run_id()
+                        first_id = False
+                        _draw(topo, store.path, key)
+                        cost["labs"] += 1
+                        with (lab_factory or Lab)(topo, run_id=lab_id,
+                                                  host_grants=host_grants) as lab:
+                            runner = study.runner(key, lab, cfg_r, store)
+                            info = runner.setup()
+                            _provenance(store, collect_provenance(
+                                lab, sysctls=study.sysctls,
+                                extra={"config": cfg.model_dump(mode="json"), "started": started,
+                                       "study": study.name, "host_noise": noise}), key, info)
+                            try:
+                                for point in mine:
+                                    t_point = time.monotonic()
+                                    m, raw, summary, host = measure_point(study, runner, point,
+                                                                          cfg_r)
+                                    cost["points"] += 1
+                                    cost["point_s"] += time.monotonic() - t_point
+                                    store.append(point, m, raw=raw, host=host)
+                                    if host["disturbed"]:
+                                        summary += (f" [host interference: {host['worst_pct']:.0f}"
+                                                    " % of the CPUs]")
+                                    prog.point(study.describe_point(point), summary)
+                            finally:
+                                runner.finish()
+            finally:
+                prog.close()
+        sampling["rounds_run"] = r + 1
+        if r + 1 == rounds:
+            sampling["stopped"] = sampling["stopped"] or f"all {rounds} rounds measured"
+            break
+        with claims_only():  # judged, not rendered: the run renders its report once, at the end
+            claims = report_of(study, store.path).claims
+        open_claims = [c for c in claims if c.verdict == "undecided"]
+        if not open_claims:
+            sampling["stopped"] = f"every claim decided after round {r + 1}"
+            break
+        spent = time.monotonic() - t0
+        nxt = config_of_round(cfg, r + 1)
+        nxt_todo = study.needed(nxt, [p for p in study.points(nxt)
+                                      if point_key(p) not in store.done_keys()], open_claims)
+        need = round_cost(cost, spent, len(nxt_todo),
+                          len({study.lab_key(nxt, p) for p in nxt_todo}))
+        if budget is not None and spent + need > budget:
+            sampling["stopped"] = (f"the time budget ({budget:.0f} s) would not hold another "
+                                   f"round (spent {spent:.0f} s in {r + 1}; the next, "
+                                   f"{len(nxt_todo)} points, would take ~{need:.0f} s)")
+            break
+        log.info("after round %d: %d of %d claims undecided; measuring the %d points they "
+                 "need again", r + 1, len(open_claims), len(claims), len(nxt_todo))
+    prov = store.provenance()
+    prov["sampling"] = sampling
+    store.write_provenance(prov)
+    return store.path
+
+
+def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
+                  ) -> Tuple[Dict[str, Any], List[str], str, Dict[str, Any]]:
+    """``runner.measure(point)`` with the host's interference over it
+    (:mod:`nslab.traffic.interference`): other tasks' run time as a share of all
+    CPUs together (each task once: the lab's own tasks are not pinned, so
+    they share every CPU with them), and per CPU (an upper bound, for the
+    record). Over the configuration's ``host_pct``, the point is measured
+    again, up to ``host_reruns`` times; still over, the record says
+    ``disturbed`` and reports leave it out. Studies that account and re-run
+    each trial themselves (RFC 2544: ``Study.reruns_points`` False) only
+    record it."""
+    from ..traffic.interference import Watch, account, others_share, worst
+    ncpus = os.cpu_count() or 1
+    watch = Watch(range(ncpus))
+    threshold = float(getattr(cfg, "host_pct", 10.0))
+    allowed = int(getattr(cfg, "host_reruns", 1)) if study.reruns_points else 0
+    tries = 0
+    while True:
+        a = watch.snapshot()
+        m, raw, summary = runner.measure(point)
+        b = watch.snapshot()
+        share = others_share(a, b, ncpus)
+        if share <= threshold or tries >= allowed:
+            break
+        tries += 1
+        log.info("%s: other tasks took %.0f %% of the CPUs: measuring it again (%d of %d)",
+                 study.describe_point(point), share, tries, allowed)
+    found = account(a, b, watch.cpus)
+    cpu, _ = worst(found)
+    host = {"other_pct": {str(c): round(v.other_pct, 2) for c, v in found.items()},
+            "worst_cpu": cpu, "worst_pct": round(share, 2),
+            "source": "task scan: share of all CPUs", "reruns": tries,
+            "disturbed": share > threshold and study.reruns_points, "threshold_pct": threshold}
+    return m, raw, summary, host
+
+
+def round_cost(cost: Dict[str, Any], spent: float, points: int, labs: int) -> float:
+    """Seconds a round of ``points`` points on ``labs`` labs should take, from
+    what the rounds so far cost: the mean time of a point, and the rest of the
+    time spent (building labs, set-up, judging) per lab built."""
+    if not cost["points"]:
+        return spent
+    per_point = cost["point_s"] / cost["points"]
+    per_lab = max(0.0, spent - cost["point_s"]) / max(1, cost["labs"])
+    return points * per_point + labs * per_lab
+
+
+def config_of_round(cfg: Any, r: int) -> Any:
+    """The configuration of sampling round ``r`` (0 first): the study's repeat
+    count (``repeat_field``) times ``r + 1``, so each round adds the repeats
+    after the ones measured (points are keyed by their repeat index)."""
+    if r == 0:
+        return cfg
+    field = getattr(type(cfg), "repeat_field", "repeat")
+    return cfg.model_copy(update={field: getattr(cfg, field) * (r + 1)})
+
+
+def report_of(study: Any, run_dir: str) -> Any:
+    """``study.report(run_dir)`` with every interval at the level the run's
+    sampling asks for (1 - alpha / rounds: :func:`nslab.store.stats.sequential`)."""
+    from ..store.stats import sequential
+    prov = ResultStore.open(run_dir).provenance()
+    rounds = (prov.get("sampling") or {}).get("rounds") or \
+        (prov.get("config") or {}).get("rounds") or 1
+    try:
+        rounds = max(1, min(10, int(rounds)))
+    except (TypeError, ValueError):
+        rounds = 1
+    with sequential(rounds):
+        return study.report(run_dir)
+
+
+def _draw(topo: Any, run_dir: str, key: str) -> None:
+    """The picture of a lab's topology beside its results (reports embed it);
+    skipped, with a note in the log, where Graphviz is missing."""
+    from ..store.draw import available, draw
+    if not available():
+        log.info("no Graphviz: the report has no topology picture (apt install graphviz)")
+        return
+    try:
+        # the topology as data too: reports draw per-point views from it
+        write_atomic(os.path.join(run_dir, f"topology-{key}.json"), json.dumps(topo.to_dict()))
+        draw(topo, os.path.join(run_dir, f"topology-{key}.svg"))
+    except Exception as exc:  # noqa: BLE001 - a picture must not cost a measurement
+        log.warning("could not draw the %s topology: %s", key, exc)
+
+
+def _provenance(store: ResultStore, prov: Dict[str, Any], key: str, info: Dict[str, Any]) -> None:
+    """Write the run's provenance, keeping each lab's setup (and earlier ones on resume)."""
+    old = store.provenance()
+    setups = dict(old.get("setups", {}))
+    setups[key] = info
+    prov["setups"] = setups
+    store.write_provenance(prov)
+
+
+def results_dir_of(root: str, study: str) -> Optional[str]:
+    """The newest run directory of ``study`` under ``root`` (for reproductions)."""
+    d = os.path.join(root, study)
+    if not os.path.isdir(d):
+        return None
+    runs = sorted(os.path.join(d, x) for x in os.listdir(d)
+                  if os.path.isfile(os.path.join(d, x, "provenance.json")))
+    return runs[-1] if runs else None

@@ -1,0 +1,2 @@
+"""Runtime: a topology built on this machine (plan, netlink, processes, the lab,
+its nodes, extensions, capabilities) and removed again by its tag."""

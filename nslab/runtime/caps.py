@@ -1,0 +1,254 @@
+"""What this machine offers, probed at run time in a throwaway namespace.
+
+Each probe tries the real thing (create a veth, add a netem qdisc...) inside a
+namespace the probe creates and removes, so the answer is the kernel's, not a
+guess from module lists. ``nslab doctor`` prints the table.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from ..errors import CapabilityError, NotRootError, TopologyError
+from ..model.fields import sysctl_template
+from ..model.naming import new_run_id
+from ..model.topo import field_path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Capability:
+    """One capability: whether it is present, what the lab does about it."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+    required: bool = False
+    fix: str = ""
+
+
+#: Debian package that provides each tool.
+PACKAGES = {
+    "ip": "iproute2", "tc": "iproute2", "ovs-vsctl": "openvswitch-switch",
+    "ovs-ofctl": "openvswitch-switch", "iperf": "iperf", "ethtool": "ethtool",
+    "tcpdump": "tcpdump", "gcc": "gcc", "mn": "mininet", "zebra": "frr", "bgpd": "frr",
+    "dumpcap": "wireshark-common",
+}
+FRR_DIR = "/usr/lib/frr"
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def require_root(what: str = "this") -> None:
+    """Raise :class:`NotRootError` unless running as root."""
+    if not is_root():
+        raise NotRootError(f"{what} needs root (network namespaces): run it with sudo")
+
+
+def _q(argv: List[str], timeout: float = 5) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    except (FileNotFoundError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(argv, 127, "", str(exc))
+
+
+def tool_version(argv: List[str], pattern: str = r"(\d+\.\d+(?:\.\d+)?)") -> Optional[str]:
+    """First version-looking string a tool prints, or None if it is missing."""
+    if not shutil.which(argv[0]) and not os.path.exists(argv[0]):
+        return None
+    cp = _q(argv)
+    m = re.search(pattern, (cp.stdout or "") + (cp.stderr or ""))
+    return m.group(1) if m else None
+
+
+def versions() -> Dict[str, Optional[str]]:
+    """Versions of the tools the lab drives (None = missing)."""
+    return {
+        "kernel": os.uname().release,
+        "mininet": tool_version(["mn", "--version"]),
+        "openvswitch": tool_version(["ovs-vsctl", "--version"]),
+        "frr": tool_version([f"{FRR_DIR}/zebra", "--version"]),
+        "iperf2": tool_version(["iperf", "-v"]),
+        "iproute2": tool_version(["ip", "-V"], r"(\d{6}|\d+\.\d+\.\d+)"),
+        "ethtool": tool_version(["ethtool", "--version"]),
+    }
+
+
+def ovs_running() -> bool:
+    """True if ovsdb-server and ovs-vswitchd answer."""
+    if not shutil.which("ovs-vsctl"):
+        return False
+    return _q(["ovs-vsctl", "--timeout=2", "--", "get", "Open_vSwitch", ".", "ovs_version"]).returncode == 0 \
+        and _q(["ovs-appctl", "-t", "ovs-vswitchd", "--timeout=2", "version"]).returncode == 0
+
+
+def ovs_kernel_module() -> bool:
+    """True if the openvswitch kernel datapath is available (loaded or loadable)."""
+    if os.path.isdir("/sys/module/openvswitch"):
+        return True
+    if is_root() and shutil.which("modprobe") and os.path.exists("/proc/modules"):
+        if _q(["modprobe", "-q", "openvswitch"]).returncode == 0:
+            return os.path.isdir("/sys/module/openvswitch")
+    return False
+
+
+def _kernel_probes() -> Dict[str, Capability]:
+    """Try each kernel feature inside a throwaway namespace."""
+    caps: Dict[str, Capability] = {}
+    ns = f"{new_run_id()}-probe"
+    if _q(["ip", "netns", "add", ns]).returncode != 0:
+        caps["netns"] = Capability("netns", False, "ip netns add failed", True, "a kernel with netns")
+        return caps
+    caps["netns"] = Capability("netns", True, "named namespaces", True)
+    try:
+        def t(argv: List[str]) -> bool:
+            return _q(argv).returncode == 0
+
+        ipn = ["ip", "-n", ns]
+        tcn = ["tc", "-n", ns]
+        veth = t(ipn + ["link", "add", "p0", "type", "veth", "peer", "name", "p1"])
+        caps["veth"] = Capability("veth", veth, "veth pairs", True, "a kernel with veth")
+        if veth:
+            t(ipn + ["link", "set", "p0", "up"])
+            t(ipn + ["link", "set", "p1", "up"])
+        caps["bridge"] = Capability("bridge", t(ipn + ["link", "add", "br0", "type", "bridge"]),
+                                    "Linux bridge", False, "CONFIG_BRIDGE")
+        caps["htb"] = Capability("htb", veth and t(tcn + ["qdisc", "add", "dev", "p0", "root", "handle", "1:", "htb"]),
+                                 "rate shaping (htb)", False, "sch_htb")
+        caps["tbf"] = Capability("tbf", veth and t(tcn + ["qdisc", "replace", "dev", "p0", "root", "tbf", "rate",
+                                                         "1mbit", "burst", "32k", "latency", "50ms"]),
+                                 "rate shaping (tbf)", False, "sch_tbf")
+        netem = veth and t(tcn + ["qdisc", "replace", "dev", "p1", "root", "netem", "delay", "1ms"])
+        caps["netem"] = Capability("netem", netem, "delay/loss/jitter" if netem else
+                                   "missing: link delay, jitter and loss are unavailable", False,
+                                   "a kernel with sch_netem")
+        caps["u32"] = Capability("u32", veth and t(tcn + ["qdisc", "add", "dev", "p1", "handle", "ffff:", "ingress"])
+                                 and t(tcn + ["filter", "add", "dev", "p1", "parent", "ffff:", "protocol", "ip",
+                                              "prio", "1", "u32", "match", "u32", "0xdeadbeef",
+                                              "0xffffffff", "at", "0", "flowid", "1:1"]),
+                                 "ingress u32 filters (RFC 2544 DUT cost knob)", False, "cls_u32")
+        ecmp = veth and t(ipn + ["addr", "add", "10.9.0.1/24", "dev", "p0"]) and \
+            t(ipn + ["addr", "add", "10.9.1.1/24", "dev", "p1"]) and \
+            t(ipn + ["route", "add", "192.0.2.0/24", "nexthop", "via", "10.9.0.2", "dev", "p0",
+                     "nexthop", "via", "10.9.1.2", "dev", "p1"])
+        pol = _q(["ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.fib_multipath_hash_policy"])
+        caps["ecmp"] = Capability("ecmp", bool(ecmp) and pol.returncode == 0,
+                                  "multipath routes, fib_multipath_hash_policy", False,
+                                  "CONFIG_IP_ROUTE_MULTIPATH")
+        for kind, args, what in (
+                ("macvlan", ["link", "add", "mv0", "link", "p0", "type", "macvlan"], "macvlan"),
+                ("vlan", ["link", "add", "link", "p0", "name", "p0.10", "type", "vlan", "id", "10"], "802.1Q VLANs"),
+                ("vrf", ["link", "add", "vrf0", "type", "vrf", "table", "10"], "VRF"),
+                ("bond", ["link", "add", "bond0", "type", "bond"], "bonding"),
+                ("dummy", ["link", "add", "d0", "type", "dummy"], "dummy interfaces")):
+            ok = veth and t(ipn + args)
+            caps[kind] = Capability(kind, ok, what if ok else f"missing: {what}", False, "")
+        rps = veth and _q(["ip", "netns", "exec", ns, "cat", "/sys/class/net/p0/queues/rx-0/rps_cpus"]).returncode == 0
+        caps["rps"] = Capability("rps", rps and (os.cpu_count() or 1) >= 2,
+                                 f"receive packet steering, {os.cpu_count()} CPUs", False, "CONFIG_RPS and 2+ CPUs")
+    finally:
+        _q(["ip", "netns", "del", ns])
+    return caps
+
+
+@functools.lru_cache(maxsize=1)
+def netns_sysctls() -> Dict[str, str]:
+    """The sysctls a fresh network namespace has on this kernel: ``{key: "rw"|"ro"}``.
+
+    The kernel's own answer to "is this key per namespace?": keys it does not
+    namespace are absent from a new namespace's ``/proc/sys/net`` (e.g.
+    ``net.core.netdev_max_backlog``, ``net.ipv4.tcp_mem``) or read-only there
+    (e.g. ``net.core.rmem_max``). Probed in a throwaway namespace; needs root.
+    """
+    require_root("checking sysctls against the kernel")
+    ns = f"{new_run_id()}-probe"
+    if _q(["ip", "netns", "add", ns]).returncode != 0:
+        raise CapabilityError("cannot create a network namespace to check sysctls")
+    try:
+        res = _q(["ip", "netns", "exec", ns, "find", "/proc/sys/net", "-type", "f",
+                  "-printf", "%m %p\n"], timeout=30)
+    finally:
+        _q(["ip", "netns", "del", ns])
+    out: Dict[str, str] = {}
+    for line in res.stdout.splitlines():
+        mode, _, path = line.partition(" ")
+        if not path.startswith("/proc/sys/net/"):
+            continue
+        key = path[len("/proc/sys/"):].replace("/", ".")
+        out[key] = "rw" if int(mode, 8) & 0o222 else "ro"
+    if not out:
+        raise CapabilityError("could not list /proc/sys/net in a network namespace: "
+                              f"{res.stderr.strip()[:200]}")
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> Dict[str, Capability]:
+    """Probe everything once per process. Kernel probes need root."""
+    caps: Dict[str, Capability] = {}
+    root = is_root()
+    caps["root"] = Capability("root", root, "running as root" if root else "not root", True,
+                              "run as root (sudo)")
+    for tool in ("ip", "tc", "iperf", "ethtool", "ovs-vsctl", "tcpdump", "dumpcap", "gcc",
+                 "mn"):
+        found = shutil.which(tool)
+        caps[f"tool:{tool}"] = Capability(f"tool:{tool}", bool(found), found or "missing",
+                                          tool in ("ip", "tc"), f"apt install {PACKAGES[tool]}")
+    frr = os.path.exists(f"{FRR_DIR}/zebra") and os.path.exists(f"{FRR_DIR}/bgpd")
+    caps["frr"] = Capability("frr", frr, FRR_DIR if frr else "missing: zebra/bgpd", False,
+                             "apt install frr")
+    if root and shutil.which("ip"):
+        caps.update(_kernel_probes())
+    kmod = ovs_kernel_module()
+    caps["ovs_kernel"] = Capability("ovs_kernel", kmod,
+                                    "kernel datapath" if kmod else
+                                    "no openvswitch module: userspace datapath (netdev), tx offload off",
+                                    False, "")
+    has_ovs = caps["tool:ovs-vsctl"].ok
+    caps["ovs"] = Capability("ovs", has_ovs, "Open vSwitch" + (" (kernel)" if kmod else " (userspace)"),
+                             False, "apt install openvswitch-switch")
+    running = has_ovs and ovs_running()
+    caps["ovs_running"] = Capability("ovs_running", running, "ovs-vswitchd running" if running else
+                                     "not running: the lab starts it when needed", False, "")
+    return caps
+
+
+def require(names: List[str], what: str = "this topology") -> Dict[str, Capability]:
+    """Raise :class:`CapabilityError` naming the first missing capability of ``names``."""
+    caps = probe()
+    for n in names:
+        c = caps.get(n)
+        if c is None:
+            continue
+        if not c.ok:
+            fix = f" ({c.fix})" if c.fix else ""
+            raise CapabilityError(f"{what} needs {n}, which this machine lacks{fix}")
+    return caps
+
+def check_sysctls(by_node: Dict[str, Dict[str, str]]) -> None:
+    """Refuse, before anything is built, a sysctl the running kernel does not
+    isolate per network namespace (absent or read-only in a fresh one): set in
+    a node, it would change the host. ``by_node``: ``{node: {key: value}}``."""
+    wanted = {(name, k) for name, values in by_node.items() for k in values}
+    if not wanted:
+        return
+    known = netns_sysctls()
+    for name, key in sorted(wanted):
+        mode = known.get(sysctl_template(key))
+        loc = ("nodes", name, "sysctls", key)
+        if mode is None:
+            raise TopologyError(f"{field_path(loc)}: a network namespace has no sysctl {key} on "
+                                "this kernel", loc)
+        if mode == "ro":
+            raise TopologyError(f"{field_path(loc)}: {key} is host-wide on this kernel (read-only "
+                                "inside a network namespace): setting it in a node would change "
+                                "the host", loc)

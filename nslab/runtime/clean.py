@@ -1,0 +1,512 @@
+"""Find and remove what a run created, by its tag only.
+
+Used both by :class:`nslab.runtime.lab.Lab` on exit and by ``nslab clean`` after a
+crash. Objects are found by the run id they carry: namespace names
+``<run>-<node>``, root interfaces with ``ifalias nslab:<run>:...``, OVS bridges
+with ``external_ids:nslab-run``, processes with ``NSLAB_RUN`` in their
+environment, the journal ``/run/nslab/<run>.json`` and work dir
+``/run/nslab/<run>/``, and the controller's record of a lab across machines
+``/run/nslab/<run>.controller.json``. Nothing without the tag is touched.
+"""
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+
+from . import extension, statefile
+from ..errors import InputError
+from ..model.fields import IFNAME_RE
+from ..model.naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR, check_state_dir
+from .proc import kill_pids, pids_with_tag, process_name, process_start_time, run
+
+if TYPE_CHECKING:
+    from ..model.topo import Topology
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Inventory:
+    """Everything found for one run."""
+
+    run_id: str
+    namespaces: List[str] = field(default_factory=list)
+    interfaces: List[str] = field(default_factory=list)
+    #: Objects of extensions (``{"ovs": ["nl3f2a-b1"]}``), found by their own tags.
+    extra: Dict[str, List[str]] = field(default_factory=dict)
+    pids: List[int] = field(default_factory=list)
+    journal: Optional[dict] = None
+    #: The record of the controller of a lab across machines run from here.
+    controller: Optional[dict] = None
+
+    @property
+    def empty(self) -> bool:
+        return not (self.namespaces or self.interfaces or any(self.extra.values()) or self.pids
+                    or self.journal or os.path.isdir(workdir(self.run_id))
+                    or os.path.exists(journal_tmp_path(self.run_id))
+                    or self.controller is not None
+                    or os.path.exists(statefile.tmp_path(controller_path(self.run_id))))
+
+    def describe(self) -> List[str]:
+        exts = extension.registered()
+        out = [f"namespace {n}" for n in self.namespaces]
+        out += [f"interface {i}" for i in self.interfaces]
+        for name, objs in self.extra.items():
+            out += [exts[name].describe(o) if name in exts else f"{name} {o}" for o in objs]
+        out += [f"process {p} ({process_name(p)})" for p in self.pids]
+        for restore in (self.journal or {}).get("restore", []):
+            out.append(f"restore {_printable(restore.get('what', '?'))}")
+        if self.journal is not None:
+            out.append(f"journal {journal_path(self.run_id)}")
+        elif os.path.exists(journal_tmp_path(self.run_id)):
+            out.append(f"journal {journal_tmp_path(self.run_id)} (incomplete)")
+        if os.path.isdir(workdir(self.run_id)):
+            out.append(f"work dir {workdir(self.run_id)}")
+        if self.controller is not None or os.path.exists(
+                statefile.tmp_path(controller_path(self.run_id))):
+            out.append(f"controller record {controller_path(self.run_id)}")
+        return out
+
+
+def journal_path(run_id: str) -> str:
+    return os.path.join(STATE_DIR, f"{run_id}.json")
+
+
+def workdir(run_id: str) -> str:
+    return os.path.join(STATE_DIR, run_id)
+
+
+def topology_path(run_id: str) -> str:
+    """A running lab's topology, as data (what ``nslab watch --web`` draws)."""
+    return os.path.join(workdir(run_id), "topology.json")
+
+
+def read_topology(run_id: str) -> Optional[Topology]:
+    """The topology the lab ``run_id`` wrote into its work directory
+    (:func:`topology_path`, bounded JSON), or None (a lab started by an older
+    nslab); a file that is not one is one line naming it."""
+    from ..model import bounded
+    from ..model.topo import Topology
+    path = topology_path(run_id)
+    try:
+        data = bounded.load(path)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise InputError(f"{path}: not a topology: {exc}") from None
+    return Topology.from_dict(data)
+
+
+def journal_tmp_path(run_id: str) -> str:
+    """Where :func:`write_journal` writes before the atomic rename."""
+    return statefile.tmp_path(journal_path(run_id))
+
+
+def read_journal(run_id: str) -> Optional[dict]:
+    """The run's latest complete journal, or None.
+
+    A run killed between writing the new journal and renaming it over the old
+    one leaves ``<run>.json.tmp``; when complete it is the newer state (it may
+    record the last change made) and wins (see :mod:`nslab.runtime.statefile`).
+    """
+    data = statefile.read(journal_path(run_id))
+    if data is None or data.get("run") != run_id:
+        return None
+    restore = data.get("restore", [])
+    if not isinstance(restore, list) or not all(isinstance(r, dict) for r in restore):
+        log.warning("journal of %s: 'restore' is not a list of records; ignored", run_id)
+        data = dict(data, restore=[])
+    return data
+
+
+def write_journal(run_id: str, data: dict) -> None:
+    """Write the journal atomically (into a state directory that is root's own:
+    :func:`~nslab.model.naming.check_state_dir`)."""
+    check_state_dir(STATE_DIR)
+    statefile.write(journal_path(run_id), data)
+
+
+def remove_journal(run_id: str) -> None:
+    """Remove the journal and any half-renamed copy of it."""
+    statefile.remove(journal_path(run_id))
+
+
+#: The controller's record's name after the run id (see :func:`controller_path`).
+CONTROLLER_SUFFIX = ".controller.json"
+
+
+def controller_path(run_id: str) -> str:
+    """The record the controller of a lab across machines keeps on its own
+    machine while the lab is up: which host has each node and how it is
+    reached (what ``nslab capture`` uses for a node on another host). Not the
+    journal: the controller's machine may hold a part of the lab too, whose
+    agent keeps ``<run>.json`` there."""
+    return os.path.join(STATE_DIR, f"{run_id}{CONTROLLER_SUFFIX}")
+
+
+def read_controller(run_id: str) -> Optional[dict]:
+    """The controller's record of lab ``run_id`` (see :func:`controller_path`), or None."""
+    data = statefile.read(controller_path(run_id))
+    return data if data is not None and data.get("run") == run_id else None
+
+
+def write_controller(run_id: str, data: dict) -> None:
+    """Write the controller's record atomically (root's own state directory)."""
+    check_state_dir(STATE_DIR)
+    statefile.write(controller_path(run_id), data)
+
+
+def remove_controller(run_id: str) -> None:
+    statefile.remove(controller_path(run_id))
+
+
+def live_controllers() -> List[str]:
+    """Run ids of the labs across machines whose controller runs here (alive)."""
+    check_state_dir(STATE_DIR)
+    try:
+        entries = os.listdir(STATE_DIR)
+    except OSError:
+        return []
+    rids = [e[:-len(CONTROLLER_SUFFIX)] for e in entries if e.endswith(CONTROLLER_SUFFIX)]
+    return sorted(r for r in rids if RUN_RE.fullmatch(r) and run_is_live(read_controller(r)))
+
+
+def run_is_live(journal: Optional[dict]) -> bool:
+    """True if the process that owns a run is still alive (same pid and start time)."""
+    if not journal:
+        return False
+    pid, start = journal.get("pid"), journal.get("pid_start")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False  # a journal is data: a pid that is not one is no live run
+    return process_start_time(pid) == start
+
+
+def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
+    """Find tagged objects of every run (or of ``run_id``)."""
+    runs: Dict[str, Inventory] = {}
+
+    def inv(rid: str) -> Inventory:
+        return runs.setdefault(rid, Inventory(rid))
+
+    def want(rid: str) -> bool:
+        return run_id is None or rid == run_id
+
+    check_state_dir(STATE_DIR)  # its journals hold commands to run as root
+    try:
+        for entry in os.listdir(STATE_DIR):
+            rid, is_journal, is_controller = entry, False, False
+            for suffix in (".json", ".json.tmp"):
+                if entry.endswith(suffix):
+                    rid, is_journal = entry[:-len(suffix)], True
+            for suffix in (CONTROLLER_SUFFIX, statefile.tmp_path(CONTROLLER_SUFFIX)):
+                if entry.endswith(suffix):
+                    rid, is_journal, is_controller = entry[:-len(suffix)], False, True
+            if RUN_RE.fullmatch(rid) and want(rid):
+                inv(rid).journal = read_journal(rid) if is_journal else inv(rid).journal
+                if is_controller:
+                    inv(rid).controller = read_controller(rid)
+    except OSError:
+        pass
+    res = run(["ip", "netns", "list"], check=False)
+    for line in res.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        m = NS_RE.fullmatch(name)
+        if m and want(m.group(1)):
+            inv(m.group(1)).namespaces.append(name)
+    res = run(["ip", "-j", "link", "show"], check=False)
+    try:
+        links = json.loads(res.stdout or "[]")
+    except ValueError:
+        links = []
+    for link in links:
+        alias = link.get("ifalias", "")
+        if alias.startswith(ALIAS_PREFIX):
+            rid = alias.split(":")[1]
+            if RUN_RE.fullmatch(rid) and want(rid):
+                inv(rid).interfaces.append(link["ifname"])
+    for name, ext in extension.registered().items():
+        for rid, objs in ext.discover(run_id).items():
+            if RUN_RE.fullmatch(rid) and want(rid):
+                inv(rid).extra.setdefault(name, []).extend(objs)
+    for pid, rid in pids_with_tag(run_id).items():
+        if RUN_RE.fullmatch(rid):
+            inv(rid).pids.append(pid)
+    return runs
+
+
+def remove(inv: Inventory) -> List[str]:
+    """Remove one run's objects in stages; each stage is best effort and logged.
+
+    Returns the problems met (empty if everything went).
+    """
+    problems: List[str] = []
+
+    def stage(name: str, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - teardown must go on
+            log.warning("teardown %s: %s: %s", inv.run_id, name, exc)
+            problems.append(f"{name}: {exc}")
+
+    journal = inv.journal or read_journal(inv.run_id) or {}
+    # Restore anything the run changed outside its own objects (e.g. an uplink NIC).
+    for item in reversed(journal.get("restore", [])):
+        stage(f"restore {_printable(item.get('what'))}",
+              lambda item=item: _restore(item, inv.run_id))
+    stage("processes", lambda: _kill_tagged(inv))
+    exts = extension.registered()
+    for name, objs in inv.extra.items():
+        if objs and name in exts:
+            stage(f"{name} objects", lambda name=name, objs=objs: exts[name].remove(inv.run_id, objs))
+    # Namespaces first: the kernel then removes every veth with an end in them,
+    # root ends included, in one batch (one RCU grace period for all), where
+    # ``ip link del`` pays one per interface (~25 ms: 1.6 s for 64 OVS ports).
+    paired_in_root = _paired_in_root(inv.interfaces)
+    if inv.namespaces:
+        stage("namespaces", lambda: _batch([("netns", "del", n) for n in inv.namespaces]))
+    if inv.interfaces:
+        stage("interfaces", lambda: _del_root_interfaces(inv.interfaces, paired_in_root))
+    stage("work dir", lambda: shutil.rmtree(workdir(inv.run_id), ignore_errors=True))
+    stage("journal", lambda: remove_journal(inv.run_id))
+    stage("controller record", lambda: remove_controller(inv.run_id))
+    used = set((journal.get("extensions") or {})) | {n for n, o in inv.extra.items() if o}
+    if used:
+        live = live_journals(exclude=inv.run_id)
+        for name in sorted(used & set(exts)):
+            stage(f"{name} release", lambda name=name: exts[name].release(journal, live))
+    return problems
+
+
+def live_journals(exclude: Optional[str] = None) -> List[dict]:
+    """Journals of the runs whose owning process is alive (other than ``exclude``)."""
+    out: List[dict] = []
+    check_state_dir(STATE_DIR)
+    try:
+        entries = os.listdir(STATE_DIR)
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.endswith(".json") and RUN_RE.fullmatch(entry[:-5]) and entry[:-5] != exclude:
+            j = read_journal(entry[:-5])
+            if run_is_live(j):
+                out.append(j)  # type: ignore[arg-type]
+    return out
+
+
+def _kill_tagged(inv: Inventory, rounds: int = 3) -> None:
+    """Kill the run's processes, then look again until a scan finds none.
+
+    One scan can miss a process (one being exec'd reads as having no
+    environment for an instant); a missed one would outlive its namespace.
+    """
+    pids = set(inv.pids) | set(pids_with_tag(inv.run_id))
+    for _ in range(rounds):
+        if not pids:
+            return
+        kill_pids(sorted(pids))
+        pids = set(pids_with_tag(inv.run_id))
+    if pids:
+        raise RuntimeError(f"processes still running: {sorted(pids)}")
+
+
+def _batch(commands: List[tuple]) -> None:
+    from ..model.render import line, text  # `line` is a loop variable elsewhere here
+    lines = [line(*c) for c in commands]
+    if lines:
+        res = run(["ip", "-force", "-batch", "-"], input=text(lines), check=False)
+        if not res.ok and "Cannot find device" not in res.stderr:
+            raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "ip -batch failed")
+
+
+def _sys_int(dev: str, attr: str) -> Optional[int]:
+    try:
+        with open(f"/sys/class/net/{dev}/{attr}") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _paired_in_root(names: List[str]) -> set:
+    """Those of ``names`` whose veth peer is in the root namespace too (a link
+    between two root-namespace switches): deleting namespaces does not remove them."""
+    by_index = {}
+    try:
+        devs = os.listdir("/sys/class/net")
+    except OSError:
+        return set(names)
+    for dev in devs:
+        idx = _sys_int(dev, "ifindex")
+        if idx is not None:
+            by_index[idx] = dev
+    out = set()
+    for n in names:
+        idx, peer = _sys_int(n, "ifindex"), _sys_int(n, "iflink")
+        if peer is None or peer == idx:
+            out.add(n)  # not a veth end, or unreadable: delete it by name
+        elif peer in by_index and _sys_int(by_index[peer], "iflink") == idx:
+            out.add(n)
+    return out
+
+
+def _del_root_interfaces(names: List[str], paired_in_root: set, settle: float = 5.0) -> None:
+    """Delete the run's root-namespace interfaces once the deleted namespaces
+    have taken their peers with them (the kernel does that in the background:
+    wait up to ``settle`` s for it), and by name those it will not take (links
+    between two root-namespace switches) or that are still there after it."""
+    deadline = time.monotonic() + settle
+    waiting = [n for n in names if n not in paired_in_root]
+    while time.monotonic() < deadline:
+        waiting = [n for n in waiting if os.path.exists(f"/sys/class/net/{n}")]
+        if not waiting:
+            break
+        time.sleep(0.01)
+    left = [n for n in names if os.path.exists(f"/sys/class/net/{n}")]
+    if left:
+        _batch([("link", "del", "dev", n) for n in left])
+
+
+def _restore(item: dict, run_id: str) -> None:
+    """Undo a recorded change: its commands, each checked first
+    (:func:`restore_problem`); one that is not of a form nslab journals stops
+    the whole item before any of it runs."""
+    argvs = item.get("argv", [])
+    if not isinstance(argvs, list):
+        raise RuntimeError("refused: 'argv' is not a list of commands")
+    ifaces = set()
+    for argv in argvs:
+        why = restore_problem(argv, run_id)
+        if why:
+            raise RuntimeError(f"refused: not a restore command nslab writes ({why}); "
+                               "nothing of this item was run")
+        ifaces.add(_restore_iface(argv))
+    if len(ifaces) > 1:
+        raise RuntimeError(f"refused: one item restores one interface, not "
+                           f"{', '.join(sorted(ifaces))}")
+    for argv in argvs:
+        run(argv, check=False)
+
+
+def _printable(value: object, most: int = 120) -> str:
+    """A journal's text as one printable line (no terminal control characters)."""
+    text = "".join(c if c.isprintable() else "?" for c in str(value))
+    return text[:most] + ("..." if len(text) > most else "")
+
+
+def _restore_iface(argv: List[str]) -> str:
+    """The interface a checked restore command acts on."""
+    if argv[0] == "ovs-vsctl":
+        return argv[5]
+    if argv[0] == "ethtool":
+        return argv[2]
+    return argv[argv.index("dev") + 1]
+
+
+def restore_problem(argv: object, run_id: str) -> Optional[str]:
+    """Why ``argv`` is not one of the restore commands nslab journals (an
+    uplink NIC put back: :func:`nslab.ovs.uplink.restore_argv`; the aliases
+    ``nslab alias serve`` added, removed), or None.
+
+    A journal is data: ``nslab clean`` runs no command from it that is not,
+    token by token, one of::
+
+        ovs-vsctl --timeout=10 --if-exists del-port <run>-bN IFACE
+        ip link set dev IFACE mtu N | up | down
+        ip addr replace IPV4/PREFIX dev IFACE
+        ip addr del IPV4/PREFIX dev IFACE     (aliases of `nslab alias serve`)
+        ip route replace DST [via ADDR] dev IFACE [metric N]
+        ethtool -K IFACE tx|gso|tso on|off
+    """
+
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        return "not a list of words"
+
+    def iface(x: str) -> bool:
+        return bool(IFNAME_RE.fullmatch(x))
+
+    def number(x: str, lo: int, hi: int) -> bool:
+        return x.isdigit() and lo <= int(x) <= hi
+
+    def parses(kind: Callable[[str], object], x: str) -> bool:
+        try:
+            kind(x)
+        except ValueError:
+            return False
+        return x == x.strip() and x != ""
+
+    shown = " ".join(_printable(a, 40) for a in argv[:8])
+    a = argv
+    if a[:4] == ["ovs-vsctl", "--timeout=10", "--if-exists", "del-port"] and len(a) == 6:
+        if re.fullmatch(rf"{re.escape(run_id)}-b[0-9]{{1,6}}", a[4]) and iface(a[5]):
+            return None
+        return f"{shown}: not a bridge of run {run_id} and an interface"
+    if a[:4] == ["ip", "link", "set", "dev"] and len(a) >= 6 and iface(a[4]):
+        if a[5:] in (["up"], ["down"]) or (len(a) == 7 and a[5] == "mtu"
+                                           and number(a[6], 68, 65535)):
+            return None
+    if a[:3] in (["ip", "addr", "replace"], ["ip", "addr", "del"]) and len(a) == 6 \
+            and a[4] == "dev" and iface(a[5]):
+        if "/" in a[3] and parses(ipaddress.IPv4Interface, a[3]):
+            return None
+    if a[:3] == ["ip", "route", "replace"] and len(a) >= 6:
+        dst, rest = a[3], a[4:]
+        ok = dst == "default" or parses(lambda x: ipaddress.ip_network(x, strict=False), dst)
+        if rest[:1] == ["via"] and len(rest) >= 2 and parses(ipaddress.ip_address, rest[1]):
+            rest = rest[2:]
+        if ok and rest[:1] == ["dev"] and len(rest) >= 2 and iface(rest[1]):
+            rest = rest[2:]
+            if rest == [] or (len(rest) == 2 and rest[0] == "metric"
+                              and number(rest[1], 0, 2**32 - 1)):
+                return None
+    if a[:2] == ["ethtool", "-K"] and len(a) == 5 and iface(a[2]) \
+            and a[3] in ("tx", "gso", "tso") and a[4] in ("on", "off"):
+        return None
+    return shown
+
+
+def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = False
+          ) -> Dict[str, List[str]]:
+    """Remove leftovers of crashed runs (skip live ones unless ``force``).
+
+    Returns ``{run_id: [descriptions]}`` of what was (or would be) removed.
+    """
+    report: Dict[str, List[str]] = {}
+    for rid, inv in sorted(discover(run_id).items()):
+        if inv.empty:
+            continue
+        owner = next((j for j in (inv.journal, inv.controller) if run_is_live(j)), None)
+        if owner is not None and not force:
+            report[rid] = [f"skipped: run is live (pid {owner.get('pid')}); use --force"]
+            continue
+        report[rid] = inv.describe()
+        if not dry_run:
+            problems = remove(inv)
+            report[rid] += [f"problem: {p}" for p in problems]
+    return report
+
+
+def block_sigint():
+    """Context manager: ignore SIGINT and SIGTERM while tearing down (main thread
+    only), so a second Ctrl-C or a supervisor's SIGTERM cannot cut teardown short."""
+
+    @contextlib.contextmanager
+    def _cm():
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+    return _cm()

@@ -1,0 +1,131 @@
+"""Pytest helpers for lab tests, the way nslab's own integration tests are written.
+
+In a ``conftest.py``::
+
+    pytest_plugins = ["nslab.runtime.testing"]
+
+then::
+
+    from nslab.runtime.testing import needs
+
+    @needs("iperf", "netem")
+    def test_delay(make_lab):
+        lab = make_lab(pair(delay="5ms"))
+        lab["h1"].run(["ping", "-c1", lab["h2"].ip])
+
+Labs made by ``make_lab`` are always torn down, pass or fail, and the test
+fails if a run left a tagged object behind.
+
+``needs(...)`` takes tools (``iperf``, ``ovs-vsctl``) and capabilities as
+``nslab doctor`` names them (``root``, ``netem``, ``ovs_kernel``, ``vrf``...).
+A missing one skips the test with the reason, except where the environment
+says the machine has a stock kernel (``NSLAB_STOCK_KERNEL=1``, set by ``make
+test-kernel`` inside its guest): there a missing capability fails the test, so
+that a feature is never reported as tested when it was not.
+
+Markers (registered here): ``root`` (skipped without root), ``slow``,
+``kernel`` (needs a stock kernel's features; run by ``make test-kernel``),
+``guest`` (runs here and again in the stock-kernel guest), ``vm`` (starts QEMU
+guests itself; run by ``make test-kernel``).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Callable, Iterator, List, Tuple
+
+import pytest
+
+from .clean import discover
+from .lab import Lab
+from ..model.topo import Topology
+
+STOCK_KERNEL_ENV = "NSLAB_STOCK_KERNEL"
+MARKERS = {
+    "root": "needs root and real network tooling (skipped without root)",
+    "slow": "takes more than a few seconds",
+    "kernel": "needs features of stock kernels (netem, the openvswitch module, ...): skipped "
+              "where missing, run by `make test-kernel` in a guest",
+    "guest": "runs on this host and again in the stock-kernel guest of `make test-kernel`",
+    "vm": "starts QEMU guests (two boxes, real NIC drivers): run by `make test-kernel`",
+    "needs": "needs(*tools_or_capabilities): skip (or fail on a stock kernel) when missing",
+}
+
+
+def stock_kernel() -> bool:
+    """True inside ``make test-kernel``'s guest: missing features are failures there."""
+    return os.environ.get(STOCK_KERNEL_ENV) == "1"
+
+
+def needs(*names: str) -> "pytest.MarkDecorator":
+    """Mark a test as needing tools and/or capabilities (see the module docstring)."""
+    return pytest.mark.needs(*names)
+
+
+def missing(names: Tuple[str, ...]) -> List[str]:
+    """Which of ``names`` this machine lacks (tools by PATH, the rest by the probe)."""
+    out = []
+    caps = None
+    for name in names:
+        if name == "root":
+            if os.geteuid() != 0:
+                out.append("root")
+            continue
+        if shutil.which(name) or os.path.exists(name):
+            continue
+        if os.geteuid() != 0:
+            out.append(name)
+            continue
+        if caps is None:
+            from . import caps as capsmod
+            caps = capsmod.probe()
+        cap = caps.get(name) or caps.get(f"tool:{name}")
+        if cap is None or not cap.ok:
+            out.append(name)
+    return out
+
+
+def pytest_configure(config: "pytest.Config") -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def pytest_runtest_setup(item: "pytest.Item") -> None:
+    wanted: Tuple[str, ...] = ()
+    if item.get_closest_marker("root") is not None:
+        wanted += ("root",)
+    for mark in item.iter_markers("needs"):
+        wanted += tuple(mark.args)
+    if not wanted:
+        return
+    lack = missing(tuple(dict.fromkeys(wanted)))
+    if not lack:
+        return
+    if lack == ["root"] or "root" in lack:
+        pytest.skip("needs root (network namespaces)")
+    if stock_kernel():
+        pytest.fail(f"the stock kernel under test lacks {', '.join(lack)}")
+    hint = " (run `make test-kernel` for a stock kernel)" \
+        if item.get_closest_marker("kernel") is not None else ""
+    pytest.skip(f"needs {', '.join(lack)}{hint}")
+
+
+@pytest.fixture
+def make_lab() -> Iterator[Callable[..., Lab]]:
+    """A factory: ``make_lab(topology, **kwargs)`` returns a started :class:`Lab`."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespaces)")
+    labs: List[Lab] = []
+
+    def _make(topology: Topology, **kwargs) -> Lab:
+        lab = Lab(topology, **kwargs)
+        lab.start()
+        labs.append(lab)
+        return lab
+
+    yield _make
+    for lab in reversed(labs):
+        lab.stop()
+    leftovers = {r: i.describe() for r, i in discover().items()
+                 if r in {lab.run_id for lab in labs} and not i.empty}
+    assert not leftovers, f"lab objects left behind: {leftovers}"

@@ -1,0 +1,127 @@
+"""Typed, versioned records: each study declares the model of its records, its
+current schema version and how older versions are upgraded.
+
+A stored record is one JSON line: ``schema_version``, ``experiment``,
+``run_id``, ``kind``, ``time``, ``params``, ``measurements``, ``raw``. Loading
+validates it against the study's model (pydantic), after upgrading it from
+the version it was written with: a renamed or missing key fails at load time,
+with the file and line, instead of leaving a blank cell in a report; a record
+from a newer schema than this nslab knows is refused in one line.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Generic, List, Optional, Type, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from ..model import bounded
+from ..errors import InputError
+
+RECORDS = "records.jsonl"
+
+P = TypeVar("P", bound=BaseModel)
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Record parts: unknown keys refused, values typed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HostLoad(Strict):
+    """Host interference while a point was measured (:mod:`nslab.traffic.interference`):
+    other tasks' share of each CPU (an upper bound each), ``worst_pct`` their
+    share of all CPUs together (the figure judged), and whether the point
+    stayed over the study's threshold after its re-runs."""
+
+    other_pct: Dict[str, float]
+    worst_cpu: Optional[int]
+    worst_pct: float
+    source: str
+    reruns: int = 0
+    disturbed: bool = False
+    threshold_pct: float
+
+
+class Record(Strict, Generic[P, M]):
+    """One measured point."""
+
+    schema_version: int
+    experiment: str
+    run_id: str
+    kind: str = "point"
+    time: float
+    params: P
+    measurements: M
+    raw: List[str] = []
+    #: host interference while it was measured (None: runs before it was recorded)
+    host: Optional[HostLoad] = None
+
+
+Upgrade = Callable[[Dict[str, Any]], Dict[str, Any]]
+
+
+def disturbed(rec: Any) -> bool:
+    """Was this point measured while other tasks took more of a CPU than its
+    study allows, even after its re-runs (``host.disturbed``)? Reports leave
+    such points out of their verdicts."""
+    host = getattr(rec, "host", None)
+    return bool(host is not None and host.disturbed)
+
+
+@dataclass(frozen=True)
+class RecordSchema:
+    """A study's record model, its version, and upgrades ``{from_version: fn}``
+    (each turns a record of that version into one of the next)."""
+
+    model: Type[BaseModel]
+    version: int
+    upgrades: Dict[int, Upgrade] = field(default_factory=dict)
+
+    def upgrade(self, rec: Dict[str, Any], where: str) -> Dict[str, Any]:
+        v = int(rec.get("schema_version", 1))
+        if v > self.version:
+            raise InputError(f"{where}: schema version {v} is newer than this nslab understands "
+                             f"({self.version}): upgrade nslab to read it")
+        while v < self.version:
+            if v not in self.upgrades:
+                raise InputError(f"{where}: no upgrade from schema version {v}")
+            rec = self.upgrades[v](dict(rec))
+            v += 1
+            rec["schema_version"] = v
+        return rec
+
+    def load(self, run_dir: str, kind: Optional[str] = "point") -> List[Any]:
+        """Every record of ``run_dir`` (of ``kind``), typed. A torn last line (a
+        crash while writing) is skipped; any other bad line is an error."""
+        path = os.path.join(run_dir, RECORDS)
+        out: List[Any] = []
+        try:
+            with open(path) as f:
+                lines = f.readlines()
+        except FileNotFoundError:
+            return out
+        for i, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                raw = bounded.loads(line)
+            except ValueError as exc:
+                if i == len(lines):
+                    continue  # torn last line: the run was killed mid-write
+                deep = " (nested too deeply)" if "nested" in str(exc) else ""
+                raise InputError(f"{path}:{i}: not a JSON record{deep}") from None
+            if not isinstance(raw, dict):
+                raise InputError(f"{path}:{i}: not a JSON record (a {type(raw).__name__})")
+            if kind is not None and raw.get("kind", "point") != kind:
+                continue
+            raw = self.upgrade(raw, f"{path}:{i}")
+            try:
+                out.append(self.model.model_validate(raw))
+            except ValidationError as exc:
+                from ..model.topo import explain
+                raise InputError(f"{path}:{i}: {explain(exc)}") from None
+        return out

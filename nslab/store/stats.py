@@ -1,0 +1,280 @@
+"""Statistics behind every claim a report makes: an estimate, its interval, and a
+verdict of ``agrees``, ``disagrees`` or ``undecided`` with the reason.
+
+No verdict comes from one sample: with fewer than two values (or an interval
+that straddles the margin) the verdict is ``undecided``. Intervals say how they
+were computed:
+
+* a mean: Student's t interval;
+* a difference or ratio of two means: Welch's t interval for the difference
+  (unequal variances), expressed relative to the reference mean;
+* a proportion: Wilson's score interval (``scipy.stats.binomtest``);
+* "the same": two one-sided tests (TOST) at level alpha, i.e. the (1 - 2 alpha)
+  interval of the relative difference lies inside +-margin.
+
+Sampling to a decision: a study may measure its points in up to ``rounds``
+rounds, judging its claims after each and stopping once every claim is decided
+(:func:`nslab.run.study.run_study`). Each look at the data is a chance to decide
+wrongly, so every interval of such a run is drawn at level 1 - alpha/rounds
+(Bonferroni over the looks planned, not the looks made): the chance that any
+look decides wrongly stays at most alpha. :func:`sequential` sets that for a
+block; the functions below take their default level from it.
+
+scipy does the distributions; nothing here is hand-rolled beyond arithmetic.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence, Tuple
+
+from typing_extensions import Literal
+
+Verdict = Literal["agrees", "disagrees", "undecided"]
+VERDICTS: Tuple[str, ...] = ("agrees", "disagrees", "undecided")
+
+#: The error rate of every verdict: a claim is decided wrongly at most this often.
+ALPHA = 0.05
+_LOOKS: contextvars.ContextVar[int] = contextvars.ContextVar("nslab_stats_looks", default=1)
+
+
+@contextlib.contextmanager
+def sequential(looks: int) -> Iterator[None]:
+    """Within the block, intervals are drawn for a run that looks at its data
+    up to ``looks`` times (level 1 - :data:`ALPHA` / looks)."""
+    if looks < 1:
+        raise ValueError(f"looks {looks}: at least 1")
+    token = _LOOKS.set(int(looks))
+    try:
+        yield
+    finally:
+        _LOOKS.reset(token)
+
+
+def level() -> float:
+    """The confidence level of intervals here: 1 - ALPHA / looks (0.95 for one look)."""
+    return 1 - ALPHA / _LOOKS.get()
+
+
+def _level(given: Optional[float]) -> float:
+    return level() if given is None else given
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A confidence interval: ``[low, high]`` at ``level`` by ``method``."""
+
+    low: float
+    high: float
+    level: float
+    method: str
+
+    def inside(self, low: float, high: float) -> bool:
+        return low <= self.low and self.high <= high
+
+    def outside(self, low: float, high: float) -> bool:
+        return self.high < low or self.low > high
+
+    def fmt(self, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+        return (f"[{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]{unit} "
+                f"({self.level * 100:.0f} % {self.method})")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate, its interval (None when it cannot be computed, e.g. one
+    sample) and the number of observations behind it."""
+
+    value: float
+    ci: Optional[Interval]
+    n: int
+
+    def fmt(self, scale: float = 1.0, digits: int = 1, unit: str = "", sign: bool = False) -> str:
+        text = f"{self.value * scale:{'+' if sign else ''}.{digits}f}{unit}"
+        if self.ci is None:
+            return f"{text} (n={self.n}: no interval)"
+        return f"{text}, {self.ci.fmt(scale, digits, unit)}, n={self.n}"
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Per-point summary over repeats."""
+
+    n: int
+    median: float
+    mean: float
+    stdev: float
+    min: float
+    max: float
+    ci: Optional[Interval]
+
+    @property
+    def spread(self) -> float:
+        """(max - min) / median: the spread between repeats, relative."""
+        return (self.max - self.min) / self.median if self.median else 0.0
+
+
+def summarize(values: Sequence[float], level: Optional[float] = None) -> Summary:
+    """Median, mean, stdev, range and the t interval of the mean."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError("no values to summarize")
+    est = mean(vals, level)
+    return Summary(len(vals), statistics.median(vals), est.value,
+                   statistics.stdev(vals) if len(vals) > 1 else 0.0, min(vals), max(vals), est.ci)
+
+
+def mean(values: Sequence[float], level: Optional[float] = None) -> Estimate:
+    """The mean with Student's t interval (None for one value)."""
+    level = _level(level)
+    from scipy import stats
+    vals = [float(v) for v in values]
+    n = len(vals)
+    m = statistics.fmean(vals)
+    if n < 2:
+        return Estimate(m, None, n)
+    sem = statistics.stdev(vals) / math.sqrt(n)
+    if sem == 0:
+        return Estimate(m, Interval(m, m, level, "t, no spread"), n)
+    low, high = stats.t.interval(level, n - 1, loc=m, scale=sem)
+    return Estimate(m, Interval(float(low), float(high), level, "t"), n)
+
+
+def relative_difference(a: Sequence[float], b: Sequence[float],
+                        level: Optional[float] = None) -> Estimate:
+    """(mean(a) - mean(b)) / mean(b), with Welch's t interval of the difference
+    divided by mean(b). None interval when either side has one value."""
+    level = _level(level)
+    mb = statistics.fmean([float(v) for v in b])
+    if mb == 0:
+        raise ValueError("relative difference to a zero mean")
+    d = difference(a, b, level)
+    ci = None if d.ci is None else Interval(d.ci.low / mb, d.ci.high / mb, level, d.ci.method)
+    return Estimate(d.value / mb, ci, d.n)
+
+
+def proportion(k: int, n: int, level: Optional[float] = None) -> Estimate:
+    """k of n, with Wilson's score interval."""
+    level = _level(level)
+    from scipy import stats
+    if n <= 0:
+        raise ValueError("a proportion of nothing")
+    ci = stats.binomtest(int(k), int(n)).proportion_ci(confidence_level=level, method="wilson")
+    return Estimate(k / n, Interval(float(ci.low), float(ci.high), level, "Wilson"), n)
+
+
+def equivalence(a: Sequence[float], b: Sequence[float], margin: float,
+                alpha: Optional[float] = None) -> Tuple[Verdict, Estimate]:
+    """Two one-sided tests: are the means of ``a`` and ``b`` within
+    +-``margin`` (relative to ``b``)? ``agrees`` when the (1 - 2 alpha) interval
+    lies inside the margin, ``disagrees`` when it lies wholly outside,
+    ``undecided`` otherwise or with too few values."""
+    if alpha is None:
+        alpha = 1 - level()
+    est = relative_difference(a, b, level=1 - 2 * alpha)
+    return within(est, -margin, margin), est
+
+
+def within(est: Estimate, low: float, high: float) -> Verdict:
+    """Is the estimated quantity within [low, high]? Decided by its interval."""
+    if est.ci is None:
+        return "undecided"
+    if est.ci.inside(low, high):
+        return "agrees"
+    if est.ci.outside(low, high):
+        return "disagrees"
+    return "undecided"
+
+
+def above(est: Estimate, threshold: float) -> Verdict:
+    """Is the estimated quantity above ``threshold``? Decided by its interval."""
+    if est.ci is None:
+        return "undecided"
+    if est.ci.low > threshold:
+        return "agrees"
+    if est.ci.high < threshold:
+        return "disagrees"
+    return "undecided"
+
+
+def below(est: Estimate, threshold: float) -> Verdict:
+    """Is the estimated quantity below ``threshold``? Decided by its interval."""
+    flipped = {"agrees": "disagrees", "disagrees": "agrees", "undecided": "undecided"}
+    if est.ci is None:
+        return "undecided"
+    if est.ci.high < threshold:
+        return "agrees"
+    if est.ci.low > threshold:
+        return "disagrees"
+    return flipped["undecided"]  # type: ignore[return-value]
+
+
+def paired_difference(a: Sequence[float], b: Sequence[float],
+                      level: Optional[float] = None) -> Estimate:
+    """The mean of ``a[i] - b[i]`` with Student's t interval (pairs, e.g. our
+    value and the paper's at the same offered load)."""
+    if len(a) != len(b):
+        raise ValueError("paired values of unequal length")
+    return mean([float(x) - float(y) for x, y in zip(a, b)], level)
+
+
+def difference(a: Sequence[float], b: Sequence[float], level: Optional[float] = None) -> Estimate:
+    """mean(a) - mean(b) in the values' own unit, with Welch's t interval."""
+    level = _level(level)
+    from scipy import stats
+    xa, xb = [float(v) for v in a], [float(v) for v in b]
+    ma, mb = statistics.fmean(xa), statistics.fmean(xb)
+    n = min(len(xa), len(xb))
+    if len(xa) < 2 or len(xb) < 2:
+        return Estimate(ma - mb, None, n)
+    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return Estimate(ma - mb, Interval(ma - mb, ma - mb, level, "Welch t, no spread"), n)
+    df = (va + vb) ** 2 / ((va ** 2 / (len(xa) - 1) if va else 0) +
+                           (vb ** 2 / (len(xb) - 1) if vb else 0))
+    half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+    return Estimate(ma - mb, Interval(ma - mb - half, ma - mb + half, level, "Welch t"), n)
+
+
+def r_squared(ours: Sequence[float], theirs: Sequence[float]) -> Optional[float]:
+    """1 - SS_res/SS_tot of ``ours`` as a prediction of ``theirs`` (None when
+    ``theirs`` has no spread): how much of the published curve ours explains."""
+    t = [float(v) for v in theirs]
+    if len(t) < 2:
+        return None
+    m = statistics.fmean(t)
+    tot = sum((v - m) ** 2 for v in t)
+    if tot == 0:
+        return None
+    res = sum((float(o) - v) ** 2 for o, v in zip(ours, t))
+    return 1 - res / tot
+
+
+@dataclass(frozen=True)
+class Check:
+    """A verdict and the reason for it, in words a reader can check."""
+
+    verdict: Verdict
+    why: str
+
+
+def judge(est: Estimate, low: float, high: float, what: str,
+          scale: float = 1.0, unit: str = "", digits: int = 1,
+          need: str = "more repeats") -> Check:
+    """Is ``est`` within ``[low, high]`` (either may be +-inf)? The reason names
+    the interval and the band; too few samples says what to run."""
+    def f(x: float) -> str:
+        return "-inf" if x == -math.inf else "+inf" if x == math.inf else f"{x * scale:.{digits}f}"
+    band = f"[{f(low)}, {f(high)}]{unit}"
+    if est.ci is None:
+        return Check("undecided", f"n={est.n}: no interval from one sample; {need}")
+    v = within(est, low, high)
+    if v == "agrees":
+        return Check(v, f"the interval lies inside {what} {band}")
+    if v == "disagrees":
+        return Check(v, f"the interval lies outside {what} {band}")
+    return Check(v, f"the interval straddles the edge of {what} {band}; {need}")

@@ -1,0 +1,133 @@
+"""A noisy neighbour on demand: processes that take CPU time in bursts, as the
+other programs of a busy laptop do, for ``nslab bench verdicts --noise``.
+
+A profile is data: a list of hogs, each with the CPU it is pinned to (or none:
+the scheduler places it), the share of that CPU it takes over time (its duty)
+and the range its bursts' lengths are drawn from. Each hog is one process,
+``python -I -m nslab.traffic.noisegen hog ...``, a child of the benchmark, stopped with
+it; the random bursts come from a seed, so a profile's noise can be replayed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+
+@dataclass(frozen=True)
+class Hog:
+    """One noisy process: ``duty`` of a CPU in bursts of ``burst_ms`` (low, high)."""
+
+    cpu: Optional[int]
+    duty: float
+    burst_ms: Tuple[float, float]
+
+    def __post_init__(self) -> None:
+        if not 0 < self.duty < 1:
+            raise ValueError(f"duty {self.duty}: between 0 and 1")
+        lo, hi = self.burst_ms
+        if not 0 < lo <= hi <= 1000:
+            raise ValueError(f"bursts {self.burst_ms} ms: 0 < low <= high <= 1000")
+
+
+#: The profiles ``--noise`` knows. Bursts of a few to tens of milliseconds,
+#: up to half of a CPU, as the issue describes a laptop's other programs.
+PROFILES: Dict[str, List[Hog]] = {
+    "idle": [],
+    # half of the DUT's CPU (CPU1 on the RFC 2544 bed), bursts of 2-40 ms
+    "dut-bursts": [Hog(1, 0.5, (2.0, 40.0))],
+    # half of each CPU, bursts of 2-40 ms
+    "both-bursts": [Hog(0, 0.5, (2.0, 40.0)), Hog(1, 0.5, (2.0, 40.0))],
+    # two unpinned processes, a quarter of a CPU each, bursts of 5-80 ms
+    "roaming": [Hog(None, 0.25, (5.0, 80.0)), Hog(None, 0.25, (5.0, 80.0))],
+}
+
+
+def profile(name: str) -> List[Hog]:
+    """The hogs of a named profile (InputError-free: ValueError names the known ones)."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown noise profile {name!r} (known: {', '.join(PROFILES)})")
+    return PROFILES[name]
+
+
+def schedule(hog: Hog, rng: random.Random) -> Tuple[float, float]:
+    """One cycle: (seconds busy, seconds asleep), the busy share ``duty`` on average."""
+    busy = rng.uniform(*hog.burst_ms) / 1000.0
+    return busy, busy * (1 - hog.duty) / hog.duty
+
+
+class Noise:
+    """Context manager: the profile's hogs run while the block runs, and stop
+    (SIGTERM, then SIGKILL) when it ends, however it ends."""
+
+    def __init__(self, hogs: Sequence[Hog], seed: int = 1) -> None:
+        self.hogs, self.seed = list(hogs), seed
+        self.procs: List[subprocess.Popen] = []
+
+    def __enter__(self) -> "Noise":
+        try:
+            for i, h in enumerate(self.hogs):
+                argv = [sys.executable, "-I", "-m", "nslab.traffic.noisegen", "hog", "--duty", str(h.duty),
+                        "--burst-ms", f"{h.burst_ms[0]}:{h.burst_ms[1]}",
+                        "--seed", str(self.seed * 1000 + i)]
+                if h.cpu is not None:
+                    argv += ["--cpu", str(h.cpu)]
+                self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def run_hog(hog: Hog, seed: int) -> None:
+    """Busy-wait and sleep in the hog's cycles until SIGTERM."""
+    if hog.cpu is not None:
+        os.sched_setaffinity(0, {hog.cpu})
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    rng = random.Random(seed)
+    while not stop:
+        busy, idle = schedule(hog, rng)
+        t = time.monotonic()
+        while time.monotonic() - t < busy:
+            pass
+        time.sleep(idle)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m nslab.traffic.noisegen")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    h = sub.add_parser("hog", help="one noisy process")
+    h.add_argument("--cpu", type=int, default=None)
+    h.add_argument("--duty", type=float, required=True)
+    h.add_argument("--burst-ms", required=True, help="LOW:HIGH")
+    h.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args(argv)
+    lo, _, hi = a.burst_ms.partition(":")
+    run_hog(Hog(a.cpu, a.duty, (float(lo), float(hi or lo))), a.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

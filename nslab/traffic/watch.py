@@ -1,0 +1,142 @@
+"""``nslab watch [RUN]``: live per-link rates of a running lab in the terminal.
+
+The lab is found through its run journal (``/run/nslab/<run>.json``): with no
+RUN and exactly one live lab, that one. Every interval, one ``ip -s -j link``
+call per namespace of the run reads every interface's counters; the table
+shows bits/s and packets/s per direction and drops, refreshed in place with
+``rich.live``. Watching costs one short tool call per namespace per second.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Tuple
+
+from ..errors import InputError
+
+Counters = Dict[str, Dict[str, int]]
+
+
+@dataclass
+class Rate:
+    """One interface's rates between two samples."""
+
+    node: str
+    intf: str
+    rx_bps: float
+    tx_bps: float
+    rx_pps: float
+    tx_pps: float
+    drops: int
+
+
+def find_run(run: Optional[str]) -> str:
+    """The run to watch: ``run`` if live, else the only live one."""
+    from ..runtime.clean import live_journals, read_journal, run_is_live
+    if run:
+        if not run_is_live(read_journal(run)):
+            raise InputError(f"no live lab {run!r} (nslab clean --dry-run lists what is left)")
+        return run
+    live = live_journals()
+    if len(live) == 1:
+        return str(live[0]["run"])
+    if not live:
+        raise InputError("no lab is running: start one (nslab topo up pair) or name a RUN")
+    names = ", ".join(sorted(str(j["run"]) for j in live))
+    raise InputError(f"{len(live)} labs are running ({names}): name the one to watch")
+
+
+def namespaces(run: str) -> Dict[str, str]:
+    """``{node: namespace}`` of a run's namespaces."""
+    from ..runtime.proc import run as run_cmd
+    out = run_cmd(["ip", "-j", "netns", "list"], check=False).stdout or "[]"
+    prefix = f"{run}-"
+    return {ns["name"][len(prefix):]: ns["name"] for ns in json.loads(out)
+            if ns.get("name", "").startswith(prefix)}
+
+
+def parse_link_stats(text: str) -> Counters:
+    """``ip -s -j link`` output -> ``{intf: {rx_bytes, tx_bytes, rx_packets,
+    tx_packets, rx_dropped, tx_dropped, rx_errors, tx_errors, drops}}``
+    (loopback left out; ``drops`` is both directions' drops)."""
+    out: Counters = {}
+    for link in json.loads(text or "[]"):
+        name = link.get("ifname", "")
+        st = link.get("stats64") or link.get("stats") or {}
+        if not name or name == "lo" or not st:
+            continue
+        rx, tx = st.get("rx", {}), st.get("tx", {})
+        c = {f"{d}_{k}": int(side.get(k, 0)) for d, side in (("rx", rx), ("tx", tx))
+             for k in ("bytes", "packets", "dropped", "errors")}
+        c["drops"] = c["rx_dropped"] + c["tx_dropped"]
+        out[name.split("@")[0]] = c
+    return out
+
+
+def sample(nss: Dict[str, str]) -> Tuple[float, Dict[str, Counters]]:
+    """One reading of every namespace: ``(time, {node: counters})``."""
+    from ..runtime.proc import run as run_cmd
+    got: Dict[str, Counters] = {}
+    for node, ns in nss.items():
+        res = run_cmd(["ip", "-n", ns, "-s", "-j", "link", "show"], check=False)
+        if res.returncode == 0:
+            got[node] = parse_link_stats(res.stdout)
+    return time.monotonic(), got
+
+
+def rates(a: Tuple[float, Dict[str, Counters]], b: Tuple[float, Dict[str, Counters]]) -> List[Rate]:
+    """Rates between two samples, per node and interface (new ones count from b)."""
+    dt = b[0] - a[0]
+    out: List[Rate] = []
+    if dt <= 0:
+        return out
+    for node, intfs in sorted(b[1].items()):
+        for intf, c in sorted(intfs.items()):
+            p = a[1].get(node, {}).get(intf, c)
+            out.append(Rate(node, intf,
+                            8 * max(0, c["rx_bytes"] - p["rx_bytes"]) / dt,
+                            8 * max(0, c["tx_bytes"] - p["tx_bytes"]) / dt,
+                            max(0, c["rx_packets"] - p["rx_packets"]) / dt,
+                            max(0, c["tx_packets"] - p["tx_packets"]) / dt,
+                            max(0, c["drops"] - p["drops"])))
+    return out
+
+
+def table(run: str, rows: List[Rate]):
+    """A rich table of ``rows``."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..model.shaping import format_rate
+    # names are Text, never read as rich markup
+    t = Table(title=Text(f"nslab watch {run}  (Ctrl-C to stop)"))
+    for col in ("node", "interface", "rx", "tx", "rx pkt/s", "tx pkt/s", "drops"):
+        t.add_column(col, justify="left" if col in ("node", "interface") else "right")
+    for r in rows:
+        style = "bold green" if max(r.rx_bps, r.tx_bps) > 1e6 else None
+        t.add_row(Text(r.node), Text(r.intf), format_rate(r.rx_bps), format_rate(r.tx_bps),
+                  f"{r.rx_pps:,.0f}", f"{r.tx_pps:,.0f}", str(r.drops) if r.drops else "",
+                  style=style)
+    return t
+
+
+def watch(run: Optional[str] = None, interval: float = 1.0, count: Optional[int] = None) -> None:
+    """Show live rates until Ctrl-C (or ``count`` refreshes), or the lab goes."""
+    from rich.live import Live
+
+    from ..runtime.clean import read_journal, run_is_live
+    run = find_run(run)
+    nss = namespaces(run)
+    prev = sample(nss)
+    done = 0
+    with Live(table(run, []), refresh_per_second=4, screen=False) as live:
+        while count is None or done < count:
+            time.sleep(interval)
+            if not run_is_live(read_journal(run)):
+                live.console.print(f"lab {run} is gone", markup=False)
+                return
+            cur = sample(nss)
+            live.update(table(run, rates(prev, cur)))
+            prev = cur
+            done += 1

@@ -1,0 +1,149 @@
+"""A run's report is rendered once: ``run_study`` stores what was measured
+(between sampling rounds it judges the claims without writing or drawing
+anything), and ``nslab run`` or ``nslab reproduce`` renders the report from
+the stored files, once. ``nslab report DIR`` renders it again on demand.
+
+The run replays a stored alias run (``tests/data/alias_run``): a lab that
+builds nothing, a runner that answers each point with its stored
+measurements, the real report (Markdown, HTML, matplotlib). No root. Before,
+``nslab run`` rendered a run's report twice (in ``run_study`` and again in
+the command), plus once per extra sampling round."""
+import json
+import os
+import types
+
+import pytest
+
+from nslab.cmdline import cliutil, reproduce, runcli
+from nslab.experiments.alias import report as alias_report
+from nslab.experiments.alias.records import SCHEMA
+from nslab.experiments.alias.study import AliasStudy
+from nslab.runtime import lab as lab_module
+from nslab.store import reporting
+
+STORED = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                      "alias_run")
+
+
+def stored_points():
+    """The stored run's points, upgraded to the schema a run writes today."""
+    return [{"params": r.params.model_dump(mode="json"),
+             "measurements": r.measurements.model_dump(mode="json")} for r in SCHEMA.load(STORED)]
+
+
+class NoLab:
+    """A lab that builds nothing (the replayed points need none)."""
+
+    remote, datapath, build_seconds = False, None, 0.0
+
+    def __init__(self, topology, run_id="nl0000", host_grants=None):
+        self.topology, self.run_id = topology, run_id
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def __iter__(self):
+        return iter(())
+
+
+class Replay:
+    """Each point's stored measurements, in turn."""
+
+    def __init__(self):
+        self.by_key = {json.dumps(r["params"], sort_keys=True): r["measurements"]
+                       for r in stored_points()}
+
+    def setup(self):
+        return {}
+
+    def measure(self, point):
+        return self.by_key[json.dumps(point, sort_keys=True)], [], "replayed"
+
+    def finish(self):
+        pass
+
+
+class ReplayedAlias(AliasStudy):
+    """The alias study, its points those of the stored run, measured by replay."""
+
+    def needs(self, cfg):
+        return []
+
+    def points(self, cfg):
+        return [r["params"] for r in stored_points()]
+
+    def runner(self, key, lab, cfg, store):
+        return Replay()
+
+
+@pytest.fixture
+def renders(monkeypatch):
+    """Counts, per run directory, the reports written (report.md/.html) and the
+    plots drawn; commands' logging and signal handlers left alone."""
+    seen = {"written": [], "plots": 0}
+    real_write, real_plot = reporting.write_markdown_and_html, alias_report.plot
+
+    def write(run_dir, stem, *a, **k):
+        seen["written"].append(os.path.realpath(run_dir))
+        return real_write(run_dir, stem, *a, **k)
+
+    def plot(*a, **k):
+        seen["plots"] += 1
+        return real_plot(*a, **k)
+    monkeypatch.setattr(reporting, "write_markdown_and_html", write)
+    monkeypatch.setattr(alias_report, "plot", plot)
+    monkeypatch.setattr(lab_module, "Lab", NoLab)
+    monkeypatch.setattr(cliutil, "setup_logging", lambda *a, **k: None)
+    monkeypatch.setattr(cliutil, "install_signals", lambda *a, **k: None)
+    return seen
+
+
+def test_nslab_run_renders_the_report_once(tmp_path, renders, capsys):
+    ctx = types.SimpleNamespace(obj=cliutil.Ctx(str(tmp_path), 0))
+    # "quick": three sampling rounds, so the claims are judged between rounds too
+    runcli.run_study_command(ctx, ReplayedAlias, "quick", {"host_reruns": 0}, None, None)
+    (run_dir,) = [os.path.join(tmp_path, "alias", d) for d in os.listdir(tmp_path / "alias")]
+    prov = json.load(open(os.path.join(run_dir, "provenance.json")))
+    assert prov["sampling"]["rounds_run"] > 1  # judged between rounds, rendered at the end
+    assert renders["written"] == [os.path.realpath(run_dir)]
+    assert renders["plots"] == 1
+    assert os.path.exists(os.path.join(run_dir, "report.html"))
+    assert os.path.exists(os.path.join(run_dir, "alias.png"))
+    out = capsys.readouterr().out
+    assert f"results: {run_dir}" in out and "report: " in out
+    # `nslab report DIR` renders it again, on demand
+    from click.testing import CliRunner
+    res = CliRunner().invoke(runcli.report, [run_dir], obj=cliutil.Ctx(str(tmp_path), 0))
+    assert res.exit_code == 0, res.output
+    assert renders["written"] == [os.path.realpath(run_dir)] * 2 and renders["plots"] == 2
+
+
+def test_nslab_reproduce_renders_each_study_once_and_the_combined_report_once(
+        tmp_path, renders, monkeypatch):
+    monkeypatch.setattr(reproduce, "ordered_studies", lambda: {"alias": ReplayedAlias})
+    html = reproduce.reproduce("quick", str(tmp_path), echo=lambda m: None)
+    root = os.path.dirname(html)
+    (run_dir,) = [os.path.join(root, "alias", d) for d in os.listdir(os.path.join(root, "alias"))]
+    assert sorted(renders["written"]) == sorted([os.path.realpath(run_dir), os.path.realpath(root)])
+    assert renders["plots"] == 1
+
+
+@pytest.mark.parametrize("name", ["ecmp_run", "failover_run"])
+def test_claims_judged_between_rounds_are_the_reports_and_nothing_is_written(tmp_path, name):
+    import shutil
+
+    from nslab.cmdline.runcli import study_of_run
+    from nslab.run.study import report_of
+    run_dir = str(tmp_path / name)
+    shutil.copytree(os.path.join(os.path.dirname(STORED), name), run_dir)
+    cls = study_of_run(run_dir, None)
+    before = sorted(os.listdir(run_dir))
+    with reporting.claims_only():
+        judged = report_of(cls(), run_dir)
+    assert sorted(os.listdir(run_dir)) == before and judged.files == {} and not judged.figures
+    rendered = report_of(cls(), run_dir)
+    assert judged.claims == rendered.claims and judged.claims
+    assert "report.html" in os.listdir(run_dir)
