@@ -206,7 +206,7 @@ def remote_host(run: str, node: str) -> Optional[RemoteHost]:
     controller's record lists its hosts); else None."""
     from ..runtime.clean import read_controller, run_is_live
     record = read_controller(run)
-    if not run_is_live(record):
+    if record is None or not run_is_live(record):
         return None
     from ..traffic.captureremote import host_of
     return host_of(record, run, node)

@@ -16,7 +16,7 @@ import re
 import shlex
 import sys
 import time
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import click
 
@@ -37,6 +37,9 @@ from .export import export_cmd
 from .reproduce import reproduce_cmd
 from .runcli import report, run_group
 from ..safeio import make_dirs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..hosts.remote import MultiLab
 
 log = logging.getLogger("nslab")
 
@@ -334,6 +337,7 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
     run_id = new_run_id()
     setup_logging(ctx.obj, run_id)
     install_signals()
+    lab_cm: Union[Lab, MultiLab]
     if hosts:
         from ..model.multihost import parse_hosts
         from ..hosts.remote import MultiLab
@@ -351,6 +355,7 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
         print_lab(lab)
         if with_cli:
             from .mncli import run_cli
+            assert isinstance(lab, Lab)  # --cli with --hosts was refused above
             run_cli(lab)
         elif hold is not None:
             time.sleep(hold)
@@ -480,7 +485,7 @@ class BenchGroup(click.Group):
         return _benches().get(name)
 
 
-def _benches():
+def _benches() -> Dict[str, Any]:
     return load_group("nslab.bench")
 
 

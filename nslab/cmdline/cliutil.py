@@ -5,7 +5,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, List, Optional
+from types import FrameType
+from typing import Any, List, NoReturn, Optional
 
 from ..errors import InputError
 from ..model.limits import activate
@@ -49,7 +50,7 @@ def setup_logging(ctx: Any, run_id: str) -> str:
     return path
 
 
-def _interrupt(signum, frame):  # noqa: ANN001
+def _interrupt(signum: int, frame: Optional[FrameType]) -> NoReturn:
     raise KeyboardInterrupt
 
 

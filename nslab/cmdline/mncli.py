@@ -12,7 +12,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
-from ..errors import CapabilityError
+from ..errors import CapabilityError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime.lab import Lab
@@ -57,12 +57,15 @@ def run_cli(lab: "Lab", script: Any = None) -> None:
             from ..traffic.iperf import run_client, start_server, wait_listening
             hosts = hosts or [self.hosts[0], self.hosts[-1]]
             client, server = (lab[h.name] for h in hosts)
+            server_ip = server.ip
+            if server_ip is None:
+                raise InputError(f"iperf: {server.name} has no IPv4 address to connect to")
             udp = l4Type == "UDP"
             output(f"*** Iperf: testing {l4Type} bandwidth between {client.name} and {server.name}\n")
             srv = start_server(server, udp=udp, port=port)
             try:
                 wait_listening(server, port, udp=udp)
-                rep = run_client(client, server.ip, time=seconds, udp=udp,
+                rep = run_client(client, server_ip, time=seconds, udp=udp,
                                  rate=udpBw if udp else None, port=port)
             finally:
                 srv.stop()

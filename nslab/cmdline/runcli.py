@@ -193,13 +193,14 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
     store = None
     if resume:
         run_id = new_run_id()  # the resumed run's labs
+        store_dir = resume
     else:  # the run directory first, made fresh under a free id; the log is named after it
         from ..store.results import ResultStore
         store = ResultStore.create(root, study.name)
         run_id = store.run_id
+        store_dir = store.path
     setup_logging(ctx.obj, run_id)
     install_signals()
-    store_dir = resume or store.path
     try:
         lab_factory = None
         if hosts:
@@ -253,7 +254,8 @@ class RunGroup(click.Group):
             return study_command(found[name])
         return None
 
-    def resolve_command(self, ctx: click.Context, args: List[str]):
+    def resolve_command(self, ctx: click.Context, args: List[str]
+                        ) -> Tuple[Optional[str], Optional[click.Command], List[str]]:
         name = args[0] if args else ""
         # a study file is read (and its size checked) before its command's
         # options are parsed: its --limit must be in force by then

@@ -379,7 +379,7 @@ class Route(StrictModel):
     def _consistent(self) -> "Route":
         if self.via is None and self.dev is None:
             raise ValueError("a route needs 'via' (a gateway) or 'dev' (an interface)")
-        fam = None if self.dst == "default" else self.dst.version
+        fam = None if isinstance(self.dst, str) else self.dst.version  # str: "default"
         for what, addr in (("via", self.via), ("src", self.src)):
             if addr is not None and fam is not None and addr.version != fam:
                 raise ValueError(f"route to {self.dst}: {what} {addr} is not IPv{fam}")
@@ -390,7 +390,7 @@ class Route(StrictModel):
 
     @property
     def family(self) -> int:
-        if self.dst != "default":
+        if not isinstance(self.dst, str):  # str: "default"
             return self.dst.version
         for addr in (self.via, self.src):
             if addr is not None:

@@ -59,7 +59,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Iterable, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterable, Iterator, Mapping, Optional, Sequence, Tuple
 
 from ..errors import InputError
 
@@ -138,8 +138,9 @@ class Limits:
         """These limits with ``values`` (from the command line) instead."""
         why = dict(self.why)
         why.update({k: "--limit" for k in values})
-        return dataclasses.replace(self, **{k: (float(v) if k == "duration" else int(v))
-                                            for k, v in values.items()}, why=why)
+        changes: Dict[str, Any] = {k: (float(v) if k == "duration" else int(v))
+                                   for k, v in values.items()}
+        return dataclasses.replace(self, **changes, why=why)
 
     def check(self, key: str, value: float, where: str = "", detail: str = "") -> None:
         """Raise :class:`LimitError` if ``value`` is over the ceiling of ``key``.

@@ -228,7 +228,7 @@ def _underlay_address(dest: str, addr: str) -> str:
     except ValueError:
         pass
     try:
-        return socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0]
+        return str(socket.getaddrinfo(name, None, socket.AF_INET)[0][4][0])  # AF_INET: a str
     except OSError as exc:
         raise InputError(f"--hosts: cannot resolve {name} ({exc}); give its address as "
                          f"{dest}=ADDRESS") from None

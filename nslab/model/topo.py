@@ -22,7 +22,7 @@ from .fields import (BgpOptions, Bytes, ControllerTarget, Delay, Dpid, IfName, I
                      StrictModel, SysctlKey, SysctlValue, check_name)
 from .limits import active, topology_size
 from .shaping import ETHERNET_OVERHEAD, Shaping
-from .topo_yaml import line_of, read_yaml
+from .topo_yaml import LineDict, line_of, read_yaml
 
 __all__ = ["Topology", "Node", "Link", "LinkEnd", "check_name", "KINDS", "SWITCH_TYPES",
            "explain", "raw_size"]
@@ -357,17 +357,18 @@ class Topology(BaseModel):
         out: Dict[Tuple[str, str], Any] = {}
         first_intf: Dict[str, str] = {}
         for link, na, ia, nb, ib in self.interfaces():
-            for node, intf, end in ((na, ia, link.params1), (nb, ib, link.params2)):
-                first_intf.setdefault(node, intf)
+            for end_node, intf, end in ((na, ia, link.params1), (nb, ib, link.params2)):
+                first_intf.setdefault(end_node, intf)
                 if end.ip is not None:
-                    out[(node, intf)] = end.ip
+                    out[(end_node, intf)] = end.ip
         used = {v.ip for v in out.values()} | {n.ip.ip for n in self.nodes.values() if n.ip}
         nxt = 1
         for name in self.hosts():
             node = self.nodes[name]
-            intf = first_intf.get(name)
-            if intf is None or (name, intf) in out:
+            first = first_intf.get(name)
+            if first is None or (name, first) in out:
                 continue
+            intf = first
             if node.ip is not None:
                 out[(name, intf)] = node.ip
             elif self.auto_ip and node.kind == "host":
@@ -393,8 +394,9 @@ class Topology(BaseModel):
                 if end.mac:
                     out[(node, intf)] = end.mac
         for name, intf in first.items():
-            if self.nodes[name].mac and (name, intf) not in out:
-                out[(name, intf)] = self.nodes[name].mac
+            mac = self.nodes[name].mac
+            if mac and (name, intf) not in out:
+                out[(name, intf)] = mac
         return out
 
     def size(self) -> Tuple[int, int, int]:
@@ -438,16 +440,16 @@ class Topology(BaseModel):
             for key, end in (("a", link.a), ("b", link.b)):
                 if end not in self.nodes:
                     raise _fail(("links", i, key), f"link {link.a}-{link.b}: unknown node {end!r}")
-        for node in self.placement:
-            if node not in self.nodes:
-                raise _fail(("hosts", node), f"hosts: unknown node {node!r}")
+        for placed in self.placement:
+            if placed not in self.nodes:
+                raise _fail(("hosts", placed), f"hosts: unknown node {placed!r}")
         if not self.ipv6:
             self._check_ipv4_only()
         intfs = self.node_interfaces()
-        for node, names in intfs.items():
+        for owner, names in intfs.items():
             if len(set(names)) != len(names):
                 dup = next(n for n in names if names.count(n) > 1)
-                raise _fail(("nodes", node), f"node {node}: duplicate interface {dup!r}")
+                raise _fail(("nodes", owner), f"node {owner}: duplicate interface {dup!r}")
         for name, node in self.nodes.items():
             where = ("nodes", name)
             if node.is_switch:
@@ -475,16 +477,16 @@ class Topology(BaseModel):
                 raise _fail(where + ("ip" if node.ip else "mac",),
                             f"{name} has no link to put its address on")
         ips: Dict[Any, str] = {}
-        for (node, intf), iface in self.addresses().items():
+        for (owner, _intf), iface in self.addresses().items():
             if iface.ip in ips:
-                raise _fail(("nodes", node), f"address {iface.ip} is used twice "
-                                             f"({ips[iface.ip]} and {node})")
-            ips[iface.ip] = node
+                raise _fail(("nodes", owner), f"address {iface.ip} is used twice "
+                                              f"({ips[iface.ip]} and {owner})")
+            ips[iface.ip] = owner
         macs: Dict[str, str] = {}
-        for (node, intf), mac in self.macs().items():
+        for (owner, _intf), mac in self.macs().items():
             if mac in macs:
-                raise _fail(("nodes", node), f"MAC {mac} is used twice ({macs[mac]} and {node})")
-            macs[mac] = node
+                raise _fail(("nodes", owner), f"MAC {mac} is used twice ({macs[mac]} and {owner})")
+            macs[mac] = owner
 
     def locate(self, exc: TopologyError) -> TopologyError:
         """``exc`` with the file and line it is about, when this topology came
@@ -553,7 +555,7 @@ class Topology(BaseModel):
     def from_yaml(cls, path: str) -> "Topology":
         """Load a topology from a YAML file; errors name the file, line and field."""
         doc = read_yaml(path)
-        if not isinstance(doc, dict):
+        if not isinstance(doc, LineDict):  # every mapping read_yaml returns is one
             raise TopologyError(f"{path}:1: a topology must be a mapping with 'nodes' and 'links'")
         if not doc.get("nodes"):
             raise TopologyError(f"{path}:{doc.line}: 'nodes' must be a non-empty mapping of "
@@ -593,8 +595,10 @@ def raw_size(data: Any) -> Tuple[int, int, int]:
     are read as written (an unknown one is refused later, by validation)."""
     if not isinstance(data, dict):
         return 0, 0, 0
-    nodes = data.get("nodes") if isinstance(data.get("nodes"), dict) else {}
-    links = data.get("links") if isinstance(data.get("links"), list) else []
+    nodes = data.get("nodes")
+    nodes = nodes if isinstance(nodes, dict) else {}
+    links = data.get("links")
+    links = links if isinstance(links, list) else []
     default = data.get("switch", "bridge")
     ns = 0
     for opts in nodes.values():

@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
-from typing import Any, Callable, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
 from ..errors import InputError
 from ..runtime.grants import HostGrants
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model.topo import Topology
 
 
 def extra_kwargs(args: List[str]) -> Dict[str, Any]:
@@ -70,7 +73,7 @@ def grants_from_options(spec: str, options: Dict[str, Any]) -> HostGrants:
     return HostGrants.of(uplinks, controllers, force is True or str(force).lower() == "true")
 
 
-def load_topology(spec: str, options: Dict[str, Any]):
+def load_topology(spec: str, options: Dict[str, Any]) -> Topology:
     """A topology from a registered name, a YAML file or a Mininet ``--custom`` Python file."""
     from ..model.topo import Topology
     if spec.endswith((".yaml", ".yml")):
@@ -95,7 +98,7 @@ def load_topology(spec: str, options: Dict[str, Any]):
     return fn(**coerce(fn, options))
 
 
-def _load_custom(spec: str, options: Dict[str, Any]):
+def _load_custom(spec: str, options: Dict[str, Any]) -> Topology:
     """``file.py[:name]`` with a Mininet-style ``topos`` dict."""
 
     from ..model.topo import Topology

@@ -364,18 +364,18 @@ def export_command(topo: Topology, fmt: str, output: Optional[str], **options: A
     to ``output``) and the lines to show on standard error."""
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt!r}: unknown export format (known: {', '.join(FORMATS)})")
-    to_file = output not in (None, "-")
-    exp = export_containerlab(topo, files_dir=files_dir_for(output) if to_file else "files",
-                              **options)
+    target = None if output is None or output == "-" else output
+    exp = export_containerlab(topo, files_dir=files_dir_for(target) if target is not None
+                              else "files", **options)
     notes = [f"nslab: note: {n}" for n in exp.notes]
-    if not to_file:
+    if target is None:
         if exp.files:
             raise InputError(f"{len(exp.files)} configuration files go beside the topology "
                              "file (its FRR routers'): give -o FILE.clab.yml")
         return exp.text(), notes
-    written = write_export(exp, output)
-    return None, notes + [f"nslab: wrote {output}" + (f" and {len(written) - 1} files under "
-                                               f"{files_dir_for(output)}/" if exp.files else "")]
+    written = write_export(exp, target)
+    return None, notes + [f"nslab: wrote {target}" + (f" and {len(written) - 1} files under "
+                                               f"{files_dir_for(target)}/" if exp.files else "")]
 
 
 # -- reading back --------------------------------------------------------------------------
@@ -411,7 +411,8 @@ def from_containerlab(path: str) -> Topology:
     links = topology.get("links") or []
     if not isinstance(links, list):
         raise fail(("topology", "links"), "must be a list")
-    defaults = topology.get("defaults") if isinstance(topology.get("defaults"), dict) else {}
+    defaults = topology.get("defaults")
+    defaults = defaults if isinstance(defaults, dict) else {}
     data_nodes, addrs = _read_nodes(nodes, defaults, fail)
     data_links = []
     for i, link in enumerate(links):
@@ -433,9 +434,9 @@ def from_containerlab(path: str) -> Topology:
     try:
         return Topology.from_dict(data)
     except TopologyError as exc:  # its node or link is the file's at the same key or index
-        loc = ("topology",) + tuple(exc.loc[:2]) if exc.loc[:1] in (("nodes",), ("links",)) \
+        at = ("topology",) + tuple(exc.loc[:2]) if exc.loc[:1] in (("nodes",), ("links",)) \
             else ()
-        raise InputError(f"{path}:{line_of(doc, loc)}: as an nslab topology: {exc}") from None
+        raise InputError(f"{path}:{line_of(doc, at)}: as an nslab topology: {exc}") from None
 
 
 def _read_nodes(nodes: Dict[Any, Any], defaults: Dict[str, Any], fail: Any
@@ -456,7 +457,8 @@ def _read_nodes(nodes: Dict[Any, Any], defaults: Dict[str, Any], fail: Any
         if kind != "linux":
             raise fail(loc + ("kind",), f"{kind!r}: nslab reads back nodes of kind linux, "
                                         "bridge and ovs-bridge")
-        labels = spec.get("labels") if isinstance(spec.get("labels"), dict) else {}
+        labels = spec.get("labels")
+        labels = labels if isinstance(labels, dict) else {}
         nkind = labels.get(KIND_LABEL)
         if nkind not in KINDS:
             nkind = _guess_kind(spec, info)
@@ -504,8 +506,10 @@ def _guess_kind(spec: Dict[str, Any], info: Dict[str, Any]) -> str:
     name, a router if it gets FRR's files or forwards, else a host."""
     if info["bridge"]:
         return "switch"
-    binds = spec.get("binds") if isinstance(spec.get("binds"), list) else []
-    sysctls = spec.get("sysctls") if isinstance(spec.get("sysctls"), dict) else {}
+    binds = spec.get("binds")
+    binds = binds if isinstance(binds, list) else []
+    sysctls = spec.get("sysctls")
+    sysctls = sysctls if isinstance(sysctls, dict) else {}
     if any(isinstance(b, str) and ":/etc/frr" in b for b in binds) \
             or str(sysctls.get("net.ipv4.ip_forward", "0")) == "1":
         return "router"

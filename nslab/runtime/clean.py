@@ -11,6 +11,7 @@ environment, the journal ``/run/nslab/<run>.json`` and work dir
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import json
 import logging
@@ -21,7 +22,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Iterator, List, Optional
 
 from . import extension, statefile
 from ..errors import InputError
@@ -251,7 +252,7 @@ def remove(inv: Inventory) -> List[str]:
     """
     problems: List[str] = []
 
-    def stage(name: str, fn: Callable[[], None]) -> None:
+    def stage(name: str, fn: Callable[[], object]) -> None:
         try:
             fn()
         except Exception as exc:  # noqa: BLE001 - teardown must go on
@@ -262,12 +263,12 @@ def remove(inv: Inventory) -> List[str]:
     # Restore anything the run changed outside its own objects (e.g. an uplink NIC).
     for item in reversed(journal.get("restore", [])):
         stage(f"restore {_printable(item.get('what'))}",
-              lambda item=item: _restore(item, inv.run_id))
+              functools.partial(_restore, item, inv.run_id))
     stage("processes", lambda: _kill_tagged(inv))
     exts = extension.registered()
     for name, objs in inv.extra.items():
         if objs and name in exts:
-            stage(f"{name} objects", lambda name=name, objs=objs: exts[name].remove(inv.run_id, objs))
+            stage(f"{name} objects", functools.partial(exts[name].remove, inv.run_id, objs))
     # Namespaces first: the kernel then removes every veth with an end in them,
     # root ends included, in one batch (one RCU grace period for all), where
     # ``ip link del`` pays one per interface (~25 ms: 1.6 s for 64 OVS ports).
@@ -283,7 +284,7 @@ def remove(inv: Inventory) -> List[str]:
     if used:
         live = live_journals(exclude=inv.run_id)
         for name in sorted(used & set(exts)):
-            stage(f"{name} release", lambda name=name: exts[name].release(journal, live))
+            stage(f"{name} release", functools.partial(exts[name].release, journal, live))
     return problems
 
 
@@ -494,12 +495,12 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
     return report
 
 
-def block_sigint():
+def block_sigint() -> ContextManager[None]:
     """Context manager: ignore SIGINT and SIGTERM while tearing down (main thread
     only), so a second Ctrl-C or a supervisor's SIGTERM cannot cut teardown short."""
 
     @contextlib.contextmanager
-    def _cm():
+    def _cm() -> Iterator[None]:
         if threading.current_thread() is not threading.main_thread():
             yield
             return

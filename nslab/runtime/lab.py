@@ -21,7 +21,8 @@ import os
 import signal
 import threading
 import time
-from typing import Callable, Dict, Iterator, List, Optional, Tuple
+from types import FrameType
+from typing import Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from . import caps, grants
 from ..model.fields import MAC_RE
@@ -119,7 +120,7 @@ class Lab:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def __getitem__(self, name: str) -> LabNode:
@@ -258,7 +259,7 @@ class Lab:
         bridges = {np.netns: name for name, np in self.plan.nodes.items()
                    if np.kind == "switch" and np.netns and os.path.exists(f"/run/netns/{np.netns}")}
 
-        def down(ns: Optional[str]) -> None:
+        def down(ns: str) -> None:
             try:
                 apply_ops([LinkDown(bridges[ns])], f"teardown of {ns}")
             except LabError as exc:
@@ -351,10 +352,12 @@ class Lab:
         one dump each: one carrier event brings up both ends of a veth, so
         once a switch's ports are up its hosts' ends are nearly all up too,
         and a thousand hosts are then read once rather than every round."""
-        only = {np.netns: np.intfs for np in p.nodes.values() if np.netns}
+        only: Dict[Optional[str], Sequence[str]] = {np.netns: np.intfs for np in p.nodes.values()
+                                                    if np.netns}
         deadline = time.monotonic() + timeout
         many = [ns for ns, intfs in only.items() if len(intfs) >= 8]
         rest = [ns for ns in only if ns not in set(many)]
+        group: Sequence[Optional[str]]
         for group in (many, rest):
             while group:
                 late = links_not_flowing(group, only)
@@ -430,7 +433,7 @@ class Lab:
 
 
 
-def _raise_interrupt(signum, frame):  # noqa: ANN001
+def _raise_interrupt(signum: int, frame: Optional[FrameType]) -> NoReturn:
     raise KeyboardInterrupt(f"signal {signum}")
 
 

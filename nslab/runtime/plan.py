@@ -109,7 +109,7 @@ def plan(topo: Topology, run_id: str, root_switch_types: Collection[str] = (),
     nodes = {name: NodePlan(name, node.kind, None if name in in_root else ns_name(run_id, name))
              for name, node in topo.nodes.items() if part is None or part.is_local(name)}
     netns_lines = [line("netns", "add", n.netns) for n in nodes.values() if n.netns]
-    sysctls = {nodes[n].netns: v for n, v in topo.sysctls().items() if n in nodes and nodes[n].netns}
+    sysctls = {ns: v for n, v in topo.sysctls().items() if n in nodes and (ns := nodes[n].netns)}
     w = _Wiring(topo, run_id, nodes, part)
     for link, na, ia, nb, ib in topo.interfaces():
         ends = w.ends(((na, ia), (nb, ib)))
@@ -143,7 +143,8 @@ class _Wiring:
     link_lines: List[str] = field(default_factory=list)
     #: root-namespace ports: ``ifalias`` tags, up, MTUs (after every link is made)
     alias_lines: List[str] = field(default_factory=list)
-    ns_intf_ops: Dict[str, List[Op]] = field(default_factory=lambda: defaultdict(list))
+    #: keyed by None: an address on a root-namespace (OVS) switch's port, never applied
+    ns_intf_ops: Dict[Optional[str], List[Op]] = field(default_factory=lambda: defaultdict(list))
     tc_lines: Dict[Optional[str], List[str]] = field(default_factory=lambda: defaultdict(list))
     gso_off: List[Tuple[Optional[str], str]] = field(default_factory=list)
     root_ports: Dict[str, List[str]] = field(default_factory=lambda: defaultdict(list))

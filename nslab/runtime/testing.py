@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Callable, Iterator, List, Tuple
+from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
 
@@ -117,7 +117,7 @@ def make_lab() -> Iterator[Callable[..., Lab]]:
         pytest.skip("needs root (network namespaces)")
     labs: List[Lab] = []
 
-    def _make(topology: Topology, **kwargs) -> Lab:
+    def _make(topology: Topology, **kwargs: Any) -> Lab:
         lab = Lab(topology, **kwargs)
         lab.start()
         labs.append(lab)

@@ -34,10 +34,13 @@ import os
 import re
 import shutil
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..errors import CapabilityError, InputError
 from ..model.fields import IFNAME_RE, NAME_RE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..model.topo import Topology
 
 
 TOOL = "dumpcap"
@@ -165,7 +168,7 @@ class LabMap:
         return f"lab {self.run}" if self.run else "the topology"
 
     @classmethod
-    def of_topology(cls, topo, run: str = "") -> "LabMap":  # noqa: ANN001 - a Topology
+    def of_topology(cls, topo: Topology, run: str = "") -> "LabMap":
         """The map a lab of ``topo`` would have (for checking a study file
         without building anything): every node in a namespace of its own."""
         links = [(a, ia, b, ib) for _, a, ia, b, ib in topo.interfaces()]

@@ -166,7 +166,7 @@ class RemoteCapture(CaptureProcess):
         self.label = f"{target} on {host.dest}"
         self._tmp: Optional[str] = None
         control = host.control_dir
-        if not control_dir_ok(control):  # the lab's master is gone: a connection of our own
+        if control is None or not control_dir_ok(control):  # the lab's master is gone: a connection of our own
             control = self._tmp = tempfile.mkdtemp(prefix=f"nslab-{host.run}-capture-")
         argv = Ssh(host.dest, control, host.ssh_config).argv(remote)
         try:

@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import struct
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 SocketKey = Tuple[str, str]
 
@@ -63,7 +63,8 @@ def _ends_dump(data: bytes) -> bool:
     return False
 
 
-def _diag_sockets(chunks: List[bytes], family: int):
+def _diag_sockets(chunks: List[bytes], family: int
+                  ) -> Iterator[Tuple[str, int, str, int, bytes]]:
     """(src, sport, dst, dport, tcp_info bytes) of each socket in a dump."""
     alen = 4 if family == socket.AF_INET else 16
     for data in chunks:

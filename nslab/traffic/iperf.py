@@ -13,7 +13,7 @@ import re
 import subprocess
 import time as _time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from ..errors import InputError
 from ..safeio import write_atomic
@@ -287,13 +287,13 @@ def client_argv(server: str, *, time: float = 10, parallel: int = 1, udp: bool =
     return argv + list(extra)
 
 
-def start_server(node: "LabNode", **opts) -> "Process":
+def start_server(node: "LabNode", **opts: Any) -> "Process":
     """Start an iperf2 server in ``node``; the lab stops it on teardown."""
     return node.popen(server_argv(**opts), name="iperf-server")
 
 
 def run_client(node: "LabNode", server: str, raw_path: Optional[str] = None,
-               timeout_extra: float = 30, **opts) -> IperfReport:
+               timeout_extra: float = 30, **opts: Any) -> IperfReport:
     """Run an iperf2 client to completion in ``node`` and parse its output.
 
     The raw output is written to ``raw_path`` when given (kept with the results).

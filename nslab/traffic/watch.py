@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from ..errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.table import Table
 
 Counters = Dict[str, Dict[str, int]]
 
@@ -103,7 +106,7 @@ def rates(a: Tuple[float, Dict[str, Counters]], b: Tuple[float, Dict[str, Counte
     return out
 
 
-def table(run: str, rows: List[Rate]):
+def table(run: str, rows: List[Rate]) -> Table:
     """A rich table of ``rows``."""
     from rich.table import Table
     from rich.text import Text

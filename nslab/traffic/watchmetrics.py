@@ -128,7 +128,8 @@ def exposition(reg: CollectorRegistry, accept: Optional[str]) -> Tuple[bytes, st
 def sample_names() -> FrozenSet[str]:
     """Every sample name ``/metrics`` can expose (``..._total`` for counters)."""
     class _Empty:
-        run, interval, reading, samples, samplers, streams = "", 1.0, None, 0, 0, 0
+        run, interval, samples, samplers, streams = "", 1.0, 0, 0, 0
+        reading: Optional[Reading] = None
     names = set()
     for family in LabCollector(_Empty()).collect():
         names.add(f"{family.name}_total" if family.type == "counter" else family.name)

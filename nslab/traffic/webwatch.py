@@ -100,13 +100,13 @@ def link_rates(links: List[Dict[str, Any]], rows: List[Rate]) -> List[Dict[str, 
     out = []
     for l in links:
         ra, rb = by.get((l["a"], l["ia"])), by.get((l["b"], l["ib"]))
-        if ra is None and rb is None:
-            out.append({"id": l["id"], "known": False})
-            continue
         if ra is not None:
             ab, ba, ab_p, ba_p = ra.tx_bps, ra.rx_bps, ra.tx_pps, ra.rx_pps
-        else:
+        elif rb is not None:
             ab, ba, ab_p, ba_p = rb.rx_bps, rb.tx_bps, rb.rx_pps, rb.tx_pps
+        else:
+            out.append({"id": l["id"], "known": False})
+            continue
         drops = (ra.drops if ra else 0) + (rb.drops if rb else 0)
         load = max(ab, ba) / (l["rate"] or UNSHAPED_FULL)
         out.append({"id": l["id"], "known": True, "a": l["a"], "b": l["b"],
