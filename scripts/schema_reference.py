@@ -21,6 +21,7 @@ import os
 import re
 import sys
 from typing import Any, Dict, List, Optional, Tuple
+from nslab.model.topo import schema
 
 Schema = Dict[str, Any]
 
@@ -171,7 +172,6 @@ PAGES = [("topology.schema.json", "topology-reference.md", "YAML topology refere
 
 def topology_schema_text() -> str:
     """What ``nslab topo schema`` prints (and docs/topology.schema.json holds)."""
-    from nslab.model.topo import schema
     return json.dumps(schema(), indent=2) + "\n"
 
 

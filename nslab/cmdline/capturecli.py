@@ -13,6 +13,14 @@ import click
 
 from ..traffic.capture import HOP_ENV
 from ..errors import InputError, LabError
+from ..model.naming import RUN_RE
+from ..traffic import capture as cap
+from ..runtime.caps import require_root
+from ..model.naming import check_run_id
+from .cliutil import install_signals
+from ..runtime.clean import live_controllers, live_journals, read_controller, read_journal, run_is_live
+from ..traffic.capture import check_filter
+from ..safeio import open_new
 
 if TYPE_CHECKING:
     from ..traffic.capture import Target
@@ -33,14 +41,12 @@ def split_rest(rest: Tuple[str, ...], filt: Optional[str]) -> Tuple[Optional[str
     """``(run, filter)`` from the words after TARGET: a first word that is a
     run id (``nl3f2a``) is the RUN; the rest, joined by spaces, is the filter
     (or ``-f``, not both)."""
-    from ..model.naming import RUN_RE
     words = list(rest)
     run = words.pop(0) if words and RUN_RE.fullmatch(words[0]) else None
     if words and filt is not None:
         raise InputError("give the capture filter once: with -f or after the target, not both")
     text = " ".join(words) if words else filt
     if text is not None:
-        from ..traffic.capture import check_filter
         check_filter(text)
     return run, text
 
@@ -79,10 +85,7 @@ def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[in
     that controls a lab across machines (--hosts), a node on another host is
     captured there, over the lab's SSH connection, and streamed back.
     """
-    from ..traffic import capture as cap
     from ..traffic import capturerun as live
-    from ..runtime.caps import require_root
-    from ..model.naming import check_run_id
     parsed = cap.parse_target(target)
     run, text = split_rest(rest, filt)
     # every option is checked before anything else (and without root)
@@ -134,11 +137,9 @@ def run_capture(make: Callable[[Optional[IO]], C], start: Callable[[C], None], r
     (``alive``), its reader goes or Ctrl-C. Returns the capture and why it
     ended (``ended``, ``stopped: ...``)."""
     from ..traffic.capturerun import follow
-    from .cliutil import install_signals
     install_signals()
     fh = None
     if out != "-" and to_file:
-        from ..safeio import open_new
         try:
             fh = open_new(out, "wb", replace=True)
         except OSError as exc:
@@ -183,7 +184,6 @@ def stdout_closed() -> bool:
 def find_lab(run: Optional[str]) -> str:
     """The lab to capture, as ``nslab watch`` finds it (``run`` if live, else
     the only one), counting the labs across machines controlled from here."""
-    from ..runtime.clean import live_controllers, live_journals, read_controller, read_journal, run_is_live
     if run:
         if run_is_live(read_journal(run)) or run_is_live(read_controller(run)):
             return run
@@ -204,7 +204,6 @@ def find_lab(run: Optional[str]) -> str:
 def remote_host(run: str, node: str) -> Optional[RemoteHost]:
     """Where ``node`` is, if lab ``run`` is controlled from here (a live
     controller's record lists its hosts); else None."""
-    from ..runtime.clean import read_controller, run_is_live
     record = read_controller(run)
     if record is None or not run_is_live(record):
         return None
@@ -219,7 +218,6 @@ def capture_remote(host: RemoteHost, parsed: Target, run: str, out: str, *,
     :class:`~nslab.traffic.captureremote.RemoteHost`): the same command run there
     through the lab's SSH connection, its pcapng streamed into ``out``."""
     from ..traffic import captureremote as rcap
-    from ..runtime.clean import read_controller, run_is_live
     if ring_mb is not None:
         raise InputError(f"-C: {parsed.node} is on {host.dest}, and dumpcap writes a ring's "
                          "files itself, on the host that captures; use -w FILE or -w - here, "

@@ -37,6 +37,7 @@ from .export import export_cmd
 from .reproduce import reproduce_cmd
 from .runcli import report, run_group
 from ..safeio import make_dirs
+from ..model.multihost import parse_hosts
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..hosts.remote import MultiLab
@@ -339,7 +340,6 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
     install_signals()
     lab_cm: Union[Lab, MultiLab]
     if hosts:
-        from ..model.multihost import parse_hosts
         from ..hosts.remote import MultiLab
         if with_cli:
             raise InputError("--cli needs every node on this machine; with --hosts, enter a node "

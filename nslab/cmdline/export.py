@@ -48,6 +48,7 @@ from .runcli import study_of_run
 from ..safeio import check_path, copy_tree, make_dirs, make_fresh_dir, write_atomic
 from ..run.study import report_of
 from ..model.topo import explain
+from .cliutil import RESULTS_ENV
 
 log = logging.getLogger(__name__)
 
@@ -463,7 +464,6 @@ def export_cmd(ctx: click.Context, run: str, fmt: str, output: str, table: str) 
       nslab export nl3f2a --format parquet -o out/
       nslab export nl3f2a --table claims -o - | column -s, -t
     """
-    from .cliutil import RESULTS_ENV
     if fmt not in FORMATS:
         raise InputError(f"--format {fmt}: not one of {', '.join(FORMATS)}")
     if table not in TABLES + ("both",):

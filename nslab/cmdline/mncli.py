@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 from ..errors import CapabilityError, InputError
+from ..traffic.iperf import run_client, start_server, wait_listening
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime.lab import Lab
@@ -54,7 +55,6 @@ def run_cli(lab: "Lab", script: Any = None) -> None:
                   seconds: float = 5, port: int = 5001) -> List[str]:
             from mininet.log import output
 
-            from ..traffic.iperf import run_client, start_server, wait_listening
             hosts = hosts or [self.hosts[0], self.hosts[-1]]
             client, server = (lab[h.name] for h in hosts)
             server_ip = server.ip

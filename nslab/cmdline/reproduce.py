@@ -24,6 +24,10 @@ from ..store.reporting import MarkdownText
 from ..store.results import ResultStore
 from ..safeio import make_fresh_dir, tree_is_safe, write_atomic
 from ..run.study import PRESETS, report_of, results_dir_of, run_study
+from ..run.registry import studies
+from ..model.topo import explain
+from ..store import reporting
+from . import cliutil
 
 log = logging.getLogger(__name__)
 TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "templates")
@@ -31,7 +35,6 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
 
 def ordered_studies() -> Dict[str, Any]:
     """Registered studies in their reading order."""
-    from ..run.registry import studies
     found = studies()
     return dict(sorted(found.items(), key=lambda kv: (getattr(kv[1], "order", 100), kv[0])))
 
@@ -122,7 +125,6 @@ class _Interference(BaseModel):
 def _checked(model: Any, value: Any, where: str) -> Any:
     from pydantic import ValidationError
 
-    from ..model.topo import explain
     try:
         return model.model_validate(value)
     except ValidationError as exc:
@@ -195,7 +197,6 @@ def write_report(root: str) -> Dict[str, str]:
     first how the run went and one table of every claim of every study, then
     each study's own report (its figures and tables; its claims are in the
     first table)."""
-    from ..store.reporting import render, write_markdown_and_html
     from ..store.stats import VERDICTS
     mode = _saved_mode(root) or "?"
     sections: List[Dict[str, Any]] = []
@@ -215,10 +216,10 @@ def write_report(root: str) -> Dict[str, str]:
         sections.append(section)
     claims = [c for s in sections for c in s["claims"]]
     counts = {v: sum(1 for c in claims if c.verdict == v) for v in VERDICTS}
-    md = render(TEMPLATES, "reproduce.md.j2", mode=mode, sections=sections, counts=counts,
+    md = reporting.render(TEMPLATES, "reproduce.md.j2", mode=mode, sections=sections, counts=counts,
                 total=len(claims), decided=counts["agrees"] + counts["disagrees"],
                 provs=[s["prov"] for s in sections if s["run_dir"]])
-    return write_markdown_and_html(root, "report", md, "nslab reproduction")
+    return reporting.write_markdown_and_html(root, "report", md, "nslab reproduction")
 
 
 @click.command("reproduce")
@@ -232,14 +233,13 @@ def write_report(root: str) -> Dict[str, str]:
 @click.pass_context
 def reproduce_cmd(ctx: click.Context, mode: str, only: Optional[str], resume: Optional[str]) -> None:
     """Reproduce every registered study and write one report (HTML + Markdown)."""
-    from .cliutil import install_signals, setup_logging
     studies = [s.strip() for s in only.split(",") if s.strip()] if only else None
     if resume:
         mode = _saved_mode(resume) or mode
     if mode not in PRESETS:
         raise InputError(f"unknown mode {mode!r}")
-    setup_logging(ctx.obj, f"reproduce-{time.strftime('%Y%m%d-%H%M%S')}")
-    install_signals()
+    cliutil.setup_logging(ctx.obj, f"reproduce-{time.strftime('%Y%m%d-%H%M%S')}")
+    cliutil.install_signals()
     try:
         path = reproduce(mode, ctx.obj.results, resume=resume, studies=studies,
                          echo=lambda m: click.echo(m, err=True))

@@ -26,6 +26,10 @@ from ..safeio import tree_is_safe
 from ..store.results import PROVENANCE, ResultStore, copy_to_report_dir
 from .cliutil import (RESULTS_ENV, install_signals, limit_param, prescan_limits,
                       setup_logging)
+from ..run.registry import is_study_file
+from .reproduce import write_report
+from ..model.multihost import parse_hosts
+from ..run.registry import study
 
 
 def _unwrap(tp: Any) -> Tuple[Any, bool]:
@@ -195,7 +199,6 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
         run_id = new_run_id()  # the resumed run's labs
         store_dir = resume
     else:  # the run directory first, made fresh under a free id; the log is named after it
-        from ..store.results import ResultStore
         store = ResultStore.create(root, study.name)
         run_id = store.run_id
         store_dir = store.path
@@ -204,7 +207,6 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
     try:
         lab_factory = None
         if hosts:
-            from ..model.multihost import parse_hosts
             from ..hosts.remote import MultiLab
             lab_factory = functools.partial(MultiLab, hosts=parse_hosts(hosts),
                                             ssh_config=ssh_config, remote_nslab=remote_nslab)
@@ -246,7 +248,6 @@ class RunGroup(click.Group):
         return sorted(studies())
 
     def get_command(self, ctx: click.Context, name: str) -> Optional[click.Command]:
-        from ..run.registry import is_study_file, studies, study_from_file
         if is_study_file(name):
             return study_command(study_from_file(name), name)
         found = studies()
@@ -262,7 +263,6 @@ class RunGroup(click.Group):
         prescan_limits(args[1:])
         cmd = self.get_command(ctx, name)
         if cmd is None and name and not name.startswith("-"):
-            from ..run.registry import study
             study(name)  # raises InputError listing the registered studies
         return super().resolve_command(ctx, args)
 
@@ -273,7 +273,6 @@ class RunGroup(click.Group):
 def run_group(ctx: click.Context, list_: bool) -> None:
     """Run a study (a registered one: nslab run --list)."""
     if list_ or ctx.invoked_subcommand is None:
-        from ..run.registry import studies
         for name, cls in studies().items():
             click.echo(f"{name:10} {cls.title} ({cls.source}); presets: {', '.join(cls.Config.presets)}")
 
@@ -321,7 +320,6 @@ def report(ctx: click.Context, run_dir: str) -> None:
                    f"{out}{left}")
         run_dir = out
     if os.path.exists(os.path.join(run_dir, "mode")):  # a `nslab reproduce` directory
-        from .reproduce import write_report
         for name, path in write_report(run_dir).items():
             click.echo(f"{name}: {path}")
         return

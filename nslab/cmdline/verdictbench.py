@@ -21,6 +21,12 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import click
 
 from ..errors import CapabilityError, InputError
+from .reproduce import ordered_studies
+from ..run.study import report_of, results_dir_of
+from .reproduce import interference_of_records
+from ..run.bench import save
+from ..traffic.noisegen import Noise, profile
+from ..safeio import make_fresh_dir
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +58,6 @@ class RunResult:
 def claims_of(root: str) -> Dict[Tuple[str, str], str]:
     """(study, claim) -> verdict for every study of a reproduction directory
     (each study's report is drawn from its stored records)."""
-    from .reproduce import ordered_studies
-    from ..run.study import report_of, results_dir_of
     out: Dict[Tuple[str, str], str] = {}
     for name, cls in ordered_studies().items():
         run_dir = results_dir_of(root, name)
@@ -68,8 +72,6 @@ def interference_counts(root: str) -> Tuple[int, int]:
     """(trials or points re-run, excluded) for host interference over every
     study of a reproduction directory
     (:func:`nslab.cmdline.reproduce.interference_of_records`)."""
-    from .reproduce import interference_of_records, ordered_studies
-    from ..run.study import results_dir_of
     reruns = excluded = 0
     for name in ordered_studies():
         run_dir = results_dir_of(root, name)
@@ -171,9 +173,6 @@ def run_once(results: str, mode: str, only: Optional[str]) -> RunResult:
 def verdicts_cmd(ctx: click.Context, runs: int, noise: str, mode: str, only: Optional[str],
                  seed: int) -> None:
     """The quick reproduction N times: verdict per claim and run, share decided, flips."""
-    from ..run.bench import save
-    from ..traffic.noisegen import Noise, profile
-    from ..safeio import make_fresh_dir
     try:
         hogs = profile(noise)
     except ValueError as exc:

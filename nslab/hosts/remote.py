@@ -41,6 +41,11 @@ from ..model.multihost import Part, parse_hosts, place, tunnels
 from ..runtime.node import LabNode
 from ..runtime.proc import TAG_ENV, Process, Result, process_start_time, stop_all
 from ..model.topo import Topology
+from ..runtime.lab import Lab
+from ..model.multihost import HOST_RE
+from ..model.naming import check_run_id
+from ..model.naming import new_run_id
+from ..runtime.proc import ip_json_routes
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +334,6 @@ class MultiLab:
                  placement: Optional[Mapping[str, str]] = None, run_id: Optional[str] = None,
                  ssh_config: Optional[str] = None, remote_nslab: Optional[str] = None,
                  underlay_mtu: int = 1500, host_grants: Optional[HostGrants] = None) -> None:
-        from ..model.naming import check_run_id, new_run_id
         self.topology = topology.validate()
         grants.check(self.topology, host_grants)
         self.hosts = parse_hosts(hosts) if isinstance(hosts, str) else dict(hosts)
@@ -388,7 +392,6 @@ class MultiLab:
     def route_tables(self, nodes: List[str]) -> List[Dict[str, int]]:
         """Each node's IPv4 main table as ``{prefix: nexthops}`` (``ip -j route``
         over SSH); in the order of ``nodes``."""
-        from ..runtime.proc import ip_json_routes
         return [ip_json_routes(r.stdout) for r in self.run_each(nodes, ["ip", "-j", "route", "show"])]
 
     def describe(self, max_intfs: Optional[int] = None) -> List[Tuple[str, str, str, str]]:
@@ -582,9 +585,6 @@ def agent_up(stdin: IO[str], stdout: IO[str]) -> int:
     tear it down, answer one line."""
     from pydantic import BaseModel, ConfigDict, ValidationError
 
-    from ..runtime.lab import Lab
-    from ..model.multihost import HOST_RE
-    from ..model.naming import check_run_id
 
     class Request(BaseModel):
         model_config = ConfigDict(extra="forbid")

@@ -12,6 +12,7 @@ import re
 import secrets
 import stat
 from typing import Optional
+from ..errors import InputError
 
 RUN_RE = re.compile(r"^nl[0-9a-f]{4}$")
 NS_RE = re.compile(r"^(nl[0-9a-f]{4})-([A-Za-z0-9_]+)$")
@@ -64,7 +65,6 @@ def check_state_dir(path: Optional[str] = None) -> str:
     path = STATE_DIR if path is None else path
     why = state_dir_problem(path)
     if why is not None:
-        from ..errors import InputError
         src = f"{STATE_ENV}={path}" if os.environ.get(STATE_ENV) == path else path
         raise InputError(f"{src}: {why}; the state directory holds root's run journals "
                          "(what `nslab clean` removes and restores), so it must be root's own "
@@ -90,7 +90,6 @@ def new_run_id() -> str:
 
 
 def check_run_id(run_id: str) -> str:
-    from ..errors import InputError
     if not RUN_RE.fullmatch(run_id):
         raise InputError(f"bad run id {run_id!r}: run ids look like nl3f2a")
     return run_id

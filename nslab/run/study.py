@@ -40,6 +40,11 @@ from ..store.records import RecordSchema
 from ..store.reporting import Claim, StudyReport, claims_only
 from ..store.results import ResultStore, point_key
 from ..safeio import tree_is_safe, write_atomic
+from ..runtime import caps
+from ..runtime import lab as lab_module
+from ..model.naming import new_run_id
+from ..model.limits import check_plan
+from ..model.topo import explain, loc_path
 
 __all__ = ["Claim", "ConfigError", "PRESETS", "Progress", "Runner", "Study", "StudyConfig",
            "StudyReport", "expand", "open_store", "results_dir_of", "run_study"]
@@ -116,7 +121,6 @@ class StudyConfig(BaseModel):
     @classmethod
     def parse(cls, data: Dict[str, Any], where: str = "") -> "StudyConfig":
         """Validate ``data``; errors name the field in one line (after ``where``)."""
-        from ..model.topo import explain, loc_path
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
@@ -287,9 +291,6 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     they are measured, so an interrupted run keeps them and a resumed one
     measures only what is missing.
     """
-    from ..runtime import caps
-    from ..runtime.lab import Lab
-    from ..model.naming import new_run_id
     from ..runtime.provenance import collect_provenance
     if store is None:
         store, cfg = open_store(study, cfg, results_root, run_id, resume)
@@ -303,7 +304,6 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     rounds = int(getattr(cfg, "rounds", 1) or 1)
     budget = getattr(cfg, "budget_s", None)
     labs = study.labs(cfg)
-    from ..model.limits import check_plan
     # before any lab is built: the plan of the last round bounds them all
     check_plan(len(labs), study.points(config_of_round(cfg, rounds - 1)),
                f"the {study.name} study")
@@ -341,7 +341,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                         first_id = False
                         _draw(topo, store.path, key)
                         cost["labs"] += 1
-                        with (lab_factory or Lab)(topo, run_id=lab_id,
+                        with (lab_factory or lab_module.Lab)(topo, run_id=lab_id,
                                                   host_grants=host_grants) as lab:
                             runner = study.runner(key, lab, cfg_r, store)
                             info = runner.setup()

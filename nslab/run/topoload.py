@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
 from ..errors import InputError
 from ..runtime.grants import HostGrants
+from ..model.topo import Topology
+from .registry import topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model.topo import Topology
@@ -75,14 +77,12 @@ def grants_from_options(spec: str, options: Dict[str, Any]) -> HostGrants:
 
 def load_topology(spec: str, options: Dict[str, Any]) -> Topology:
     """A topology from a registered name, a YAML file or a Mininet ``--custom`` Python file."""
-    from ..model.topo import Topology
     if spec.endswith((".yaml", ".yml")):
         if options:
             raise InputError("a YAML topology takes no options (put them in the file)")
         return Topology.from_yaml(spec)
     if spec.endswith(".py") or ".py:" in spec:
         return _load_custom(spec, options)
-    from .registry import topology
     name, *positional = spec.split(",")
     fn = topology(name)
     if positional:  # Mininet's `mn --topo tree,2,3`: the builder's parameters in order
@@ -101,7 +101,6 @@ def load_topology(spec: str, options: Dict[str, Any]) -> Topology:
 def _load_custom(spec: str, options: Dict[str, Any]) -> Topology:
     """``file.py[:name]`` with a Mininet-style ``topos`` dict."""
 
-    from ..model.topo import Topology
     path, _, name = spec.partition(":")
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")

@@ -22,16 +22,16 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, ContextManager, Dict, Iterator, List, Optional
+from typing import Callable, ContextManager, Dict, Iterator, List, Optional
 
 from . import extension, statefile
 from ..errors import InputError
 from ..model.fields import IFNAME_RE
 from ..model.naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR, check_state_dir
 from .proc import kill_pids, pids_with_tag, process_name, process_start_time, run
-
-if TYPE_CHECKING:
-    from ..model.topo import Topology
+from ..model import bounded
+from ..model.topo import Topology
+from ..model import render
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +96,6 @@ def read_topology(run_id: str) -> Optional[Topology]:
     """The topology the lab ``run_id`` wrote into its work directory
     (:func:`topology_path`, bounded JSON), or None (a lab started by an older
     nslab); a file that is not one is one line naming it."""
-    from ..model import bounded
-    from ..model.topo import Topology
     path = topology_path(run_id)
     try:
         data = bounded.load(path)
@@ -321,10 +319,9 @@ def _kill_tagged(inv: Inventory, rounds: int = 3) -> None:
 
 
 def _batch(commands: List[tuple]) -> None:
-    from ..model.render import line, text  # `line` is a loop variable elsewhere here
-    lines = [line(*c) for c in commands]
+    lines = [render.line(*c) for c in commands]
     if lines:
-        res = run(["ip", "-force", "-batch", "-"], input=text(lines), check=False)
+        res = run(["ip", "-force", "-batch", "-"], input=render.text(lines), check=False)
         if not res.ok and "Cannot find device" not in res.stderr:
             raise RuntimeError(res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "ip -batch failed")
 

@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..errors import LabError
+from ..errors import CapabilityError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lab import Lab
@@ -131,7 +132,6 @@ def root_switch_types() -> Dict[str, Extension]:
 def for_topology(topo: "Topology") -> List[Extension]:
     """The extensions a topology uses, in registration order; a feature no
     installed extension provides is refused by name."""
-    from ..errors import CapabilityError
     exts = registered()
     for feature in sorted(topo.features()):
         if not any(feature in e.provides for e in exts.values()):

@@ -8,6 +8,9 @@ from typing import (IO, TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optio
 
 from .caps import check_sysctls
 from .proc import Process, Result, run
+from ..errors import InputError
+from ..model.fields import SysctlKey, SysctlValue
+from ..model.topo import explain
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model.topo import Topology
@@ -69,9 +72,6 @@ class LabNode:
             return
         from pydantic import TypeAdapter, ValidationError
 
-        from ..errors import InputError
-        from ..model.fields import SysctlKey, SysctlValue
-        from ..model.topo import explain
         if self.netns is None:
             raise InputError(f"{self.name} lives in the root namespace: its sysctls are the "
                              "host's")

@@ -15,6 +15,7 @@ import os
 from typing import Optional
 
 from ..model import bounded
+from ..model.naming import check_state_dir
 
 #: A state file is a few KiB; anything larger is not one of ours.
 MAX_BYTES = 4 * 1024 * 1024
@@ -28,7 +29,6 @@ def tmp_path(path: str) -> str:
 def _check_dir(path: str) -> None:
     """The state directory holding ``path`` must be root's own (a file there
     can tell root what to stop and restore): one line if it is not."""
-    from ..model.naming import check_state_dir
     check_state_dir(os.path.dirname(os.path.abspath(path)))
 
 

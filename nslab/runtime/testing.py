@@ -39,6 +39,7 @@ import pytest
 from .clean import discover
 from .lab import Lab
 from ..model.topo import Topology
+from . import caps as capsmod
 
 STOCK_KERNEL_ENV = "NSLAB_STOCK_KERNEL"
 MARKERS = {
@@ -77,7 +78,6 @@ def missing(names: Tuple[str, ...]) -> List[str]:
             out.append(name)
             continue
         if caps is None:
-            from . import caps as capsmod
             caps = capsmod.probe()
         cap = caps.get(name) or caps.get(f"tool:{name}")
         if cap is None or not cap.ok:

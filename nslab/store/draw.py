@@ -16,6 +16,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..model.fields import check_name
 from ..model.topo import Topology
+from ..errors import InputError
+from ..safeio import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +153,6 @@ def available() -> bool:
 def draw(topo: Topology, path: str, **kw: Any) -> str:
     """Write ``topo`` as a picture to ``path`` (``.svg``, ``.png``, ``.pdf`` or
     ``.dot``); ``kw`` goes to :func:`to_graph` (``rates``, ``colors``)."""
-    from ..errors import InputError
-    from ..safeio import write_atomic
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     if ext not in ("svg", "png", "dot", "pdf"):
         raise InputError(f"{path}: the picture must end in .svg, .png, .pdf or .dot")

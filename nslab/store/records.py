@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..model import bounded
 from ..errors import InputError
+from ..model.topo import explain
 
 RECORDS = "records.jsonl"
 
@@ -122,6 +123,5 @@ class RecordSchema:
             try:
                 out.append(self.model.model_validate(raw))
             except ValidationError as exc:
-                from ..model.topo import explain
                 raise InputError(f"{path}:{i}: {explain(exc)}") from None
         return out

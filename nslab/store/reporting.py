@@ -22,6 +22,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import jinja2
 
 from ..safeio import write_atomic
+from .records import disturbed
+from .results import ResultStore
 
 
 @dataclass
@@ -49,7 +51,6 @@ class Claim:
 def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
     """The claims, an undecided one's reason followed by the host
     interference that left points out, if any did (``host.disturbed``)."""
-    from .records import disturbed
     hit = [r.host for r in records if disturbed(r)]
     if not hit:
         return claims
@@ -90,7 +91,6 @@ def load_run(run_dir: str, schema: Any, study: str) -> StoredRun:
     """Read ``run_dir`` through ``schema`` (a :class:`~nslab.store.records.RecordSchema`);
     ``study`` names the published reference data to compare with."""
     from .published import load_published
-    from .results import ResultStore
     prov = ResultStore.open(run_dir).provenance()
     pictures = sorted(f for f in os.listdir(run_dir)
                       if f.startswith("topology-") and f.endswith(".svg"))

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from ..errors import CapabilityError, InputError
 from ..model.fields import IFNAME_RE, NAME_RE
+from ..model.naming import state_dir_problem
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model.topo import Topology
@@ -334,7 +335,6 @@ def ring_dir_problem(path: str) -> Optional[str]:
     their directory must be one only root can write (no one can plant a link
     there): root's own, not a link, writable by nobody else, and so is every
     directory above it (root's sticky ``/tmp`` may be above it, not it)."""
-    from ..model.naming import state_dir_problem
     d = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(d):
         return f"{d} is not a directory"

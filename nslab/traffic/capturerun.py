@@ -12,20 +12,20 @@ import subprocess
 import threading
 import time
 from abc import ABC, abstractmethod
-from typing import IO, TYPE_CHECKING, Callable, Dict, List, Optional, Protocol, Sequence, Union
+from typing import IO, Callable, Dict, List, Optional, Protocol, Sequence, Union
 
 from .capture import READY, TOOL, LabMap, Where, packets_of
 from ..errors import InputError, LabError
 from ..model.fields import IFNAME_RE, NAME_RE
 from ..model.naming import ALIAS_PREFIX
 from ..runtime.clean import read_topology as load_topology
-
-if TYPE_CHECKING:
-    from ..runtime.proc import Process
+from ..runtime.proc import run
+from ..runtime import clean
+from . import watch
+from ..runtime.proc import Process
 
 
 def _ip_links(netns: Optional[str]) -> List[dict]:
-    from ..runtime.proc import run
     argv = ["ip", "-j", "link", "show"] if netns is None else \
         ["ip", "-n", netns, "-j", "link", "show"]
     res = run(argv, check=False)
@@ -54,12 +54,10 @@ def lab_map(run: str, nodes: Sequence[str]) -> LabMap:
     """The live map of lab ``run``: its topology (written beside its
     journal), its namespaces, its root-namespace ports; the interfaces in
     the namespaces of ``nodes`` (the only ones listed)."""
-    from ..runtime.clean import read_journal
-    from .watch import namespaces
     topo = load_topology(run)
-    journal = read_journal(run) or {}
+    journal = clean.read_journal(run) or {}
     host = journal.get("host") if isinstance(journal.get("host"), str) else None
-    nss = namespaces(run)
+    nss = watch.namespaces(run)
     roots = root_ports(run)
     links = [(a, ia, b, ib) for _, a, ia, b, ib in topo.interfaces()] if topo is not None else []
     every = list(topo.nodes) if topo is not None else sorted(set(nss) | set(roots))
@@ -186,7 +184,6 @@ class Capture(CaptureProcess):
 
     def __init__(self, where: Where, argv: Sequence[str], run_id: str,
                  stdout: Union[IO, int, None] = None) -> None:
-        from ..runtime.proc import Process
         self.where = where
         self.label = where.label
         self.proc = Process(argv, netns=where.netns, run_id=run_id, stdout=stdout,
@@ -226,8 +223,7 @@ class Capture(CaptureProcess):
 
 def run_alive(run: str) -> bool:
     """Is the lab ``run`` still up (its owning process alive)?"""
-    from ..runtime.clean import read_journal, run_is_live
-    return run_is_live(read_journal(run))
+    return clean.run_is_live(clean.read_journal(run))
 
 
 class Followed(Protocol):

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from ..errors import InputError
 from ..safeio import write_atomic
+from ..errors import ReadinessError
+from ..errors import CommandError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime.node import LabNode
@@ -304,7 +306,6 @@ def run_client(node: "LabNode", server: str, raw_path: Optional[str] = None,
         write_atomic(raw_path, res.stdout + ("\n# stderr\n" + res.stderr if res.stderr else ""))
     rep = parse(res.stdout, version_of(node))
     if res.returncode != 0 or not (rep.streams or rep.sum):
-        from ..errors import CommandError
         raise CommandError(res.argv, res.returncode, res.stdout, res.stderr or "no iperf report",
                            node.name)
     return rep
@@ -314,7 +315,6 @@ def wait_listening(node: "LabNode", port: int = DEFAULT_PORT, timeout: float = 5
                    udp: bool = False, count: int = 1) -> None:
     """Wait until ``count`` sockets listen on ``port`` in ``node`` (``ss``), or raise."""
 
-    from ..errors import ReadinessError
     deadline = _time.monotonic() + timeout
     flag = "-uln" if udp else "-tln"
     while True:

@@ -21,10 +21,10 @@ import re
 import sys
 import time
 from typing import Dict, List
+from nslab.traffic import counters
 
 
 def sample(port: int, iface: str, counter: str, sender: bool) -> Dict[str, object]:
-    from nslab.traffic import counters
     t0 = time.time()
     socks = counters.tcp_bytes(port, sender=sender)
     value = counters.link_stats([iface])[iface][counter]

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from ..errors import InputError
+from ..runtime import clean
+from ..runtime.proc import run as run_cmd
+from ..model.shaping import format_rate
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.table import Table
@@ -36,12 +39,11 @@ class Rate:
 
 def find_run(run: Optional[str]) -> str:
     """The run to watch: ``run`` if live, else the only live one."""
-    from ..runtime.clean import live_journals, read_journal, run_is_live
     if run:
-        if not run_is_live(read_journal(run)):
+        if not clean.run_is_live(clean.read_journal(run)):
             raise InputError(f"no live lab {run!r} (nslab clean --dry-run lists what is left)")
         return run
-    live = live_journals()
+    live = clean.live_journals()
     if len(live) == 1:
         return str(live[0]["run"])
     if not live:
@@ -52,7 +54,6 @@ def find_run(run: Optional[str]) -> str:
 
 def namespaces(run: str) -> Dict[str, str]:
     """``{node: namespace}`` of a run's namespaces."""
-    from ..runtime.proc import run as run_cmd
     out = run_cmd(["ip", "-j", "netns", "list"], check=False).stdout or "[]"
     prefix = f"{run}-"
     return {ns["name"][len(prefix):]: ns["name"] for ns in json.loads(out)
@@ -79,7 +80,6 @@ def parse_link_stats(text: str) -> Counters:
 
 def sample(nss: Dict[str, str]) -> Tuple[float, Dict[str, Counters]]:
     """One reading of every namespace: ``(time, {node: counters})``."""
-    from ..runtime.proc import run as run_cmd
     got: Dict[str, Counters] = {}
     for node, ns in nss.items():
         res = run_cmd(["ip", "-n", ns, "-s", "-j", "link", "show"], check=False)
@@ -111,7 +111,6 @@ def table(run: str, rows: List[Rate]) -> Table:
     from rich.table import Table
     from rich.text import Text
 
-    from ..model.shaping import format_rate
     # names are Text, never read as rich markup
     t = Table(title=Text(f"nslab watch {run}  (Ctrl-C to stop)"))
     for col in ("node", "interface", "rx", "tx", "rx pkt/s", "tx pkt/s", "drops"):
@@ -128,7 +127,6 @@ def watch(run: Optional[str] = None, interval: float = 1.0, count: Optional[int]
     """Show live rates until Ctrl-C (or ``count`` refreshes), or the lab goes."""
     from rich.live import Live
 
-    from ..runtime.clean import read_journal, run_is_live
     run = find_run(run)
     nss = namespaces(run)
     prev = sample(nss)
@@ -136,7 +134,7 @@ def watch(run: Optional[str] = None, interval: float = 1.0, count: Optional[int]
     with Live(table(run, []), refresh_per_second=4, screen=False) as live:
         while count is None or done < count:
             time.sleep(interval)
-            if not run_is_live(read_journal(run)):
+            if not clean.run_is_live(clean.read_journal(run)):
                 live.console.print(f"lab {run} is gone", markup=False)
                 return
             cur = sample(nss)

@@ -46,6 +46,8 @@ from ..errors import InputError
 from ..model.shaping import format_rate
 from ..runtime.clean import read_topology as load_topology
 from .watch import Counters, Rate, find_run, namespaces, rates, sample
+from ..runtime import clean
+from ..store.draw import available, links, to_graph
 
 #: What a sampler returns: ``(time.monotonic(), {node: counters})`` (see
 #: :func:`nslab.traffic.watch.sample`).
@@ -254,7 +256,6 @@ class Watcher:
         self.links: List[Dict[str, Any]] = []
         self.svg: Optional[str] = None
         if topo is not None:
-            from ..store.draw import available, links, to_graph
             self.links = links(topo)
             if available():
                 try:
@@ -274,8 +275,7 @@ class Watcher:
         self.changed = asyncio.Condition()
 
     def _journal_says_live(self) -> bool:
-        from ..runtime.clean import read_journal, run_is_live
-        return run_is_live(read_journal(self.run))
+        return clean.run_is_live(clean.read_journal(self.run))
 
     def _keep(self, s: Sample) -> None:
         # the reading's wall-clock time, from the sampler's monotonic one
