@@ -26,30 +26,63 @@ def mem_available_kb() -> int:
 
 
 class PeakMemory:
-    """Context manager: the largest drop of ``MemAvailable`` (KiB) below its
-    value at entry, sampled every ``interval`` s while the block runs and once
-    more as it ends, so a block shorter than one interval is measured too
-    (kernel objects, daemons and the command's own process all count)."""
+    """Context manager: the largest drop of ``MemAvailable`` (KiB) below the
+    highest value seen since entry, sampled every ``interval`` s while the block
+    runs and once more as it ends, so a block shorter than one interval is
+    measured too (kernel objects, daemons and the command's own process all count).
 
-    def __init__(self, interval: float = 0.02) -> None:
+    The kernel frees a torn-down lab's namespaces lazily (its ``cleanup_net``
+    work, after an RCU grace period), so right after another lab's teardown
+    ``MemAvailable`` keeps rising for a while: measured from the entry value,
+    what the block took could then read as nothing (a Debian 13 CI run read 0
+    KiB for 64 namespaces built right after a lab's teardown). Hence the base
+    is taken once ``MemAvailable`` has settled (at most ``settle_s`` s: within
+    ``SETTLE_KB`` over ``SETTLE_WINDOW_S``), and a drop counts from the highest
+    reading since (memory freed by others during the block is not a credit).
+    """
+
+    SETTLE_KB = 512
+    SETTLE_WINDOW_S = 0.3
+
+    def __init__(self, interval: float = 0.02, settle_s: float = 2.0) -> None:
         self.interval = interval
+        self.settle_s = settle_s
         self.peak_kb = 0
 
     def __enter__(self) -> "PeakMemory":
-        self._base = mem_available_kb()
+        self._top = self._settled()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self
 
+    def _settled(self) -> int:
+        """``MemAvailable`` once it stops moving, or after ``settle_s`` s."""
+        t0 = time.monotonic()
+        readings = [(t0, mem_available_kb())]
+        while time.monotonic() - t0 < self.settle_s:
+            time.sleep(0.05)
+            now = time.monotonic()
+            readings.append((now, mem_available_kb()))
+            recent = [v for t, v in readings if now - t <= self.SETTLE_WINDOW_S]
+            if (now - t0 >= self.SETTLE_WINDOW_S
+                    and max(recent) - min(recent) <= self.SETTLE_KB):
+                break
+        return readings[-1][1]
+
+    def _read(self) -> None:
+        avail = mem_available_kb()
+        self._top = max(self._top, avail)
+        self.peak_kb = max(self.peak_kb, self._top - avail)
+
     def _sample(self) -> None:
         while not self._stop.wait(self.interval):
-            self.peak_kb = max(self.peak_kb, self._base - mem_available_kb())
+            self._read()
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak_kb = max(self.peak_kb, self._base - mem_available_kb())
+        self._read()
 
 
 def time_command(argv: List[str], cwd: Optional[str] = None,
