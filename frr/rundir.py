@@ -24,6 +24,7 @@ import logging
 import os
 import pwd
 import stat
+import time
 from typing import IO, Iterable, List, Optional, Tuple
 
 from nslab.errors import LabError
@@ -257,10 +258,19 @@ def owned_process(pid: int, start_time: Optional[float], run_id: Optional[str]) 
         return f"pid {pid} is not running"
     if start_time is None or started != start_time:
         return f"pid {pid} started at {started}, not when nslab started its daemon ({start_time})"
-    try:
-        tag = psutil.Process(pid).environ().get(TAG_ENV)
-    except (psutil.Error, OSError) as exc:
-        return f"pid {pid}: its environment cannot be read ({exc})"
+    # A process that has just exec'd shows an empty environment for a moment:
+    # the kernel closes the parent's exec pipe (so Popen returns) before it
+    # lays out the new stack, so an empty reading is read again, up to 1 s.
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            env = psutil.Process(pid).environ()
+        except (psutil.Error, OSError) as exc:
+            return f"pid {pid}: its environment cannot be read ({exc})"
+        if env or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    tag = env.get(TAG_ENV)
     if not run_id or tag != run_id:
         return f"pid {pid} carries {TAG_ENV}={tag!r}, not {run_id!r}"
     return None

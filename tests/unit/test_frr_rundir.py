@@ -234,3 +234,31 @@ def test_readiness_names_a_daemon_that_exited_and_its_last_output(hostile):
     b = Bgpd(_Node(), NodeDir(str(hostile["run"])), NodeDir(str(hostile["conf"]), "root"), {},
              FRR_8_4)
     wait_ready([b], 0.1)  # no READY socket: nothing to wait for
+
+
+def test_an_environment_read_in_the_instant_after_exec_is_read_again(monkeypatch):
+    # Popen returns once the exec pipe closes, before the kernel has laid out
+    # the new environment: /proc/PID/environ reads empty for that instant
+    # (seen in CI on a loaded 2-core machine). The check reads again.
+    import psutil
+    readings = [{}, {}, {"NSLAB_RUN": "nl0f0f", "PATH": "/bin"}]
+    calls = []
+
+    class Fake:
+        def __init__(self, pid):
+            pass
+
+        def environ(self):
+            calls.append(1)
+            return readings[min(len(calls) - 1, len(readings) - 1)]
+
+    monkeypatch.setattr(psutil, "Process", Fake)
+    monkeypatch.setattr("nslab.runtime.proc.process_start_time", lambda pid: 123.0)
+    assert owned_process(4242, 123.0, "nl0f0f") is None
+    assert len(calls) == 3
+    # an environment that stays empty is still refused, once the second is up
+    readings[:] = [{}]
+    calls.clear()
+    why = owned_process(4242, 123.0, "nl0f0f")
+    assert why == "pid 4242 carries NSLAB_RUN=None, not 'nl0f0f'"
+    assert len(calls) > 3
