@@ -440,6 +440,13 @@ class Topology(BaseModel):
             for key, end in (("a", link.a), ("b", link.b)):
                 if end not in self.nodes:
                     raise _fail(("links", i, key), f"link {link.a}-{link.b}: unknown node {end!r}")
+        for i, link in enumerate(self.links):
+            for key, at, port in (("params1", link.a, link.params1), ("params2", link.b, link.params2)):
+                if port.ip is not None and self.nodes[at].is_switch:
+                    raise _fail(("links", i, key, "ip"),
+                                f"link {link.a}-{link.b}: {port.ip} is on a port of switch {at}, "
+                                "which is layer 2 and never uses it: put the address on the "
+                                "other end")
         for placed in self.placement:
             if placed not in self.nodes:
                 raise _fail(("hosts", placed), f"hosts: unknown node {placed!r}")

@@ -143,8 +143,9 @@ class _Wiring:
     link_lines: List[str] = field(default_factory=list)
     #: root-namespace ports: ``ifalias`` tags, up, MTUs (after every link is made)
     alias_lines: List[str] = field(default_factory=list)
-    #: keyed by None: an address on a root-namespace (OVS) switch's port, never applied
-    ns_intf_ops: Dict[Optional[str], List[Op]] = field(default_factory=lambda: defaultdict(list))
+    #: per namespace: its ports up, MTUs, addresses (a switch port's address is
+    #: refused when the topology is validated, so none is ever for the root namespace)
+    ns_intf_ops: Dict[str, List[Op]] = field(default_factory=lambda: defaultdict(list))
     tc_lines: Dict[Optional[str], List[str]] = field(default_factory=lambda: defaultdict(list))
     gso_off: List[Tuple[Optional[str], str]] = field(default_factory=list)
     root_ports: Dict[str, List[str]] = field(default_factory=lambda: defaultdict(list))
@@ -220,11 +221,11 @@ class _Wiring:
                     self.ns_intf_ops[ns].append(LinkMtu(dev, link.mtu))
                 if topo.nodes[node].is_switch:
                     self.bridge_ports[node].append(dev)
+                if (node, intf) in self.addrs:
+                    self.ns_intf_ops[ns].append(AddrAdd(self.addrs[(node, intf)], dev))
+                    self.nodes[node].addrs[dev] = self.addrs[(node, intf)]
             elif link.mtu:
                 self.alias_lines.append(line("link", "set", "dev", dev, "mtu", link.mtu))
-            if (node, intf) in self.addrs:
-                self.ns_intf_ops[ns].append(AddrAdd(self.addrs[(node, intf)], dev))
-                self.nodes[node].addrs[dev] = self.addrs[(node, intf)]
             if shaping is not None:
                 self.tc_lines[ns].extend(shaping.tc_batch(dev))
                 if shaping.overhead:

@@ -77,3 +77,45 @@ def test_unknown_top_level_key(tmp_path):
 def test_missing_file():
     with pytest.raises(InputError, match="cannot read"):
         Topology.from_yaml("/nonexistent/t.yaml")
+
+
+@pytest.mark.parametrize("switch", ["ovs", "bridge"])
+def test_an_address_on_a_switch_port_is_refused_at_its_line(tmp_path, switch):
+    # An OVS switch's ports live in the root namespace, where the address was
+    # silently never applied; a Linux bridge's port passes frames to the bridge
+    # and never answers for it. Both are refused where they are written.
+    path = write(tmp_path, f"""
+        nodes:
+          h1: {{}}
+          s1: {{kind: switch, type: {switch}}}
+        links:
+          - a: h1
+            b: s1
+            params2:
+              ip: 10.0.0.9/24
+        """)
+    with pytest.raises(InputError, match=r"t\.yaml:9: links\.0\.params2\.ip: link h1-s1: "
+                                         r"10\.0\.0\.9/24 is on a port of switch s1"):
+        Topology.from_yaml(path)
+    # the same address on the host's end is built
+    ok = Topology.from_yaml(write(tmp_path, f"""
+        nodes:
+          h1: {{}}
+          s1: {{kind: switch, type: {switch}}}
+        links:
+          - a: h1
+            b: s1
+            params1:
+              ip: 10.0.0.9/24
+        """))
+    assert {k: str(v) for k, v in ok.addresses().items()} == {("h1", "h1-eth0"): "10.0.0.9/24"}
+
+
+def test_an_address_on_a_switch_port_is_refused_from_python():
+    from nslab.errors import TopologyError
+    t = Topology()
+    t.add_host("h1")
+    t.add_switch("s1")
+    t.add_link("h1", "s1", params2={"ip": "10.0.0.9/24"})
+    with pytest.raises(TopologyError, match=r"links\.0\.params2\.ip: .* switch s1"):
+        t.validate()
