@@ -90,7 +90,8 @@ class Node(StrictModel):
 
 
 class LinkEnd(StrictModel):
-    """One end of a link: interface name, address, MAC (all optional)."""
+    """One end of a link: interface name, address, MAC (all optional). An address
+    goes on a host's or router's end: a switch's port is layer 2 and takes none."""
 
     intf: Optional[IfName] = None
     ip: Optional[Interface] = None
