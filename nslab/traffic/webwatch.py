@@ -473,12 +473,13 @@ async def run_server(watcher: Watcher, sock: socket.socket, bind: str,
     from aiohttp import web
     loop = asyncio.get_running_loop()
     stop = stop or asyncio.Event()
-    before = {sig: signal.getsignal(sig) for sig in signals}
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
     runner = web.AppRunner(app(watcher, bind, max_clients, page), handle_signals=False,
                            shutdown_timeout=SHUTDOWN_TIMEOUT)
+    before: Dict[int, Any] = {}
     try:
+        for sig in signals:  # each one given back in `finally`, however far this got
+            before[sig] = signal.getsignal(sig)
+            loop.add_signal_handler(sig, stop.set)
         await runner.setup()
         await web.SockSite(runner, sock).start()
         while not (watcher.gone or stop.is_set()):

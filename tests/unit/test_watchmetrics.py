@@ -442,3 +442,45 @@ def test_the_scrape_configuration_points_at_the_default_server():
     res = subprocess.run([PROMTOOL, "check", "config", SCRAPE], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("fail_at", ["app", "setup"])
+def test_signal_handlers_are_given_back_when_the_server_cannot_start(monkeypatch, fail_at):
+    """A server that fails before it serves leaves SIGUSR1 (standing in for
+    SIGINT/SIGTERM/SIGHUP) as it found it: no loop handler, the former Python one."""
+    import signal
+
+    import nslab.traffic.webwatch as webwatch
+    from aiohttp import web
+
+    def boom(*a, **k):
+        raise RuntimeError("cannot start")
+
+    if fail_at == "app":
+        monkeypatch.setattr(webwatch, "app", boom)
+    else:
+        monkeypatch.setattr(web.AppRunner, "setup", boom)
+    former = []
+
+    def mine(signum, frame):
+        former.append(signum)
+
+    previous = signal.signal(signal.SIGUSR1, mine)
+    try:
+        async def go():
+            w = Watcher("nltest", 0.05)
+            sock = socket.create_server(("127.0.0.1", 0))
+            try:
+                with pytest.raises(RuntimeError, match="cannot start"):
+                    await run_server(w, sock, "127.0.0.1", stop=asyncio.Event(),
+                                     signals=(signal.SIGUSR1,))
+                # the loop no longer answers SIGUSR1: removing it finds nothing
+                assert asyncio.get_running_loop().remove_signal_handler(signal.SIGUSR1) is False
+            finally:
+                sock.close()
+        asyncio.run(go())
+        assert signal.getsignal(signal.SIGUSR1) is mine
+        signal.raise_signal(signal.SIGUSR1)
+        assert former == [signal.SIGUSR1]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
