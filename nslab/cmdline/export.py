@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import InputError, LabError
 from ..model.naming import RUN_RE
-from ..store.results import PROVENANCE, RECORDS, REPORT_COPY_LIMIT, ResultStore
+from ..store.results import PROVENANCE, RECORDS, REPORT_COPY_LIMIT, ResultStore, is_capture
 from .runcli import study_of_run
 from ..safeio import check_path, copy_tree, make_dirs, make_fresh_dir, write_atomic
 from ..run.study import report_of
@@ -148,15 +148,6 @@ def find_run(run: str, results_root: str) -> str:
         raise InputError(f"{run}: several runs have this id ({', '.join(found)}); "
                          "give the directory")
     return found[0]
-
-
-def is_capture(rel: str) -> bool:
-    """Is ``rel`` (relative to a run directory) a study file's packet capture,
-    ``raw/<trial>-capture-<name>.pcapng`` (or one being written)? Nothing
-    exported or reported reads one, and a run's captures may take up to
-    ``--limit captures`` (2 GiB by default), more than a copy may."""
-    head, name = os.path.split(rel)
-    return head == "raw" and "-capture-" in name and name.endswith((".pcapng", ".pcapng.part"))
 
 
 @contextlib.contextmanager

@@ -23,7 +23,7 @@ from ..run.registry import studies, study_from_file
 from ..run.study import ConfigError, report_of, run_study
 from ..runtime.grants import HostGrants
 from ..safeio import tree_is_safe
-from ..store.results import PROVENANCE, ResultStore, copy_to_report_dir
+from ..store.results import PROVENANCE, ResultStore, copy_to_report_dir, is_capture
 from .cliutil import (RESULTS_ENV, install_signals, limit_param, prescan_limits,
                       setup_logging)
 from ..run.registry import is_study_file
@@ -313,9 +313,19 @@ def report(ctx: click.Context, run_dir: str) -> None:
     why = tree_is_safe(run_dir)
     if why is not None:
         results = ctx.obj.results if ctx.obj is not None else os.environ.get(RESULTS_ENV, "results")
-        out, skipped = copy_to_report_dir(run_dir, results)
+        captures: List[str] = []
+
+        def leave(rel: str) -> bool:  # captures: nothing in a report reads them
+            if is_capture(rel):
+                captures.append(rel)
+                return True
+            return False
+        out, skipped = copy_to_report_dir(run_dir, results, leave=leave)
         left = f"; left out: {', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}" \
             if skipped else ""
+        if captures:
+            left += (f"; {len(captures)} packet capture{'s' * (len(captures) > 1)} "
+                     f"stay in {run_dir}")
         click.echo(f"{run_dir} may not be nslab's own ({why}): the report goes to a copy, "
                    f"{out}{left}")
         run_dir = out

@@ -20,7 +20,7 @@ import os
 import re
 import secrets
 import time
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..model import bounded
 from ..errors import InputError
@@ -173,14 +173,24 @@ class ResultStore:
         return {point_key(r["params"]) for r in self.records(kind)}
 
 
-def copy_to_report_dir(src: str, results_root: str, tries: int = RUN_ID_TRIES
-                       ) -> Tuple[str, List[str]]:
+def is_capture(rel: str) -> bool:
+    """Is ``rel`` (relative to a run directory) a study file's packet capture,
+    ``raw/<trial>-capture-<name>.pcapng`` (or one being written)? Nothing
+    exported or reported reads one, and a run's captures may take up to
+    ``--limit captures`` (2 GiB by default), more than a copy may."""
+    head, name = os.path.split(rel)
+    return head == "raw" and "-capture-" in name and name.endswith((".pcapng", ".pcapng.part"))
+
+
+def copy_to_report_dir(src: str, results_root: str, tries: int = RUN_ID_TRIES,
+                       leave: Optional[Callable[[str], bool]] = None) -> Tuple[str, List[str]]:
     """Copy the stored run ``src`` into a new directory
     ``<results_root>/reports/<name>-<id>/`` (made fresh) for a report to be
     written there instead of into ``src``: for a directory nslab cannot prove
     is its own (:func:`~nslab.safeio.tree_is_safe`). Only regular files and
     directories are copied (links and the like are left out, never read);
-    returns the new directory and what was left out.
+    returns the new directory and what was left out. A file for whose path
+    relative to ``src`` ``leave`` is true is not copied (nor listed).
 
     The copy, not an output directory beside the input, keeps every study's
     ``report(run_dir)`` as it is: the report reads and writes one directory,
@@ -194,7 +204,7 @@ def copy_to_report_dir(src: str, results_root: str, tries: int = RUN_ID_TRIES
             make_fresh_dir(dst)
         except FileExistsError:
             continue
-        return dst, copy_tree(src, dst, limit=REPORT_COPY_LIMIT)
+        return dst, copy_tree(src, dst, limit=REPORT_COPY_LIMIT, leave=leave)
     raise InputError(f"{where}: no free directory name after {tries} tries")
 
 

@@ -228,6 +228,27 @@ def test_report_of_a_folder_with_a_link_goes_to_a_new_directory(folder, capsys):
     assert not os.path.islink(os.path.join(new_dir, "report.md"))
 
 
+def test_report_copy_of_a_foreign_folder_leaves_its_packet_captures(folder, capsys):
+    # captures may take gigabytes and nothing in a report reads them: the copy
+    # leaves them where they are and says so
+    lab, outside = folder
+    run = shutil.copytree(os.path.join(DATA, "alias_run"), "alias_run")
+    os.symlink(outside, os.path.join(run, "report.md"))
+    os.makedirs(os.path.join(run, "raw"), exist_ok=True)
+    for name in ("p0-r0-capture-h1.pcapng", "p0-r1-capture-h1.pcapng.part"):
+        with open(os.path.join(run, "raw", name), "wb") as f:
+            f.write(b"\x0a\x0d\x0d\x0a" * 1000)
+    with open(os.path.join(run, "raw", "p0-r0-iperf.txt"), "w") as f:
+        f.write("kept")
+    assert main(["report", run]) == 0
+    out = capsys.readouterr().out
+    (new,) = os.listdir("results/reports")
+    copied = os.path.join("results", "reports", new, "raw")
+    assert sorted(os.listdir(copied)) == ["p0-r0-iperf.txt"]
+    assert f"2 packet captures stay in {run}" in out
+    assert os.path.getsize(os.path.join(run, "raw", "p0-r0-capture-h1.pcapng")) == 4000
+
+
 def test_report_of_nslabs_own_directory_is_written_in_place(folder, capsys):
     run = shutil.copytree(os.path.join(DATA, "alias_run"), "alias_run")
     assert tree_is_safe(run) is None
