@@ -29,10 +29,12 @@ class TrialCaptures:
                            "captures:)")
         self.limit = active().captures
         self.used = 0
-        if self.specs and os.path.isdir(store.raw_dir):  # a resumed run's captures count too
+        if self.specs and os.path.isdir(store.raw_dir):
+            # a resumed run's captures count too, a crashed trial's unfinished
+            # one (.part) among them until its trial is measured again
             self.used = sum(os.lstat(os.path.join(store.raw_dir, f)).st_size
                             for f in os.listdir(store.raw_dir) if "-capture-" in f
-                            and f.endswith(".pcapng"))
+                            and f.endswith((".pcapng", ".pcapng.part")))
 
     def start(self, point: Dict[str, Any], tag: str) -> "Running":
         """Start the captures this trial asks for and wait until they capture."""
@@ -79,6 +81,9 @@ class Running:
             self.items.append((c, None, tmp, final, why))
             return
         self.owner.used += size  # reserved; the file's real size replaces it at the end
+        check_path(tmp, leaf=False)
+        if os.path.lexists(tmp):  # a crashed trial's unfinished file, counted at the start
+            self.owner.used -= os.lstat(tmp).st_size
         argv = dumpcap_argv(where.devs, "-", count=c.max_packets, snaplen=c.snaplen,
                             filt=c.filter, max_bytes=size)
         with open_new(tmp, "wb", replace=True) as fh:

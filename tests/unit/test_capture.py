@@ -491,6 +491,29 @@ def test_a_trial_measured_again_replaces_its_capture_and_a_link_there_is_not_fol
     assert done["h1_h1-eth0"]["bytes"] == 64
 
 
+def test_a_crashed_trials_unfinished_capture_counts_until_it_is_measured_again(trial):
+    from nslab.experiments.filestudy.trialcap import TrialCaptures
+    caps, store = trial
+    os.makedirs(store.raw_dir, exist_ok=True)
+    part = os.path.join(store.raw_dir, "t1-capture-h1_h1-eth0.pcapng.part")
+    with open(part, "wb") as f:  # left by a trial that crashed
+        f.write(b"x" * 5000)
+    resumed = TrialCaptures(caps.lab, type("S", (), {"captures": caps.specs})(), store)
+    assert resumed.used == 5000
+    # the same trial measured again replaces it: only the new file counts
+    raw, done = resumed.start({"vars.x": "b", "repeat": 0}, "t1").stop()
+    assert not os.path.exists(part) and done["h1_h1-eth0"]["bytes"] == 64
+    assert resumed.used == 64
+    # one that is not measured again keeps counting against the limit
+    with open(part, "wb") as f:
+        f.write(b"x" * 5000)
+    again = TrialCaptures(caps.lab, type("S", (), {"captures": caps.specs})(), store)
+    assert again.used == 5064
+    again.limit = 5064 + bound_bytes(96, 1000) - 1
+    _, done = again.start({"vars.x": "b", "repeat": 0}, "t2").stop()
+    assert done["h1_h1-eth0"]["file"] is None and "skipped" in done["h1_h1-eth0"]["error"]
+
+
 def test_a_capture_past_the_runs_limit_is_skipped_and_said(trial):
     caps, _ = trial
     caps.limit = bound_bytes(96, 1000) + 10  # room for the first capture only
