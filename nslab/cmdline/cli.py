@@ -28,6 +28,7 @@ from ..run.registry import commands, load_group, topologies
 from ..runtime import caps
 from ..runtime.caps import require_root
 from ..runtime.clean import clean as do_clean
+from ..runtime import lab as lab_mod
 from ..runtime.lab import Lab
 from .cliutil import (RESULTS_ENV, Ctx, current_log, install_signals, limit_option, print_lab,
                       setup_logging)
@@ -535,7 +536,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         click.echo("nslab: interrupted", err=True)
         return 130
     except KeyboardInterrupt:
-        click.echo("nslab: interrupted; the lab was torn down", err=True)
+        n = len(lab_mod.TORN_DOWN)
+        click.echo("nslab: interrupted" + ("" if not n else "; the lab was torn down" if n == 1
+                                           else f"; its {n} labs were torn down"), err=True)
         return 130
     except click.ClickException as exc:
         exc.show()

@@ -41,7 +41,7 @@ from ..model.multihost import Part, parse_hosts, place, tunnels
 from ..runtime.node import LabNode
 from ..runtime.proc import TAG_ENV, Process, Result, process_start_time, stop_all
 from ..model.topo import Topology
-from ..runtime.lab import Lab
+from ..runtime.lab import TORN_DOWN, Lab
 from ..model.multihost import HOST_RE
 from ..model.naming import check_run_id
 from ..model.naming import new_run_id
@@ -534,6 +534,7 @@ class MultiLab:
         self._started = False
         for prob in problems:
             log.warning("teardown of %s: %s", self.run_id, prob)
+        TORN_DOWN.append(self.run_id)
         return problems
 
 

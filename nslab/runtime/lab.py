@@ -49,6 +49,10 @@ STP_TRANSIENT = ("listening", "learning")
 #: measured at 1000 hosts, two were slower (0.46-0.50 s against 0.41-0.45 s).
 CONFIG_WORKERS = 2
 
+#: The run ids of the labs this process has torn down (for the last line of an
+#: interrupted command: it says a lab was torn down only if one was).
+TORN_DOWN: List[str] = []
+
 
 def wait_stp_settled(what: str, unsettled: Callable[[], List[str]], timeout: float,
                      poll: float = 0.25, stable: float = 2.0) -> float:
@@ -246,6 +250,7 @@ class Lab:
         for prob in problems:
             log.warning("teardown of %s: %s", self.run_id, prob)
         log.info("lab %s torn down", self.run_id)
+        TORN_DOWN.append(self.run_id)
         return problems
 
     def _quiet_bridges(self) -> None:

@@ -39,3 +39,26 @@ def test_not_root_is_refused_before_anything_is_built(tmp_path, capsys, monkeypa
         caps.probe.cache_clear()
     err = capsys.readouterr().err
     assert rc == 1 and "needs root" in err
+
+
+@pytest.mark.parametrize("torn, says", [
+    ([], "nslab: interrupted\n"),
+    (["nl1a2b"], "nslab: interrupted; the lab was torn down\n"),
+    (["nl1a2b", "nl3c4d"], "nslab: interrupted; its 2 labs were torn down\n"),
+])
+def test_an_interrupted_command_says_a_lab_was_torn_down_only_if_one_was(monkeypatch, capsys,
+                                                                          torn, says):
+    # a second Ctrl-C while `nslab capture` stops dumpcap said "the lab was
+    # torn down" of a lab it never owned
+    import nslab.cmdline.cli as cli_mod
+    from nslab.runtime import lab
+
+    class Interrupted:
+        def main(self, **kw):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_mod, "_register_plugins", lambda: None)
+    monkeypatch.setattr(cli_mod, "cli", Interrupted())
+    monkeypatch.setattr(lab, "TORN_DOWN", list(torn))
+    assert main(["capture", "h1"]) == 130
+    assert capsys.readouterr().err == says
