@@ -3,7 +3,8 @@ PY      ?= /usr/bin/python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-PYTEST_ARGS ?=
+# the 20 slowest tests are listed at the end of each tier (where CI time goes)
+PYTEST_ARGS ?= --durations=20
 # The stock kernel the kernel tier boots (unpacked into .cache/kernel, never
 # installed): a metapackage or an exact package, e.g. linux-image-6.1.0-56-amd64.
 KERNEL_PKG ?= linux-image-amd64
