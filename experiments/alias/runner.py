@@ -72,7 +72,7 @@ def start_sampler(node: LabNode, iface: str, port: int = PORT, sender: bool = Fa
     argv = [sys.executable, "-I", "-m", "nslab.traffic.sampler", "--port", str(port), "--iface", iface,
             "--counter", "tx_bytes" if sender else "rx_bytes"] + (["--sender"] if sender else [])
     proc = node.popen(argv, name="sampler", stdin=subprocess.PIPE)
-    line = proc.popen.stdout.readline() if proc.popen.stdout else ""
+    line = proc.readline()
     if "ready" not in line:
         raise LabError(f"the counter sampler in {node.name} did not start: "
                        f"{proc.wait(timeout=10).stderr.strip()[-300:]}")

@@ -201,7 +201,7 @@ class FileRunner:
                 argv = [pktgen_path(), "recv", "--port", str(port), "--duration",
                         f"{self.spec.duration + 1:g}"]
                 procs["probe:" + f.id] = node.popen(argv, name=f"pktgen-sink-{f.id}")
-                if "ready" not in procs["probe:" + f.id].popen.stdout.readline():
+                if "ready" not in procs["probe:" + f.id].readline():
                     raise ReadinessError(f"the pktgen sink of {f.id} did not start")
             elif isinstance(f, Probe):
                 out = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
