@@ -72,7 +72,7 @@ class LabNode:
         self.lab.processes.append(p)
         return p
 
-    def set_sysctls(self, values: Dict[str, Union[str, int]]) -> None:
+    def set_sysctls(self, values: Mapping[str, Union[str, int]]) -> None:
         """Set sysctls in this node's namespace. Only keys the running kernel
         isolates per network namespace are accepted (as in a topology): a node
         never changes the host."""

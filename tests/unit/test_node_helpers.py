@@ -36,3 +36,12 @@ def test_readline_of_an_output_that_is_not_a_pipe_is_empty(tmp_path):
         assert p.readline() == ""
         p.wait(timeout=10)
     assert (tmp_path / "out").read_text() == "ready\n"
+
+
+def test_a_file_study_reads_routes_only_in_a_node_of_its_own_namespace():
+    from nslab.errors import LabError
+    from nslab.experiments.filestudy.runner import _netns, _ns_cpu
+    assert _netns(LabNode(None, "r1", "router", "nl0000-r1")) == "nl0000-r1"
+    with pytest.raises(LabError, match="s1 has no network namespace"):
+        _netns(LabNode(None, "s1", "switch", None))
+    assert _ns_cpu(None) == {}  # the root namespace: no processes of its own counted
