@@ -32,7 +32,7 @@ import logging
 import os
 import re
 import signal
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Optional, Type
 
 import jinja2
 
@@ -317,9 +317,9 @@ def private_tmp(argv: List[str]) -> List[str]:
     return ["/bin/sh", "-c", _PROLOGUE, "nslab-frr", "plain"] + list(argv)
 
 
-def daemon_kinds(bfd: bool, version: FrrVersion) -> List[type]:
+def daemon_kinds(bfd: bool, version: FrrVersion) -> List[Type[Daemon]]:
     """The daemon classes a node runs, in start order."""
-    kinds: List[type] = [Zebra, Bgpd] + ([Bfdd] if bfd else []) + ([Mgmtd] if version.mgmtd else [])
+    kinds: List[Type[Daemon]] = [Zebra, Bgpd] + ([Bfdd] if bfd else []) + ([Mgmtd] if version.mgmtd else [])
     return sorted(kinds, key=lambda c: c.ORDER)
 
 

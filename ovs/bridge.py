@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, TypedDict
 
 from nslab.runtime.proc import run
 
@@ -65,7 +65,14 @@ def del_bridge(name: str) -> None:
         timeout=30)
 
 
-def list_bridges() -> List[Dict[str, object]]:
+class BridgeInfo(TypedDict):
+    """One OVS bridge as :func:`list_bridges` reads it."""
+
+    name: str
+    external_ids: Dict[str, str]
+
+
+def list_bridges() -> List[BridgeInfo]:
     """Every OVS bridge as ``{"name", "external_ids"}`` (empty if ovs-vsctl
     cannot reach the database)."""
     res = run(["ovs-vsctl", "--timeout=5", "--format=json", "--", "--columns=name,external_ids",
@@ -73,7 +80,7 @@ def list_bridges() -> List[Dict[str, object]]:
     if not res.ok:
         return []
     data = json.loads(res.stdout)
-    out = []
+    out: List[BridgeInfo] = []
     for name, ext in data.get("data", []):
         ids = dict(ext[1]) if isinstance(ext, list) and ext[0] == "map" else {}
         out.append({"name": name, "external_ids": ids})
@@ -92,4 +99,4 @@ def tagged_bridges(run_id: Optional[str] = None) -> Dict[str, str]:
 
 def foreign_bridges() -> List[str]:
     """Bridges nslab did not create."""
-    return [str(b["name"]) for b in list_bridges() if TAG_KEY not in b["external_ids"]]  # type: ignore[operator]
+    return [str(b["name"]) for b in list_bridges() if TAG_KEY not in b["external_ids"]]

@@ -85,8 +85,8 @@ def ensure_running(owner_: str = LAB) -> bool:
         raise CapabilityError("Open vSwitch is not installed (apt install openvswitch-switch)")
     if caps.ovs_running():
         if owner_ == USER and owner() == LAB:
-            mark = statefile.read(_MARK) or {}
-            statefile.write(_MARK, {**mark, "owner": USER})
+            prev = statefile.read(_MARK) or {}
+            statefile.write(_MARK, {**prev, "owner": USER})
             log.info("OVS daemons a lab started now stay up until nslab ovs stop")
         return False
     if not os.path.exists(OVS_CTL):

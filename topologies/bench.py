@@ -7,7 +7,9 @@ import shutil
 import statistics
 import sys
 import time
-from typing import Dict, List, Tuple
+from typing import Dict, List, Tuple, TypedDict
+
+from typing_extensions import NotRequired
 
 import click
 
@@ -117,13 +119,38 @@ def kernel_floor(k: int, switch: str, datapath: str = "netdev") -> Tuple[float, 
                         if os.path.exists(f"/run/netns/{n}")]) or "\n")
 
 
+class BuildRow(TypedDict):
+    """One size of the build benchmark (seconds, KiB; the ``_all`` lists are every repeat)."""
+
+    k: int
+    nslab_s: float
+    nslab_all: List[float]
+    nslab_no_ipv6_s: float
+    nslab_no_ipv6_all: List[float]
+    floor_s: float
+    floor_all: List[float]
+    vs_floor: float
+    no_ipv6_vs_floor: float
+    nslab_ms_per_node: float
+    nslab_kib_per_node: float
+    floor_kib_per_node: float
+    memory_kib: Dict[str, List[int]]
+    mininet_s: NotRequired[float]
+    mininet_all: NotRequired[List[float]]
+    ratio: NotRequired[float]
+    mininet_kib_per_node: NotRequired[float]
+
+
 def _build_rows(ks: List[int], switch: str, repeat: int, mn_ok: bool, dp: str, nslab: str,
-                results_root: str) -> List[Dict[str, object]]:
+                results_root: str) -> List[BuildRow]:
     from rich.console import Console
-    rows = []
+    rows: List[BuildRow] = []
     console = Console()
     for k in ks:
-        ours, ours_v4, theirs, floor = [], [], [], []
+        ours: List[float] = []
+        ours_v4: List[float] = []
+        theirs: List[float] = []
+        floor: List[float] = []
         mem: Dict[str, List[int]] = {"nslab": [], "nslab_no_ipv6": [], "mininet": [], "floor": []}
         up = [nslab, "--results", os.path.join(results_root, "bench"), "topo", "up",
               "single", "--k", str(k), "--switch", switch, "--for", "0"]
@@ -144,7 +171,7 @@ def _build_rows(ks: List[int], switch: str, repeat: int, mn_ok: bool, dp: str, n
                 theirs.append(time_command(["mn", "--topo", f"single,{k}", "--switch",
                                             MN_SWITCH[switch].format(dp=dp), "--controller", "none",
                                             "--test", "none"], cwd="/tmp", memory=mem["mininet"]))
-        row: Dict[str, object] = {
+        row: BuildRow = {
             "k": k, "nslab_s": statistics.median(ours), "nslab_all": ours,
             "nslab_no_ipv6_s": statistics.median(ours_v4), "nslab_no_ipv6_all": ours_v4,
             "floor_s": statistics.median(floor), "floor_all": floor,
@@ -155,9 +182,10 @@ def _build_rows(ks: List[int], switch: str, repeat: int, mn_ok: bool, dp: str, n
             "floor_kib_per_node": statistics.median(mem["floor"]) / (k + 1),
             "memory_kib": mem}
         if theirs:
-            row.update(mininet_s=statistics.median(theirs), mininet_all=theirs,
-                       ratio=statistics.median(theirs) / statistics.median(ours),
-                       mininet_kib_per_node=statistics.median(mem["mininet"]) / (k + 1))
+            row["mininet_s"] = statistics.median(theirs)
+            row["mininet_all"] = theirs
+            row["ratio"] = statistics.median(theirs) / statistics.median(ours)
+            row["mininet_kib_per_node"] = statistics.median(mem["mininet"]) / (k + 1)
         rows.append(row)
         console.print(f"k={k}: kernel floor {row['floor_s']:.2f} s, nslab {row['nslab_s']:.2f} s, "
                       f"nslab --no-ipv6 {row['nslab_no_ipv6_s']:.2f} s" +
@@ -165,7 +193,7 @@ def _build_rows(ks: List[int], switch: str, repeat: int, mn_ok: bool, dp: str, n
     return rows
 
 
-def _build_report(rows: List[Dict[str, object]], switch: str, repeat: int,
+def _build_report(rows: List[BuildRow], switch: str, repeat: int,
                   results_root: str) -> Dict[str, object]:
     from rich.console import Console
     from rich.table import Table
@@ -240,19 +268,20 @@ def bench_clos(shapes: List[tuple], repeat: int, results_root: str,
                      "convergence_all": conv, "build_s": statistics.median(build),
                      "daemon_rss_mib": per, "lab_peak_mib": statistics.median(lab_kib) / 1024})
         console.print(f"{spines}x{leaves}: converged {rows[-1]['convergence_s']:.2f} s after FRR start")
-    t = Table(title=f"BGP-unnumbered clos: FRR start to ECMP routes everywhere (median of {repeat}); "
-              f"update-delay {update_delay} s")
+    table = Table(title=f"BGP-unnumbered clos: FRR start to ECMP routes everywhere (median of "
+                  f"{repeat}); update-delay {update_delay} s")
     for col in ("spines x servers", "nodes", "passive spines", "lab build (s)", "convergence (s)",
                 "min-max (s)", "MiB per zebra / bgpd", "lab peak MiB"):
-        t.add_column(col, justify="right")
+        table.add_column(col, justify="right")
     for r in rows:
         rss = r["daemon_rss_mib"]
-        t.add_row(f"{r['spines']} x {r['servers']}", str(r["spines"] + r["servers"]),
-                  "yes" if r["passive_spines"] else "no", f"{r['build_s']:.2f}", f"{r['convergence_s']:.2f}",
-                  f"{min(r['convergence_all']):.2f}-{max(r['convergence_all']):.2f}",
-                  " / ".join(f"{rss[d]:.1f}" if d in rss else "-" for d in ("zebra", "bgpd")),
-                  f"{r['lab_peak_mib']:.0f}")
-    console.print(t)
+        table.add_row(f"{r['spines']} x {r['servers']}", str(r["spines"] + r["servers"]),
+                      "yes" if r["passive_spines"] else "no", f"{r['build_s']:.2f}",
+                      f"{r['convergence_s']:.2f}",
+                      f"{min(r['convergence_all']):.2f}-{max(r['convergence_all']):.2f}",
+                      " / ".join(f"{rss[d]:.1f}" if d in rss else "-" for d in ("zebra", "bgpd")),
+                      f"{r['lab_peak_mib']:.0f}")
+    console.print(table)
     out = {"benchmark": "clos", "repeat": repeat, "rows": rows, "passive_spines": passive_spines,
            "update_delay": update_delay,
            "timers": "keepalive 1, hold 3, advertisement-interval 0, coalesce-time 100"}
@@ -286,7 +315,7 @@ def bench_dataplane(seconds: float, repeat: int, results_root: str) -> Dict[str,
             wait_listening(lab["h2"])
             time.sleep(0.3)
             for _ in range(repeat):
-                lab_bps.append(run_client(lab["h1"], lab["h2"].ip, time=seconds).total_bps)
+                lab_bps.append(run_client(lab["h1"], lab["h2"].require_ip(), time=seconds).total_bps)
                 res = run(["iperf", "-c", "10.9.9.2", "-t", f"{seconds:g}"], netns=a, run_id=rid,
                           timeout=seconds + 30)
                 bare_bps.append(parse(res.stdout).total_bps)
@@ -294,12 +323,12 @@ def bench_dataplane(seconds: float, repeat: int, results_root: str) -> Dict[str,
     finally:
         run(["ip", "netns", "del", a], check=False)
         run(["ip", "netns", "del", b], check=False)
-    out = {"benchmark": "dataplane", "seconds": seconds, "repeat": repeat,
-           "lab_bps": statistics.median(lab_bps), "bare_bps": statistics.median(bare_bps),
-           "ratio": statistics.median(lab_bps) / statistics.median(bare_bps),
-           "lab_all": lab_bps, "bare_all": bare_bps}
-    Console().print(f"unshaped TCP, {seconds:g} s x {repeat}: lab pair {out['lab_bps'] / 1e9:.2f} Gbit/s, "
-                    f"bare veth {out['bare_bps'] / 1e9:.2f} Gbit/s: lab/bare = {out['ratio']:.2f}")
+    lab_med, bare_med = statistics.median(lab_bps), statistics.median(bare_bps)
+    out: Dict[str, object] = {"benchmark": "dataplane", "seconds": seconds, "repeat": repeat,
+                              "lab_bps": lab_med, "bare_bps": bare_med, "ratio": lab_med / bare_med,
+                              "lab_all": lab_bps, "bare_all": bare_bps}
+    Console().print(f"unshaped TCP, {seconds:g} s x {repeat}: lab pair {lab_med / 1e9:.2f} Gbit/s, "
+                    f"bare veth {bare_med / 1e9:.2f} Gbit/s: lab/bare = {lab_med / bare_med:.2f}")
     out["saved"] = save(results_root, "dataplane", out)
     return out
 

@@ -25,10 +25,12 @@ def demo(ctx: click.Context, switch: str, bw: str, duration: float) -> None:
     with Lab(t, run_id=run_id) as lab:
         print_lab(lab)
         h1, h2 = lab["h1"], lab["h2"]
-        ping = h1.run(["ping", "-c", "3", "-i", "0.2", h2.ip])
+        ping = h1.run(["ping", "-c", "3", "-i", "0.2", h2.require_ip()])
         click.echo(ping.stdout.strip().splitlines()[-1])
         start_server(h2)
         wait_listening(h2)
-        rep = run_client(h1, h2.ip, time=duration)
-        click.echo(f"iperf2 TCP h1 -> h2 over a {format_rate(t.links[0].shaping.rate)} "
+        rep = run_client(h1, h2.require_ip(), time=duration)
+        shaping = t.links[0].shaping  # set from --bw
+        rate = format_rate(shaping.rate) if shaping and shaping.rate else "unshaped"
+        click.echo(f"iperf2 TCP h1 -> h2 over a {rate} "
                    f"{switch} link: {format_rate(rep.total_bps)}")

@@ -135,6 +135,7 @@ def expected_routes(t: Topology) -> Dict[str, Dict[str, int]]:
     """What converged means: every server/leaf reaches every other's networks over
     all spines."""
     spines = [n for n in t.nodes if n.startswith("spine")]
-    leaves = [n for n, node in t.nodes.items() if node.bgp and n not in spines]
-    nets = {n: [str(p) for p in t.nodes[n].bgp.networks] for n in leaves}
+    nets = {n: [str(p) for p in node.bgp.networks]
+            for n, node in t.nodes.items() if node.bgp and n not in spines}
+    leaves = list(nets)
     return {n: {p: len(spines) for m in leaves if m != n for p in nets[m]} for n in leaves}

@@ -3,7 +3,7 @@ with its presets defined once."""
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Dict, Optional
+from typing import ClassVar, Dict, List, Optional
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 from typing_extensions import Annotated, Literal
@@ -18,6 +18,8 @@ POST_ALIASES = [1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192, 224, 254]
 QUICK_ALIASES = [1, 254]
 ADDR_TEMPLATE = "192.168.2.%d"
 MODES = ("alias", "parallel")
+Mode = Literal["alias", "parallel"]
+DEFAULT_MODES: List[Mode] = ["alias"]
 
 
 class AliasConfig(StudyConfig):
@@ -33,8 +35,8 @@ class AliasConfig(StudyConfig):
     mss: Optional[Annotated[int, Field(ge=88, le=9000)]] = Field(None, description="iperf -M")
     nodelay: StrictBool = Field(False, description="TCP_NODELAY (iperf -N)")
     cc: Optional[str] = Field(None, description="congestion control (iperf -Z)")
-    modes: UniqueList[Literal["alias", "parallel"]] = Field(
-        default_factory=lambda: ["alias"],
+    modes: UniqueList[Mode] = Field(
+        default_factory=lambda: list(DEFAULT_MODES),
         description="alias: one client per alias (the posts); parallel: -P N to one address")
     addr_template: str = Field(ADDR_TEMPLATE, description="alias addresses, with one %d")
     prefix: Annotated[int, Field(ge=1, le=32)] = Field(16, description="prefix length of the aliases")

@@ -3,6 +3,7 @@ a time (clients started together, payload counted over a fixed window by an
 in-node sampler, the clients' own reports kept beside it)."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -56,12 +57,23 @@ class Sample:
     limits: Dict[Tuple[str, str], Tuple[int, int, int]] = field(default_factory=dict)
 
 
+def _socket(key: str) -> Tuple[str, str]:
+    """A socket's two ends from the sampler's ``"local|remote"``."""
+    local, _, remote = key.partition("|")
+    return local, remote
+
+
+def _limits(value: Sequence[Any]) -> Tuple[int, int, int]:
+    """A sender's (busy, rwnd-limited, sndbuf-limited) microseconds."""
+    busy, rwnd, sndbuf = value
+    return int(busy), int(rwnd), int(sndbuf)
+
+
 def from_sampler(raw: Dict[str, Any]) -> Sample:
     """A :class:`Sample` from one sample of :mod:`nslab.traffic.sampler`."""
-    per = {tuple(k.split("|", 1)): int(v) for k, v in raw["sockets"].items()}
+    per = {_socket(k): int(v) for k, v in raw["sockets"].items()}
     busy, total = raw["cpu"]
-    limits = {tuple(k.split("|", 1)): tuple(int(x) for x in v)
-              for k, v in raw.get("limits", {}).items()}
+    limits = {_socket(k): _limits(v) for k, v in raw.get("limits", {}).items()}
     return Sample(float(raw["t"]), per, len(per), int(raw["counter"]), int(busy), int(total),
                   float(raw["t_end"]) - float(raw["t_start"]), limits)
 
@@ -72,7 +84,7 @@ def start_sampler(node: LabNode, iface: str, port: int = PORT, sender: bool = Fa
     argv = [sys.executable, "-I", "-m", "nslab.traffic.sampler", "--port", str(port), "--iface", iface,
             "--counter", "tx_bytes" if sender else "rx_bytes"] + (["--sender"] if sender else [])
     proc = node.popen(argv, name="sampler", stdin=subprocess.PIPE)
-    line = proc.popen.stdout.readline() if proc.popen.stdout else ""
+    line = proc.readline()
     if "ready" not in line:
         raise LabError(f"the counter sampler in {node.name} did not start: "
                        f"{proc.wait(timeout=10).stderr.strip()[-300:]}")
@@ -160,8 +172,11 @@ class AliasRunner:
         n, mode = int(point["n"]), point["mode"]
         dur = self.cfg.duration
         warm, cool = min(1.0, 0.1 * dur), min(0.5, 0.05 * dur)
-        at = (self.client, "eth1", True) if self.remote else (self.server, SERVER_IFACE, False)
-        sampler = start_sampler(at[0], at[1], sender=at[2])
+        if self.remote:
+            sampler = start_sampler(self.client, "eth1", sender=True)
+        else:
+            assert self.server is not None  # a lab on one machine has one (see __init__)
+            sampler = start_sampler(self.server, SERVER_IFACE, sender=False)
         # How the senders were limited, read at the senders (two-box mode: the
         # one sampler is there already).
         senders = None if self.remote else start_sampler(self.client, SERVER_IFACE, sender=True)
@@ -169,17 +184,18 @@ class AliasRunner:
         for proc in (sampler, senders):
             if proc is not None:
                 sample_at(proc, [start + warm, start + dur - cool])
-        common = dict(time=dur, txstart=float(start), fmt="k", mss=self.cfg.mss,
-                      nodelay=self.cfg.nodelay, cc=self.cfg.cc, port=PORT)
+        common = functools.partial(client_argv, time=dur, txstart=float(start), fmt="k",
+                                   mss=self.cfg.mss, nodelay=self.cfg.nodelay, cc=self.cfg.cc,
+                                   port=PORT)
         procs = []
         spawned = []
         if mode == "alias":
             for i in range(n):
-                procs.append(self.client.popen(client_argv(self.addresses[i], **common),
+                procs.append(self.client.popen(common(self.addresses[i]),
                                                name=f"iperf-c{i + 1}"))
                 spawned.append(time.time())
         else:
-            procs.append(self.client.popen(client_argv(self.addresses[0], parallel=n, **common),
+            procs.append(self.client.popen(common(self.addresses[0], parallel=n),
                                            name="iperf-cP"))
             spawned.append(time.time())
         s0, s1 = read_samples(sampler, timeout=start + dur - time.time() + 60)

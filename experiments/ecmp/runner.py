@@ -100,10 +100,13 @@ class EcmpRunner:
             raise LabError(f"iperf client reported no streams (policy {policy}, trial {trial}); "
                            f"see {raw}")
         link_of = assign_links(captures)
-        streams = [{"id": s.id, "local_port": s.local_port, "bps": s.bps,
-                    "link": link_of.get(s.local_port)} for s in rep.streams]
-        per_link = [sum(1 for s in streams if s["link"] == intf) for intf in self.uplinks]
-        unknown = sum(1 for s in streams if s["link"] is None)
+        # each stream's link (None: its source port was not seen, or not reported)
+        links = [link_of.get(s.local_port) if s.local_port is not None else None
+                 for s in rep.streams]
+        streams = [{"id": s.id, "local_port": s.local_port, "bps": s.bps, "link": link}
+                   for s, link in zip(rep.streams, links)]
+        per_link = [links.count(intf) for intf in self.uplinks]
+        unknown = links.count(None)
         m = {"streams": streams, "sum_bps": rep.total_bps,
              "sum_reported_by_iperf": rep.sum.bps if rep.sum else None,
              "split": split_label(per_link) if not unknown else None,
@@ -112,7 +115,8 @@ class EcmpRunner:
              "link_bytes": {i: after[i] - before[i] for i in self.uplinks},
              "link_mbps_avg": {i: (after[i] - before[i]) * 8 / elapsed / 1e6 for i in self.uplinks},
              "policy_set_in": SENDER}
-        rates = ", ".join(f"{s['bps'] / 1e6:.0f}@{(s['link'] or '?').split('-')[-1]}" for s in streams)
+        rates = ", ".join(f"{s.bps / 1e6:.0f}@{(link or '?').split('-')[-1]}"
+                          for s, link in zip(rep.streams, links))
         return m, [raw, raw_cap], f"{rates}; SUM {rep.total_bps / 1e6:.0f} Mbit/s; split {m['split']}"
 
     def finish(self) -> None:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from nslab.errors import LabError, ReadinessError
+from nslab.model.fields import BgpOptions
 from nslab.runtime.node import LabLike, LabNode
 from nslab.runtime.proc import run, wait_path
 from nslab.safeio import write_atomic
@@ -44,7 +45,10 @@ class FileRunner:
         self.lab, self.loaded, self.spec, self.store = lab, loaded, loaded.spec, store
         self.topo = lab.topology
         self.baseline: Dict[str, Dict[str, int]] = {}
-        self.bgp_nodes = [n for n, node in self.topo.nodes.items() if node.bgp]
+        #: the BGP options of every routing node, in the topology's order
+        self.bgp: Dict[str, BgpOptions] = {n: node.bgp for n, node in self.topo.nodes.items()
+                                           if node.bgp}
+        self.bgp_nodes = list(self.bgp)
         self._killed: Dict[str, int] = {}
         self.captures = TrialCaptures(lab, loaded.spec, store)
 
@@ -54,7 +58,7 @@ class FileRunner:
         from nslab.runtime.proc import nexthop_count
         out = {}
         for n in self.bgp_nodes:
-            res = run(["ip", "-n", self.lab[n].netns, "-j", "route", "show", "proto", "bgp"],
+            res = run(["ip", "-n", _netns(self.lab[n]), "-j", "route", "show", "proto", "bgp"],
                       check=False)
             table = json.loads(res.stdout or "[]") if res.ok else []
             out[n] = {r["dst"]: nexthop_count(r) for r in table}
@@ -66,7 +70,8 @@ class FileRunner:
             return []
         down = []
         for n, r in frr_of(self.lab).routers.items():
-            if self.topo.nodes[n].bgp.bfd is None:
+            bgp = self.topo.nodes[n].bgp
+            if bgp is None or bgp.bfd is None:
                 continue
             try:
                 peers = json.loads(r.vtysh("show bfd peers json") or "[]")
@@ -84,7 +89,7 @@ class FileRunner:
         t0 = time.monotonic()
         deadline = t0 + timeout
         want_nets = {n: {str(p) for m in self.bgp_nodes if m != n
-                         for p in self.topo.nodes[m].bgp.networks} for n in self.bgp_nodes}
+                         for p in self.bgp[m].networks} for n in self.bgp_nodes}
         last, since = None, time.monotonic()
         while True:
             now = self._routes()
@@ -201,7 +206,7 @@ class FileRunner:
                 argv = [pktgen_path(), "recv", "--port", str(port), "--duration",
                         f"{self.spec.duration + 1:g}"]
                 procs["probe:" + f.id] = node.popen(argv, name=f"pktgen-sink-{f.id}")
-                if "ready" not in procs["probe:" + f.id].popen.stdout.readline():
+                if "ready" not in procs["probe:" + f.id].readline():
                     raise ReadinessError(f"the pktgen sink of {f.id} did not start")
             elif isinstance(f, Probe):
                 out = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
@@ -273,7 +278,11 @@ class FileRunner:
             undo.append(restart)
         elif isinstance(ev, DaemonStop):
             pid = d.signal(signal.SIGSTOP)
-            undo.append(lambda: d.signal(signal.SIGCONT) if d.pid() == pid else None)
+
+            def cont() -> None:
+                if d.pid() == pid:  # the process it stopped, not a successor
+                    d.signal(signal.SIGCONT)
+            undo.append(cont)
         elif isinstance(ev, DaemonCont):
             d.signal(signal.SIGCONT)
         return target
@@ -317,7 +326,11 @@ class FileRunner:
             elif isinstance(ev, LinkRestore):
                 for node, dev in ends:
                     self._reshape(node, dev, None)
-            undo.append(lambda: [self._reshape(n, d, None) for n, d in ends])
+
+            def restore() -> None:
+                for n, d in ends:
+                    self._reshape(n, d, None)
+            undo.append(restore)
         return target
 
     def _reshape(self, node: LabNode, dev: str, ev: Any) -> None:
@@ -463,7 +476,7 @@ class _Samplers:
         while not self._stop.is_set():
             t = time.monotonic() - self.t0
             for m in self.conv:
-                res = run(["ip", "-n", self.lab[m.node].netns, "-j", "route", "show",
+                res = run(["ip", "-n", _netns(self.lab[m.node]), "-j", "route", "show",
                            _host(m.prefix)], check=False)
                 try:
                     table = json.loads(res.stdout or "[]")
@@ -507,9 +520,20 @@ def _tx_bytes(node: LabNode) -> Dict[str, int]:
     return out
 
 
-def _ns_cpu(netns: str) -> Dict[int, float]:
-    """CPU seconds so far of every process in the named network namespace."""
+def _netns(node: LabNode) -> str:
+    """The named namespace of a host or router (an OVS switch, in the root
+    namespace, has none; the file's metrics and BGP nodes are never one)."""
+    if node.netns is None:
+        raise LabError(f"{node.name} has no network namespace of its own")
+    return node.netns
+
+
+def _ns_cpu(netns: Optional[str]) -> Dict[int, float]:
+    """CPU seconds so far of every process in the named network namespace
+    (none for a node in the root namespace)."""
     import psutil
+    if netns is None:
+        return {}
     try:
         target = os.stat(f"/run/netns/{netns}").st_ino
     except OSError:

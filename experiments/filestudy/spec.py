@@ -22,9 +22,9 @@ import os
 import re
 import typing
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from nslab.errors import InputError, TopologyError
 from nslab.model.limits import active, product
@@ -379,7 +379,11 @@ def _check_names(loaded: Loaded, topo: Topology) -> None:
             if nodes[node].is_switch:
                 raise loaded.fail(("events", i, "node"), f"{node} is a switch")
         if isinstance(e, DaemonEvent):
-            targets = [node] if node else neighbours(topo, loaded.flows[path_of].src)
+            if e.node is not None:
+                targets = [e.node]
+            else:  # the model gives exactly one of node and path_of
+                assert e.path_of is not None
+                targets = neighbours(topo, loaded.flows[e.path_of].src)
             for t in targets:
                 bgp = nodes[t].bgp
                 if bgp is None:
@@ -474,8 +478,13 @@ def _check_metrics(loaded: Loaded) -> None:
                                                           f"{', '.join(loaded.flows)})")
             if not isinstance(loaded.flows[flow], want[m.metric]):
                 raise loaded.fail(("metrics", i, "flow"),
-                                  f"{m.metric} measures {' or '.join(k.model_fields['kind'].annotation.__args__[0] for k in want[m.metric])} "
+                                  f"{m.metric} measures {' or '.join(_kind(k) for k in want[m.metric])} "
                                   f"flows; {flow} is {loaded.flows[flow].kind}")
+
+
+def _kind(flow: Type[BaseModel]) -> str:
+    """What a flow model's ``kind: Literal[...]`` holds (``iperf-tcp``)."""
+    return str(typing.get_args(flow.model_fields["kind"].annotation)[0])
 
 
 def _sweep_or_repeat(loaded: Loaded, key: str, loc: Tuple[Any, ...]) -> None:
@@ -497,11 +506,12 @@ def _check_selections(loaded: Loaded) -> None:
         for k in p.where:
             _sweep_or_repeat(loaded, k, ("plots", i, "where"))
         for attr in ("x", "series"):
-            k = getattr(p, attr, None)
-            if k is not None:
-                _sweep_or_repeat(loaded, k, ("plots", i, attr))
-        if getattr(p, "y", None) is not None and p.y not in values:
-            raise loaded.fail(("plots", i, "y"), f"unknown value {p.y!r}")
+            key = getattr(p, attr, None)
+            if key is not None:
+                _sweep_or_repeat(loaded, key, ("plots", i, attr))
+        y = getattr(p, "y", None)
+        if y is not None and y not in values:
+            raise loaded.fail(("plots", i, "y"), f"unknown value {y!r}")
         metric = getattr(p, "metric", None)
         if metric is not None:
             want = "goodput" if p.kind == "timeseries" else "links"

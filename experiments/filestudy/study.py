@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, ClassVar, Dict, List, Tuple, Type
+from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
 from pydantic import BeforeValidator, Field, ValidationError, create_model, model_validator
 from typing_extensions import Annotated
@@ -37,7 +37,46 @@ def _scalar(value: Any) -> Any:
 CliScalar = Annotated[Scalar, BeforeValidator(_scalar)]
 
 
-def config_class(loaded: Loaded) -> Type[StudyConfig]:
+class FileStudyConfig(StudyConfig):
+    """What the configuration of every study file has: ``repeat`` and ``duration``
+    (:func:`config_class` gives them the file's defaults and their bounds) and one
+    list per sweep key; any value is checked against the file, like the file's own."""
+
+    #: the file a class made by :func:`config_class` checks its values against
+    loaded: ClassVar[Optional[Loaded]] = None
+    #: configuration field -> sweep key
+    sweep_keys: ClassVar[Dict[str, str]] = {}
+
+    repeat: int = 1
+    duration: float = 1.0
+
+    @model_validator(mode="after")
+    def _against_file(self) -> "FileStudyConfig":
+        loaded = type(self).loaded
+        if loaded is None:  # not made from a file: nothing to check against
+            return self
+        spec = loaded.spec
+        sweep = {key: list(getattr(self, f)) for f, key in self.sweep_keys.items()}
+        try:
+            trial = Loaded(spec.model_copy(update={"sweep": sweep, "duration": self.duration,
+                                                   "repeat": self.repeat, "presets": {}}),
+                           loaded.path, loaded.text, loaded.doc, spec)
+            check(trial)
+            if spec.captures and self.rounds > 1:
+                # each later sampling round adds `repeat` trials to a point: the
+                # captures of every trial of the last round count
+                from .captures import check as check_captures
+                check_captures(trial, rounds=self.rounds)
+        except (InputError, ValidationError) as exc:
+            # FILE:LINE: field: problem -- the line in the file the value conflicts with
+            given = ", ".join(f"{k}={v}" for k, v in (("duration", self.duration),
+                                                     ("repeat", self.repeat))
+                              + ((("rounds", self.rounds),) if self.rounds > 1 else ()))
+            raise ValueError(f"{exc} (with {given})") from None
+        return self
+
+
+def config_class(loaded: Loaded) -> Type[FileStudyConfig]:
     """The typed configuration of a study file: ``repeat``, ``duration`` and one
     list per sweep key, with the file's presets; any value given on the command
     line is checked against the file like the file's own."""
@@ -70,44 +109,24 @@ def config_class(loaded: Loaded) -> Type[StudyConfig]:
         d.update({field_of(k): v for k, v in p.sweep.items()})
         presets[name] = d
 
-    def _check_against_file(self: Any) -> Any:
-        sweep = {key: list(getattr(self, f)) for f, key in keys.items()}
-        try:
-            trial = Loaded(spec.model_copy(update={"sweep": sweep, "duration": self.duration,
-                                                   "repeat": self.repeat, "presets": {}}),
-                           loaded.path, loaded.text, loaded.doc, spec)
-            check(trial)
-            if spec.captures and self.rounds > 1:
-                # each later sampling round adds `repeat` trials to a point: the
-                # captures of every trial of the last round count
-                from .captures import check as check_captures
-                check_captures(trial, rounds=self.rounds)
-        except (InputError, ValidationError) as exc:
-            # FILE:LINE: field: problem -- the line in the file the value conflicts with
-            given = ", ".join(f"{k}={v}" for k, v in (("duration", self.duration),
-                                                     ("repeat", self.repeat))
-                              + ((("rounds", self.rounds),) if self.rounds > 1 else ()))
-            raise ValueError(f"{exc} (with {given})") from None
-        return self
-
-    cls = create_model(f"Config_{field_of(spec.name)}", __base__=StudyConfig,
-                       __validators__={"_against_file": model_validator(mode="after")(
-                           _check_against_file)}, **fields)
+    cls = create_model(f"Config_{field_of(spec.name)}", __base__=FileStudyConfig, **fields)
     cls.presets = presets
-    cls.sweep_keys = keys  # type: ignore[attr-defined]
+    cls.sweep_keys = keys
+    cls.loaded = loaded
     return cls
 
 
 class FileStudy(Study):
     """A study written as a file; ``study_class(path)`` makes its class."""
 
+    Config: ClassVar[Type[FileStudyConfig]] = FileStudyConfig
     loaded: ClassVar[Loaded]
     #: how a user names it on `nslab run` (the file's path)
     invocation: ClassVar[str] = ""
 
     @classmethod
     def sweep(cls, cfg: Any) -> Dict[str, List[Any]]:
-        keys: Dict[str, str] = cls.Config.sweep_keys  # type: ignore[attr-defined]
+        keys = cls.Config.sweep_keys
         return {key: list(getattr(cfg, f)) for f, key in keys.items()}
 
     @classmethod

@@ -48,7 +48,7 @@ def _send(lab, size: int, rate: float, seconds: float, mode: str, cpu: int,
     sink = h2.popen(["taskset", "-c", str(sink_cpu), pg, "recv", "--port", "9",
                      "--duration", f"{seconds + 5:.3f}", "--warmup", "0.2", "--mode", sink_mode,
                      "--iface", "h2-eth0", *sample], name="pktgen-recv")
-    if "ready" not in (sink.popen.stdout.readline() or ""):
+    if "ready" not in sink.readline():
         from nslab.errors import LabError
         raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
     if napi:

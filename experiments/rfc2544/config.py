@@ -2,7 +2,7 @@
 typed, with its presets defined once."""
 from __future__ import annotations
 
-from typing import ClassVar, Dict, Optional
+from typing import ClassVar, Dict, List, Optional
 
 from pydantic import Field, StrictBool, model_validator
 from typing_extensions import Annotated, Literal
@@ -11,22 +11,23 @@ from nslab.model.fields import RateText, UniqueList
 from nslab.model.shaping import parse_rate
 from nslab.run.study import StudyConfig
 
-FRAME_SIZES = [64, 128, 256, 512, 1024, 1280, 1518]
-TESTS = ["cost", "throughput", "latency", "loss"]
-#: Every test the runner knows; back-to-back and MLRsearch are opt-in
-#: (``--tests ...,back-to-back,mlrsearch``) and in the full preset.
-ALL_TESTS = TESTS + ["back-to-back", "mlrsearch"]
-LOAD_PCT = [10, 20, 40, 60, 80, 90, 100, 110]
-#: Offered loads (64-byte frames/s) at which the intrinsic cost is measured.
-COST_FPS = [25000, 50000]
 Dut = Literal["bridge", "router", "ovs"]
 Test = Literal["throughput", "latency", "loss", "back-to-back", "cost", "mlrsearch"]
+FRAME_SIZES = [64, 128, 256, 512, 1024, 1280, 1518]
+DUTS: List[Dut] = ["bridge", "router"]
+TESTS: List[Test] = ["cost", "throughput", "latency", "loss"]
+#: Every test the runner knows; back-to-back and MLRsearch are opt-in
+#: (``--tests ...,back-to-back,mlrsearch``) and in the full preset.
+ALL_TESTS: List[Test] = TESTS + ["back-to-back", "mlrsearch"]
+LOAD_PCT = [10, 20, 40, 60, 80, 90, 100, 110]
+#: Offered loads (64-byte frames/s) at which the intrinsic cost is measured.
+COST_FPS: List[float] = [25000, 50000]
 
 
 class Rfc2544Config(StudyConfig):
     """RFC 2544 of a Linux bridge vs a Linux router (and OVS) as the DUT."""
 
-    duts: UniqueList[Dut] = Field(default_factory=lambda: ["bridge", "router"], description="DUTs")
+    duts: UniqueList[Dut] = Field(default_factory=lambda: list(DUTS), description="DUTs")
     frame_sizes: UniqueList[Annotated[int, Field(ge=64, le=9018)]] = Field(
         default_factory=lambda: list(FRAME_SIZES), description="frame sizes, FCS included")
     link_rate: RateText = Field("100Mbit", description="rate of both links, framing counted")

@@ -14,7 +14,7 @@ from nslab.store.reporting import Claim, StudyReport, load_run, render_study, st
 from nslab.model.shaping import frame_rate, parse_rate
 
 from .model import backlog_prediction, knee_index, paper_knee
-from .records import SCHEMA, BackToBack, Mlr, RfcRecord, Throughput, Trials
+from .records import SCHEMA, BackToBack, Mlr, RfcRecord, Throughput, Trial, Trials
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 DUT_ORDER = ["bridge", "router", "ovs"]
@@ -22,6 +22,12 @@ DUT_ORDER = ["bridge", "router", "ovs"]
 
 def by_test(recs: List[RfcRecord], test: str) -> List[RfcRecord]:
     return [r for r in recs if r.params.test == test]
+
+
+def trials_of(r: RfcRecord) -> List[Trial]:
+    """The trials of a latency or loss point (its measurements are :class:`Trials`)."""
+    assert isinstance(r.measurements, Trials)
+    return r.measurements.trials
 
 
 def table3(recs: List[RfcRecord], dut: str, frame: int = 64) -> List[Dict[str, Any]]:
@@ -378,7 +384,7 @@ def knee_claims(c: _ClaimInputs) -> List[Claim]:
     est = mean(c.tp["bridge"][64])
     chk = judge(est, knee * (1 - KNEE_MARGIN), knee * (1 + KNEE_MARGIN),
                 f"the paper's knee +-{KNEE_MARGIN * 100:.0f} %,", 1e-3, " kfps", 1, need=MORE)
-    setups = (c.prov or {}).get("setups") or {}
+    setups: Dict[str, Dict[str, Any]] = (c.prov or {}).get("setups") or {}
     cal = next((s.get("calibration") for s in setups.values() if s.get("calibration")), None)
     given = next(iter(setups.values()), {}).get("dut_cost_filters", "?")
     how = (f"knob calibrated to {cal['target']}: {cal['filters']} filters"
@@ -605,7 +611,7 @@ def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, An
     fig, axes = plt.subplots(2, 2, figsize=(11, 8.5))
     ax = axes[0][0]  # Fig 10/13
     for dut in duts:
-        pts = sorted((r.params.frame, r.measurements.trials[0].latency_us.avg)  # type: ignore[union-attr]
+        pts = sorted((r.params.frame, trials_of(r)[0].latency_us.avg)
                      for r in by_test(recs, "latency") if r.params.dut == dut)
         if pts:
             ax.plot(*zip(*pts), marker="o", color=colors[dut], label=f"{dut} (ours)")
@@ -621,7 +627,7 @@ def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, An
         for r in by_test(recs, "loss"):
             if r.params.dut != dut:
                 continue
-            trials = sorted(r.measurements.trials, key=lambda t: t.target_fps)  # type: ignore[union-attr]
+            trials = sorted(trials_of(r), key=lambda t: t.target_fps)
             near = min(trials, key=lambda t: abs(t.target_fps - 1000))
             lo.append((r.params.frame, near.throughput_bps / 1e6))
             hi.append((r.params.frame, trials[-1].throughput_bps / 1e6))

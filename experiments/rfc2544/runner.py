@@ -21,12 +21,11 @@ import logging
 import statistics
 import subprocess
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from nslab.traffic.counters import (backlog_limit, busy_pct_from_idle, idle_seconds, node_link_stats,
                             process_cpu_seconds, qdisc_drops, softnet_drops)
 from nslab.errors import CapabilityError, LabError
-from nslab.runtime.node import LabLike
 from nslab.traffic.interference import Watch, account
 from nslab.traffic.pktgen import pktgen_path
 from nslab.runtime.proc import pin_threads, restore_threads
@@ -36,6 +35,9 @@ from .bed import DUT_CPU, GEN_CPU, napi_on
 from .config import Rfc2544Config
 from .model import (NOMINAL_FPS, baseline_of, cost_unmeasured, disturbed, loads,
                     next_filters, trial_invalid)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nslab.runtime.lab import Lab
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,7 @@ PERSISTENT = 3
 class Rfc2544Runner:
     """One DUT's test bed and its trials."""
 
-    def __init__(self, lab: LabLike, cfg: Rfc2544Config, dut: str, store: Any) -> None:
+    def __init__(self, lab: Lab, cfg: Rfc2544Config, dut: str, store: Any) -> None:
         from nslab.topologies.rfc2544 import roles
         self.lab, self.cfg, self.dut, self.store = lab, cfg, dut, store
         self.gen, self.sink, self.dutn = lab["gen"], lab["sink"], lab["dut"]
@@ -444,7 +446,7 @@ class Rfc2544Runner:
         sink = self.sink.popen(["taskset", "-c", str(GEN_CPU), self.pg, "recv", "--port", str(PORT),
                                 "--duration", f"{duration:.3f}", "--warmup", f"{warmup:.3f}"],
                                name="pktgen-recv")
-        if "ready" not in (sink.popen.stdout.readline() or ""):
+        if "ready" not in sink.readline():
             raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
         return sink
 

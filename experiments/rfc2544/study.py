@@ -68,7 +68,11 @@ class Rfc2544Study(Study):
         return CpuSplitLock()
 
     def runner(self, key: str, lab: LabLike, cfg: Rfc2544Config, store: Any):
+        from nslab.runtime.lab import Lab
         from .runner import Rfc2544Runner
+        if not isinstance(lab, Lab):  # what check_hosts says before anything is built
+            raise InputError("the rfc2544 study runs on one machine (a Lab, not "
+                             f"{type(lab).__name__}): run it without --hosts")
         return Rfc2544Runner(lab, cfg, key, store)
 
     def report(self, run_dir: str) -> StudyReport:

@@ -27,11 +27,11 @@ import os
 import random
 import sys
 import time
-from typing import (Any, Callable, ClassVar, ContextManager, Dict, List, Optional, Protocol, Sequence,
+from typing import (Any, Callable, ClassVar, ContextManager, Dict, List, Mapping, Optional, Protocol, Sequence,
                     Tuple, Type)
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from typing_extensions import Annotated
+from typing_extensions import Annotated, Self
 
 from ..errors import InputError
 from ..runtime.grants import HostGrants
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 PRESETS = ("quick", "default", "full")
 
 
-def expand(grid: Dict[str, Sequence[Any]], repeat: int, shuffle_seed: Optional[int] = 0
+def expand(grid: Mapping[str, Sequence[Any]], repeat: int, shuffle_seed: Optional[int] = 0
            ) -> List[Dict[str, Any]]:
     """All combinations of ``grid`` for repeats 0..repeat-1; order shuffled within
     each repeat after the first (seeded, so a resumed sweep sees the same order)."""
@@ -110,7 +110,7 @@ class StudyConfig(BaseModel):
         "(a round is begun only if the rounds so far leave time for one more)")
 
     @classmethod
-    def preset(cls, name: str = "default", **overrides: Any) -> "StudyConfig":
+    def preset(cls, name: str = "default", **overrides: Any) -> Self:
         """The configuration of preset ``name`` with ``overrides`` on top."""
         if name not in cls.presets:
             raise InputError(f"unknown preset {name!r} (this study has: "
@@ -119,7 +119,7 @@ class StudyConfig(BaseModel):
         return cls.parse(data)
 
     @classmethod
-    def parse(cls, data: Dict[str, Any], where: str = "") -> "StudyConfig":
+    def parse(cls, data: Dict[str, Any], where: str = "") -> Self:
         """Validate ``data``; errors name the field in one line (after ``where``)."""
         try:
             return cls.model_validate(data)

@@ -49,6 +49,14 @@ class LabNode:
     def IP(self) -> Optional[str]:  # noqa: N802 - Mininet spelling
         return self.ip
 
+    def require_ip(self) -> str:
+        """:attr:`ip` of a node that traffic is sent to, which must have one;
+        :class:`InputError` naming the node if the topology gave it no address."""
+        ip = self.ip
+        if ip is None:
+            raise InputError(f"node {self.name} has no IPv4 address to send traffic to")
+        return ip
+
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: Optional[float] = 60,
             input: Optional[str] = None, env: Optional[Dict[str, str]] = None) -> Result:
         """Run ``argv`` in the node's namespace; raise :class:`CommandError` on failure."""
@@ -64,7 +72,7 @@ class LabNode:
         self.lab.processes.append(p)
         return p
 
-    def set_sysctls(self, values: Dict[str, Union[str, int]]) -> None:
+    def set_sysctls(self, values: Mapping[str, Union[str, int]]) -> None:
         """Set sysctls in this node's namespace. Only keys the running kernel
         isolates per network namespace are accepted (as in a topology): a node
         never changes the host."""

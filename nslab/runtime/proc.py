@@ -118,6 +118,12 @@ class Process:
     def alive(self) -> bool:
         return self.popen.poll() is None
 
+    def readline(self) -> str:
+        """The next line of the process's output: ``""`` at its end, or if its
+        output is not a pipe (``stdout=`` a file)."""
+        out = self.popen.stdout
+        return out.readline() if out is not None else ""
+
     def wait(self, timeout: Optional[float] = None) -> Result:
         """Wait for the process and return its result (output if it was piped)."""
         try:

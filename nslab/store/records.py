@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generic, List, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, Generic, List, Optional, Type, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -22,7 +22,8 @@ from ..model.topo import explain
 
 RECORDS = "records.jsonl"
 
-P = TypeVar("P", bound=BaseModel)
+#: a point's parameters: a model, or a dict of sweep keys (a study written as a file)
+P = TypeVar("P", bound=Union[BaseModel, Dict[str, Any]])
 M = TypeVar("M", bound=BaseModel)
 
 

@@ -281,3 +281,20 @@ def test_the_send_buffer_guard_blames_the_senders_only_when_the_link_was_not_ful
     if expect:
         assert reasons == ["the senders were send-buffer limited 80 % of their busy time while "
                            "the link carried 73 % of its ceiling"]
+
+
+def test_a_sample_is_read_as_the_sampler_writes_it():
+    """Socket keys ``local|remote`` become (local, remote); a sender's limits
+    become its three counters (busy, rwnd-limited, sndbuf-limited)."""
+    from nslab.experiments.alias.runner import Sample, from_sampler
+    raw = {"t": 10.5, "t_start": 10.25, "t_end": 10.75, "counter": 1000, "cpu": [7, 40],
+           "sockets": {"192.168.2.1:5001|192.168.2.9:40000": 600,
+                       "192.168.2.2:5001|192.168.2.9:40002": "400"},
+           "limits": {"192.168.2.1:5001|192.168.2.9:40000": [900, 50, "0"]}}
+    assert from_sampler(raw) == Sample(
+        10.5, {("192.168.2.1:5001", "192.168.2.9:40000"): 600,
+               ("192.168.2.2:5001", "192.168.2.9:40002"): 400},
+        2, 1000, 7, 40, 0.5, {("192.168.2.1:5001", "192.168.2.9:40000"): (900, 50, 0)})
+    assert from_sampler({**raw, "limits": {}}).limits == {}
+    del raw["limits"]
+    assert from_sampler(raw).limits == {}

@@ -184,3 +184,18 @@ def test_rfc2544_across_hosts_is_refused_before_anything_is_built():
     from nslab.experiments.rfc2544.study import Rfc2544Study
     with pytest.raises(InputError, match="without --hosts"):
         Rfc2544Study().check_hosts(Rfc2544Config.preset("quick"))
+
+
+def test_rfc2544_runner_takes_a_lab_on_this_machine_only():
+    """check_hosts refuses --hosts before anything is built; should a lab of
+    another kind reach the runner anyway, it says so in one line (the runner
+    sets static ARP entries, which only a Lab offers)."""
+    from nslab.errors import InputError
+    from nslab.experiments.rfc2544.config import Rfc2544Config
+    from nslab.experiments.rfc2544.study import Rfc2544Study
+
+    class OtherLab:
+        pass
+
+    with pytest.raises(InputError, match="runs on one machine .*OtherLab"):
+        Rfc2544Study().runner("bridge", OtherLab(), Rfc2544Config.preset("quick"), None)
