@@ -18,7 +18,7 @@ from nslab.run.study import Study, StudyConfig, StudyReport, expand
 from nslab.model.topo import Topology
 from nslab.runtime.node import LabLike
 
-from .model import LinkNetem, Scalar
+from .model import Convergence, Cpu, LinkNetem, Scalar
 from .spec import (STORED_NAME, LAB_OVERHEAD_S, TRIAL_OVERHEAD_S, Loaded, check, field_of, lab_key,
                    load)
 
@@ -197,13 +197,29 @@ class FileStudy(Study):
         return [p for p in points if any(matches(p, w) for w in wheres)]
 
     def check_hosts(self, cfg: Any) -> None:
-        """``captures:`` are taken on this machine's part of a lab: a study
-        across hosts with captures is refused before anything is built."""
-        if self.loaded.spec.captures:
+        """What a study file reads from a node's kernel on this machine is not
+        read across hosts yet, so a study across hosts that needs it is refused
+        before anything is built: ``captures:``, ``convergence`` and ``cpu``
+        metrics, and BGP routers (their resting routes are read every 20 ms
+        by ``ip -n`` here, which SSH could not keep up with)."""
+        spec = self.loaded.spec
+        if spec.captures:
             raise self.loaded.fail(("captures",), "a study across hosts (--hosts) cannot take "
                                    "captures yet (nslab capture on the controller captures a "
                                    "running lab across hosts); run it on one host, or without "
                                    "captures:")
+        for i, m in enumerate(spec.metrics):
+            if isinstance(m, (Convergence, Cpu)):
+                raise self.loaded.fail(("metrics", i), f"a study across hosts (--hosts) cannot "
+                                       f"measure {m.metric} yet (read from the node's kernel on "
+                                       "this machine); run it on one host")
+        routers = sorted({n for topo in self.labs(cfg).values()
+                          for n, node in topo.nodes.items() if node.bgp})
+        if routers:
+            raise self.loaded.fail(("topology",), "a study across hosts (--hosts) cannot run "
+                                   f"BGP routers yet ({', '.join(routers[:3])}"
+                                   f"{' ...' if len(routers) > 3 else ''}: their routes are "
+                                   "read on this machine); run it on one host")
 
     def runner(self, key: str, lab: LabLike, cfg: Any, store: Any) -> Any:
         from .runner import FileRunner

@@ -911,3 +911,24 @@ def test_a_study_across_hosts_with_captures_is_refused_before_anything_is_built(
     assert not os.path.exists(tmp_path / "cli")
     plain = study_class(study(tmp_path, text=STUDY.split("captures:")[0]))
     plain().check_hosts(plain.Config.preset())  # a file without captures runs across hosts
+
+
+def test_a_study_file_that_reads_routes_or_cpu_on_this_machine_is_refused_across_hosts(tmp_path):
+    # the failover study reads BGP routes every 20 ms by `ip -n` here, and its
+    # convergence and CPU metrics from this machine's kernel: across hosts its
+    # nodes on the other box would show no routes (the settle wait timed out)
+    from nslab.experiments.filestudy.study import study_class
+    shipped = os.path.join(os.path.dirname(__file__), "..", "..", "studies", "ecmp-failover.yaml")
+    cls = study_class(os.path.abspath(shipped))
+    with pytest.raises(InputError) as exc:
+        cls().check_hosts(cls.Config.preset("quick"))
+    msg = one_line(exc)
+    assert "ecmp-failover.yaml:" in msg and "a study across hosts (--hosts) cannot " in msg
+    assert "run it on one host" in msg
+    # from the command line: one line, before anything is built, without root
+    res = subprocess.run([NSLAB, "--results", str(tmp_path / "cli"), "run", "ecmp-failover",
+                          "--quick", "--hosts", "box1,box2"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "a study across hosts (--hosts) cannot" in res.stderr
+    assert not os.path.exists(tmp_path / "cli")
