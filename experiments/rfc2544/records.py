@@ -23,10 +23,16 @@ class RfcPoint(Strict):
 
 
 class Latency(Strict):
+    """A trial's latencies (us): moments, and, from the user-space sinks (not
+    the XDP one, nor records before nslab 0.9), the median and 99th percentile
+    of a 0.1-us histogram."""
+
     min: float
     avg: float
     max: float
     stdev: float
+    p50: Optional[float] = None
+    p99: Optional[float] = None
 
 
 class CpuInterference(Strict):

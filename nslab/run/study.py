@@ -316,7 +316,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     first_id = True
     open_claims: List[Any] = []
     # what a lab's build and one point cost so far: the next round's estimate
-    cost = {"points": 0, "point_s": 0.0, "labs": 0}
+    cost = {"points": 0, "point_s": 0.0, "labs": 0, "once_s": 0.0}
     for r in range(rounds):
         cfg_r = config_of_round(cfg, r)
         plan = study.points(cfg_r)
@@ -345,6 +345,8 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                                                   host_grants=host_grants) as lab:
                             runner = study.runner(key, lab, cfg_r, store)
                             info = runner.setup()
+                            if isinstance(info, dict):  # set-up later labs reuse
+                                cost["once_s"] += float(info.get("once_s") or 0.0)
                             _provenance(store, collect_provenance(
                                 lab, sysctls=study.sysctls,
                                 extra={"config": cfg.model_dump(mode="json"), "started": started,
@@ -433,11 +435,14 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
 def round_cost(cost: Dict[str, Any], spent: float, points: int, labs: int) -> float:
     """Seconds a round of ``points`` points on ``labs`` labs should take, from
     what the rounds so far cost: the mean time of a point, and the rest of the
-    time spent (building labs, set-up, judging) per lab built."""
+    time spent (building labs, set-up, judging) per lab built, but for the
+    set-up measured once per run and reused by every later lab (``once_s``,
+    which a runner's ``setup()`` reports: the RFC 2544 calibration)."""
     if not cost["points"]:
         return spent
     per_point = cost["point_s"] / cost["points"]
-    per_lab = max(0.0, spent - cost["point_s"]) / max(1, cost["labs"])
+    per_lab = (max(0.0, spent - cost["point_s"] - float(cost.get("once_s") or 0.0))
+               / max(1, cost["labs"]))
     return points * per_point + labs * per_lab
 
 

@@ -293,3 +293,11 @@ def test_a_point_disturbed_by_other_tasks_is_measured_again_then_marked(monkeypa
     m, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=1))
     assert m == {"value": 4.0} and host["reruns"] == 1 and host["disturbed"]
     assert host["worst_pct"] == 40.0 and host["threshold_pct"] == 10.0
+
+
+def test_set_up_measured_once_per_run_is_not_charged_to_the_next_round():
+    from nslab.run.study import round_cost
+    # as above, but 16 s of the 60 were a calibration later labs reuse:
+    # 2 labs cost (60 - 40 - 16) / 2 = 2 s each
+    cost = {"points": 10, "point_s": 40.0, "labs": 2, "once_s": 16.0}
+    assert round_cost(cost, 60.0, 3, 1) == pytest.approx(3 * 4.0 + 2.0)

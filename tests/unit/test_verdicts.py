@@ -252,3 +252,134 @@ def test_the_bed_floor_is_shown_beside_latency_once_per_run():
     prov["config"]["keep_awake"] = False
     assert "13 us" in rfc_report.bed_text(prov) and "awake" not in rfc_report.bed_text(prov)
     assert rfc_report.bed_text({}) == ""
+
+
+def _reading(fps: float, offered: float, loss: float, busy: float) -> dict:
+    return {"received_fps": fps, "offered_fps": offered, "loss_pct": loss,
+            "dut_busy_pct": busy, "cpus_kept_awake": False}
+
+
+def test_a_calibration_reading_is_saturated_by_loss_or_a_busy_cpu_not_by_a_short_generator():
+    from nslab.experiments.rfc2544.model import calibration_saturated, calibration_step
+    # The reading that steered a real calibration wrong: nothing lost, the DUT
+    # CPU 88 % busy, but the generator offered 79 of 82.8 kfps in the window.
+    short = _reading(79000, 79000, 0.0, 88.0)
+    assert not calibration_saturated(short)
+    assert calibration_step(500, short, 66225, 0.04) == 750  # more filters, never fewer
+    assert calibration_saturated(_reading(76882, 81900, 6.1, 100.0))
+    assert calibration_saturated(_reading(81554, 81600, 0.0, 98.0))  # CPU-bound, no loss yet
+    # kept awake, the CPU reads 100 %: only loss says saturated
+    assert not calibration_saturated(dict(_reading(81554, 81600, 0.0, 100.0),
+                                          cpus_kept_awake=True))
+    # saturated within the tolerance: done; outside: scaled by capacity / target
+    assert calibration_step(934, _reading(66128, 82000, 16.7, 100.0), 66225, 0.04) is None
+    assert calibration_step(750, _reading(76882, 81900, 6.1, 100.0), 66225, 0.04) == 871
+
+
+class _ModelDut:
+    """A DUT whose frame costs 2,000 ns plus 14 ns per filter, behind a
+    generator that offers 95 % of what it is asked: calibration readings
+    without a lab."""
+
+    def __init__(self, noise=(), disturbed_at=()):
+        self.noise, self.disturbed_at, self.counts = list(noise), set(disturbed_at), []
+
+    def __call__(self, n: int, offered: float) -> dict:
+        self.counts.append(n)
+        sent = 0.95 * offered
+        cap = 1e9 / (2000 + 14 * n) * (self.noise.pop(0) if self.noise else 1.0)
+        got = min(sent, cap)
+        m = _reading(got, sent, 100 * (1 - got / sent), min(100.0, 100 * sent / cap))
+        busy = 60.0 if len(self.counts) in self.disturbed_at else 0.0
+        m["interference"] = {"dut": {"other_pct": busy, "other_s": 0.0, "top": []},
+                             "gen": {"other_pct": 0.0, "other_s": 0.0, "top": []}}
+        return m
+
+
+def _calibrate(dut: "_ModelDut"):
+    from nslab.experiments.rfc2544.config import Rfc2544Config
+    from nslab.experiments.rfc2544.runner import Rfc2544Runner
+
+    class Runner(Rfc2544Runner):
+        def __init__(self):  # no lab: readings come from the model
+            self.cfg, self.dut = Rfc2544Config.preset("quick"), "bridge"
+
+        def target_ns(self):
+            return 1e9 / 66225, "test"
+
+        def line_fps(self, size):
+            return 148810.0
+
+        def _uncost(self):
+            pass
+
+        _reading = staticmethod(dut)
+
+    return Runner().calibrate()
+
+
+def test_calibration_converges_from_an_unsaturated_start_and_its_check_confirms_it():
+    dut = _ModelDut()
+    n, cal = _calibrate(dut)
+    cap = 1e9 / (2000 + 14 * n)
+    assert abs(cap / 66225 - 1) <= 0.04 and cal["checked"] is True
+    assert dut.counts[:2] == [500, 750]  # unsaturated at 500: grown, not shrunk
+    assert len(cal["checks"]) == 1 and len(cal["checks"][0]["readings"]) == 2
+    assert [s["saturated"] for s in cal["steps"]][:2] == [False, True]
+
+
+def test_a_check_off_by_more_than_its_tolerance_calibrates_again_from_the_check():
+    # the search lands on 930 filters; both check readings then read 10 % low
+    # (59.9 kfps): the search goes on from the check's figure and lands again
+    dut = _ModelDut(noise=[1.0, 1.0, 1.0, 1.0, 0.90, 0.90])
+    n, cal = _calibrate(dut)
+    assert len(cal["checks"]) == 2 and cal["checks"][0]["ok"] is False
+    assert cal["checks"][1]["ok"] is True
+    assert dut.counts[4:7] == [930, 930, 841]  # 930 x 59.9 / 66.2: from the check
+
+
+def test_a_disturbed_calibration_reading_is_taken_again_at_the_same_count():
+    dut = _ModelDut(disturbed_at={1})
+    n, cal = _calibrate(dut)
+    assert dut.counts[:3] == [500, 500, 750] and cal["checked"] is True
+
+
+def _latency_run(tmp_path, p50s):
+    """The captured run's records, each DUT's 1,000-fps latency trial at 64 B
+    repeated with the given per-trial medians (None: a trial without one)."""
+    import json
+    import shutil
+
+    from tests.conftest import data
+    shutil.copytree(data("rfc2544_run"), tmp_path / "r")
+    path = tmp_path / "r" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    for rec in lines:
+        p = rec["params"]
+        if p["test"] == "latency" and p["frame"] == 64:
+            nominal = rec["measurements"]["trials"][0]
+            trials = []
+            for i, (p50, avg) in enumerate(p50s[p["dut"]]):
+                lat = dict(nominal["latency_us"], avg=avg)
+                if p50 is not None:
+                    lat.update(p50=p50, p99=p50 * 3)
+                trials.append(dict(nominal, latency_us=lat))
+            rec["measurements"]["trials"] = trials + rec["measurements"]["trials"][1:]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return RFC_SCHEMA.load(str(tmp_path / "r"))
+
+
+def test_the_routers_extra_latency_is_judged_on_each_trials_median(tmp_path):
+    pub = load_published("rfc2544")
+    title = "A router adds about 5 us of latency over a bridge (64 bytes)"
+    # the means swing by tens of us with a few slow frames; the medians do not
+    recs = _latency_run(tmp_path, {"bridge": [(50.1, 68.0), (50.3, 60.3), (50.2, 66.1)],
+                                   "router": [(55.0, 91.1), (55.4, 57.3), (55.1, 81.0)]})
+    claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
+    assert claim.verdict == "agrees" and "median latency" in claim.measured
+    assert "+5.0 us" in claim.measured
+    # one trial without a median (an older sink): every trial's mean, as before
+    recs = _latency_run(tmp_path / "b", {"bridge": [(50.1, 68.0), (None, 60.3), (50.2, 66.1)],
+                                         "router": [(55.0, 91.1), (55.4, 57.3), (55.1, 81.0)]})
+    claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
+    assert claim.verdict == "undecided" and "mean latency" in claim.measured
