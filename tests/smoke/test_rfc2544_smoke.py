@@ -32,8 +32,15 @@ def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
             if t["target_fps"] <= 1000:
                 # Far below any knee: nothing lost, sub-millisecond latency.
                 assert t["loss_pct"] == 0 and t["latency_us"]["avg"] < 1000
+            lat = t["latency_us"]  # the UDP sink's histogram: median and p99 within the range
+            assert lat["min"] - 0.1 <= lat["p50"] <= lat["p99"] <= lat["max"] + 0.1
     prov = json.load(open(run / "provenance.json"))
     assert set(prov["setups"]) == {"bridge", "router"}
+    # one calibration, on the first DUT, made of 3 s readings, each check of two
+    cal = prov["setups"]["bridge"]["calibration"]
+    assert cal["reading_s"] == 3.0 and cal["checks"]
+    assert all(len(c["readings"]) == 2 for c in cal["checks"])
+    assert prov["setups"]["router"]["calibration"]["reused"] is True
     assert (run / "report.md").exists() and (run / "rfc2544.png").exists()
 
 
