@@ -369,17 +369,15 @@ def _latency_run(tmp_path, p50s):
     return RFC_SCHEMA.load(str(tmp_path / "r"))
 
 
-def test_the_routers_extra_latency_is_judged_on_each_trials_median(tmp_path):
+def test_the_routers_extra_latency_stays_on_each_trials_mean(tmp_path):
+    # Medians are recorded, but judged per trial they let lab builds that
+    # differ pass for a decided interval: the claim reads the means.
     pub = load_published("rfc2544")
     title = "A router adds about 5 us of latency over a bridge (64 bytes)"
-    # the means swing by tens of us with a few slow frames; the medians do not
     recs = _latency_run(tmp_path, {"bridge": [(50.1, 68.0), (50.3, 60.3), (50.2, 66.1)],
                                    "router": [(55.0, 91.1), (55.4, 57.3), (55.1, 81.0)]})
+    nominal = [t for r in recs if r.params.test == "latency" and r.params.frame == 64
+               for t in r.measurements.trials if t.target_fps == 1000]
+    assert len(nominal) == 6 and all(t.latency_us.p50 for t in nominal)  # the records keep them
     claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
-    assert claim.verdict == "agrees" and "median latency" in claim.measured
-    assert "+5.0 us" in claim.measured
-    # one trial without a median (an older sink): every trial's mean, as before
-    recs = _latency_run(tmp_path / "b", {"bridge": [(50.1, 68.0), (None, 60.3), (50.2, 66.1)],
-                                         "router": [(55.0, 91.1), (55.4, 57.3), (55.1, 81.0)]})
-    claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
-    assert claim.verdict == "undecided" and "mean latency" in claim.measured
+    assert claim.verdict == "undecided" and "+11.7 us" in claim.measured
