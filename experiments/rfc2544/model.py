@@ -87,17 +87,24 @@ def calibration_saturated(m: Dict[str, Any]) -> bool:
 def calibration_step(filters: int, m: Dict[str, Any], target_fps: float,
                      tolerance: float) -> Optional[int]:
     """One step of the calibration's search, from the reading ``m`` taken with
-    ``filters`` in place: None when the DUT saturated within ``tolerance`` of
-    ``target_fps`` (done), else the next count to try. A saturated reading
-    scales the count by capacity / target (:func:`next_filters`); an
-    unsaturated one, which bounds the capacity from below only, grows it by
-    :data:`CAL_GROWTH`."""
-    cap = float(m["received_fps"])
-    if not calibration_saturated(m):
+    ``filters`` in place: :func:`calibration_next` of its capacity and whether
+    it saturated the DUT (:func:`calibration_saturated`)."""
+    return calibration_next(filters, float(m["received_fps"]), calibration_saturated(m),
+                            target_fps, tolerance)
+
+
+def calibration_next(filters: int, capacity_fps: float, saturated: bool, target_fps: float,
+                     tolerance: float) -> Optional[int]:
+    """The next filter count after a capacity of ``capacity_fps`` measured with
+    ``filters`` in place: None when the DUT ``saturated`` within ``tolerance``
+    of ``target_fps`` (done). A saturated capacity scales the count by
+    capacity / target (:func:`next_filters`); an unsaturated one, which bounds
+    the capacity from below only, grows it by :data:`CAL_GROWTH`."""
+    if not saturated:
         return max(filters + 1, int(round(filters * CAL_GROWTH)))
-    if abs(cap / target_fps - 1) <= tolerance:
+    if abs(capacity_fps / target_fps - 1) <= tolerance:
         return None
-    return next_filters(filters, cap, target_fps)
+    return next_filters(filters, capacity_fps, target_fps)
 
 
 #: The fidelity guard's thresholds (after Mininet-HiFi: check that the emulation,

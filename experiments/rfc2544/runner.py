@@ -33,8 +33,8 @@ from nslab.model.shaping import frame_rate
 
 from .bed import DUT_CPU, GEN_CPU, napi_on
 from .config import Rfc2544Config
-from .model import (NOMINAL_FPS, baseline_of, cost_unmeasured, disturbed, loads,
-                    next_filters, trial_invalid)
+from .model import (NOMINAL_FPS, baseline_of, calibration_next, calibration_saturated,
+                    calibration_step, cost_unmeasured, disturbed, loads, trial_invalid)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.runtime.lab import Lab
@@ -343,7 +343,6 @@ class Rfc2544Runner:
         Measured at saturation on purpose: at low load a frame costs about
         twice as much CPU (an RPS wake-up per frame, no batching), so a
         calibration there puts the knee far too high."""
-        from .model import CAL_GROWTH, calibration_saturated, calibration_step
         target_ns, source = self.target_ns()
         target = 1e9 / target_ns
         line = self.line_fps(64)
@@ -387,8 +386,7 @@ class Rfc2544Runner:
                             "" if saturated else " (not saturated)",
                             CAL_CHECK_TOLERANCE * 100, target)
                 if clean:  # else the same count again
-                    n = (next_filters(n, check, target) if saturated
-                         else max(n + 1, round(n * CAL_GROWTH)))
+                    n = calibration_next(n, check, saturated, target, 0.0) or n
                 self._check_filters(n, target)
                 since = len(steps)
         finally:
@@ -861,7 +859,6 @@ class Rfc2544Runner:
 
 def _cal_entry(n: int, m: Dict[str, Any]) -> Dict[str, Any]:
     """A calibration reading as the run's provenance keeps it."""
-    from .model import calibration_saturated
     return {"filters": n, "capacity_fps": m["received_fps"],
             "offered_fps": m.get("offered_fps"), "loss_pct": m.get("loss_pct"),
             "dut_busy_pct": m.get("dut_busy_pct"), "saturated": calibration_saturated(m),
