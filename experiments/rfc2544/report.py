@@ -518,7 +518,7 @@ def _latency_knee_claim(c: _ClaimInputs, dut: str, knee_text: str) -> Claim:
         verdict, measured = "undecided", knee_text
         why = baseline_why(c.recs, dut) or (
             f"{len(ks)} sweep(s) with a knee: the CPU at the knee needs two "
-            "(--repeat 2, or --rounds 2)")
+            "(--loss-sweeps 2, --repeat 2, or --rounds 2)")
     return Claim(f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
                  measured, verdict, why, c.src, c.paper_says.get("latency_knee", ""))
 
@@ -585,6 +585,39 @@ def _back_to_back_verdict(x: Dict[str, Any]) -> Tuple[str, str, str]:
                 need="more searches (--b2b-repeat)")
     measured += f"; the input queue predicts {x['predicted']:,.0f}"
     return measured, chk.verdict, chk.why
+
+
+#: Which points a claim reads, by its title: (test, DUT or None for any, frame
+#: size or None for any) per point; the title's groups fill in DUT and size.
+CLAIM_POINTS: List[Tuple[str, List[Tuple[str, Optional[str], Optional[str]]]]] = [
+    (r"Bridge and router forward about the same at (?P<frame>\d+) bytes",
+     [("throughput", "bridge", "frame"), ("throughput", "router", "frame")]),
+    (r"A router adds about 5 us of latency over a bridge \((?P<frame>\d+) bytes\)",
+     [("latency", "bridge", "frame"), ("latency", "router", "frame")]),
+    (r"The bridge saturates at ", [("throughput", "bridge", "64")]),
+    (r"(?P<dut>\w+): the CPU is the limit", [("throughput", "dut", "64")]),
+    (r"bridge: occupancy vs load follows", [("loss", "bridge", "64")]),
+    (r"(?P<dut>\w+): latency stays low until", [("loss", "dut", "64")]),
+    (r"MLRsearch's NDR agrees", [("mlrsearch", None, None), ("throughput", None, None)]),
+    (r"back-to-back, (?P<dut>\w+) at (?P<frame>\d+) bytes",
+     [("back-to-back", "dut", "frame"), ("throughput", "dut", "frame")]),
+]
+
+
+def claim_points(title: str) -> Optional[List[Tuple[str, Optional[str], Optional[int]]]]:
+    """The points (test, DUT, frame size; None: any) whose records the claim
+    titled ``title`` is judged on; None for a title this study does not make
+    (a caller then keeps every point). A later sampling round measures only
+    the points of the claims still undecided."""
+    import re
+    for pattern, wants in CLAIM_POINTS:
+        m = re.match(pattern, title)
+        if m is None:
+            continue
+        g = m.groupdict()
+        return [(test, g.get(dut, dut) if dut else None,
+                 int(g.get(frame, frame)) if frame else None) for test, dut, frame in wants]
+    return None
 
 
 def write_report(run_dir: str) -> StudyReport:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import statistics
 import subprocess
 import time
@@ -34,7 +35,8 @@ from nslab.model.shaping import frame_rate
 from .bed import DUT_CPU, GEN_CPU, napi_on
 from .config import Rfc2544Config
 from .model import (NOMINAL_FPS, baseline_of, calibration_next, calibration_saturated,
-                    calibration_step, cost_unmeasured, disturbed, loads, trial_invalid)
+                    calibration_step, cost_unmeasured, disturbed, loads, rate_search,
+                    trial_invalid)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.runtime.lab import Lab
@@ -99,6 +101,8 @@ class Rfc2544Runner:
         self.watch = Watch([GEN_CPU, DUT_CPU])
         self._excluded_streak = 0
         self.baseline_ok = True
+        #: the throughput searches' dither (:func:`~.model.rate_search`)
+        self._rng = random.Random()
 
     # -- the generator's send path ------------------------------------------------
     def gen_args(self, iface: str = "gen-eth0", dst_mac: Optional[str] = None) -> List[str]:
@@ -606,8 +610,9 @@ class Rfc2544Runner:
                hint: Optional[float] = None) -> Tuple[float, bool, Optional[float]]:
         """One RFC 2544 binary search for the highest rate with loss <= tolerance,
         then a confirmation trial twice as long. With ``hint`` (an earlier
-        search's result) the first two probes bracket it at +-20 %, which saves
-        probes without assuming the answer. Returns (fps, confirmed, the DUT
+        search's result) the first two probes bracket it at +-20 %; the bracket
+        and the splits are dithered (:func:`~.model.rate_search`), so the
+        searches of a point are independent samples. Returns (fps, confirmed, the DUT
         occupancy of the confirmation trial)."""
         cfg = self.cfg
         line = self.line_fps(size)
@@ -626,22 +631,8 @@ class Rfc2544Runner:
             occ.append(None if m["invalid"] or not self.baseline_ok else m["dut_occupancy_pct"])
             return m["loss_pct"] <= cfg.loss_tolerance
 
-        lo, hi = 0.0, top
         step = cfg.resolution * line
-        first = [top] if not hint else [min(top, hint * 1.2), hint * 0.8]
-        for fps in first:
-            if not lo < fps < hi and fps != top:
-                continue
-            if ok(fps):
-                lo = fps
-                break
-            hi = fps
-        while hi - lo > step:
-            mid = (lo + hi) / 2
-            if ok(mid):
-                lo = mid
-            else:
-                hi = mid
+        lo = rate_search(ok, top, step, hint, self._rng)
         confirmed = lo > 0 and ok(lo, cfg.trial * 2)
         if lo > 0 and not confirmed:
             lo = max(0.0, lo - step)

@@ -57,11 +57,39 @@ class Rfc2544Study(Study):
         return point["dut"]
 
     def points(self, cfg: Rfc2544Config) -> List[Dict[str, Any]]:
-        return [{"dut": dut, "frame": size, "test": test, "repeat": rep}
-                for rep in range(cfg.repeat) for dut in cfg.duts
-                for size in cfg.frame_sizes for test in cfg.tests
-                if not (test == "cost" and cfg.cost_frames is not None
-                        and size not in cfg.cost_frames)]
+        """Every test per DUT and frame size, ``repeat`` times; the loss test as
+        ``loss_sweeps`` sweeps per repeat (repeat indices ``rep * loss_sweeps``
+        and on, so each sweep is its own record and later rounds add after them)."""
+        out = []
+        for rep in range(cfg.repeat):
+            for dut in cfg.duts:
+                for size in cfg.frame_sizes:
+                    for test in cfg.tests:
+                        if (test == "cost" and cfg.cost_frames is not None
+                                and size not in cfg.cost_frames):
+                            continue
+                        reps = ([rep * cfg.loss_sweeps + k for k in range(cfg.loss_sweeps)]
+                                if test == "loss" else [rep])
+                        out += [{"dut": dut, "frame": size, "test": test, "repeat": r}
+                                for r in reps]
+        return out
+
+    def needed(self, cfg: Rfc2544Config, points: List[Dict[str, Any]],
+               open_claims: List[Any]) -> List[Dict[str, Any]]:
+        """Of a later round's ``points``, those an undecided claim is judged on
+        (:func:`~.report.claim_points`): the intrinsic-cost test and the tests
+        of decided claims are not measured again. A claim this study does not
+        know keeps every point."""
+        from .report import claim_points
+        wants = []
+        for claim in open_claims:
+            got = claim_points(claim.claim)
+            if got is None:
+                return points
+            wants += got
+        return [p for p in points
+                if any(test == p["test"] and dut in (None, p["dut"]) and frame in (None, p["frame"])
+                       for test, dut, frame in wants)]
 
     def session(self, cfg: Rfc2544Config) -> ContextManager[Any]:
         from .bed import CpuSplitLock

@@ -78,11 +78,100 @@ def test_one_lab_per_dut_and_the_points_in_order():
     study = Rfc2544Study()
     assert list(study.labs(cfg)) == ["router", "ovs"]
     pts = study.points(cfg)
-    # 2 DUTs x 2 sizes x (throughput, latency, loss), and the intrinsic cost at 64 B only
-    assert len(pts) == 2 * 2 * 3 + 2 and pts[0] == {"dut": "router", "frame": 64, "test": "cost",
+    # 2 DUTs x 2 sizes x (throughput, latency, two loss sweeps), and the intrinsic
+    # cost at 64 B only
+    assert len(pts) == 2 * 2 * 4 + 2 and pts[0] == {"dut": "router", "frame": 64, "test": "cost",
                                                     "repeat": 0}
     assert [p["frame"] for p in pts if p["test"] == "cost"] == [64, 64]
     assert {study.lab_key(cfg, p) for p in pts} == {"router", "ovs"}
+
+
+def test_each_loss_sweep_is_its_own_point_and_a_later_round_adds_after_them():
+    from nslab.run.study import config_of_round, point_key
+    cfg = Rfc2544Config.preset("quick", duts=["router"])
+    study = Rfc2544Study()
+    first = [p["repeat"] for p in study.points(cfg) if p["test"] == "loss"]
+    assert first == [0, 1]
+    later = study.points(config_of_round(cfg, 1))
+    assert [p["repeat"] for p in later if p["test"] == "loss"] == [0, 1, 2, 3]
+    assert len({point_key(p) for p in later}) == len(later)
+    one = Rfc2544Config.preset("default", duts=["router"], frame_sizes=[64])
+    assert [p["repeat"] for p in study.points(one) if p["test"] == "loss"] == [0]
+
+
+def test_a_later_round_measures_only_the_points_of_undecided_claims(tmp_path):
+    """The claims of a captured run each name the points they are judged on;
+    a later round of RFC 2544 keeps those of the undecided ones only (the
+    intrinsic-cost test feeds no claim), and every point for a claim it
+    does not know."""
+    from nslab.experiments.rfc2544.report import claim_points
+    from nslab.store.reporting import Claim
+    run = tmp_path / "rfc2544" / "nlb9f9"
+    shutil.copytree(data("rfc2544_run"), run)
+    found = write_report(str(run)).claims
+    assert found and all(claim_points(c.claim) for c in found), \
+        [c.claim for c in found if not claim_points(c.claim)]
+    cfg = Rfc2544Config.preset("quick")
+    study = Rfc2544Study()
+    pts = study.points(cfg)
+
+    def claim(title: str) -> Claim:
+        return Claim(title, "", "undecided", "")
+    knee = claim("router: latency stays low until the DUT CPU saturates, then jumps")
+    lat = claim("A router adds about 5 us of latency over a bridge (64 bytes)")
+    got = study.needed(cfg, pts, [knee, lat])
+    assert sorted((p["dut"], p["test"], p["repeat"]) for p in got) == [
+        ("bridge", "latency", 0), ("router", "latency", 0), ("router", "loss", 0),
+        ("router", "loss", 1)]
+    same = claim("Bridge and router forward about the same at 64 bytes")
+    assert {(p["dut"], p["test"]) for p in study.needed(cfg, pts, [same])} == {
+        ("bridge", "throughput"), ("router", "throughput")}
+    assert study.needed(cfg, pts, [same, claim("a claim this study does not make")]) == pts
+    assert study.needed(cfg, pts, []) == []
+
+
+def _threshold_dut(limit: float, probes: list):
+    def ok(fps: float) -> bool:
+        probes.append(fps)
+        return fps <= limit
+    return ok
+
+
+def test_the_rate_search_finds_the_highest_passing_rate_within_its_step():
+    import random
+    from nslab.experiments.rfc2544.model import rate_search
+    rng = random.Random(1)
+    for limit in (1000.0, 66225.0, 74000.0, 148810.0):
+        probes: list = []
+        got = rate_search(_threshold_dut(limit, probes), 148810.0, 2232.0, None, rng)
+        assert limit - 2232.0 <= got <= limit, (limit, got)
+        hinted: list = []
+        again = rate_search(_threshold_dut(limit, hinted), 148810.0, 2232.0, got, rng)
+        assert limit - 2232.0 <= again <= limit
+        assert len(hinted) <= len(probes)  # the hint saves probes
+    assert rate_search(_threshold_dut(0.0, []), 148810.0, 2232.0, None, rng) == 0.0
+
+
+def test_the_rate_searches_of_one_point_round_independently():
+    """The regression: a midpoint bisection bracketing the first search's
+    result walked one grid, so the later searches repeated the first's
+    rounding (three searches of one lab came out at 74,591 fps each). On a
+    DUT that passes exactly up to a limit, the dithered searches' rounding
+    errors spread over the step, as independent samples' would."""
+    import random
+    import statistics
+    from nslab.experiments.rfc2544.model import rate_search
+    rng = random.Random(7)
+    limit, step = 74000.0, 2232.0
+    first = rate_search(_threshold_dut(limit, []), 148810.0, step, None, rng)
+    later = [rate_search(_threshold_dut(limit, []), 148810.0, step, first, rng)
+             for _ in range(200)]
+    errors = [limit - x for x in later]
+    assert all(0 <= e <= step for e in errors)
+    assert len({round(x) for x in later}) > 150  # not one grid point
+    # uniform rounding over [0, step] has sd step / sqrt(12): dithered, the
+    # spread is of that order, not zero
+    assert 0.5 * step / 12 ** 0.5 < statistics.stdev(errors) < 1.5 * step / 12 ** 0.5
 
 
 def test_generator_and_sink_on_loopback_without_root():
