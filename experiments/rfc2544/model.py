@@ -153,6 +153,19 @@ def rate_search(ok: Callable[[float], bool], top: float, step: float,
     return lo
 
 
+def fell_behind(queued: Optional[int], step_fps: float, elapsed_s: float) -> bool:
+    """Whether a trial's DUT fell behind the offered rate by more than the
+    search's ``step_fps``, from the frames its input queue held as the
+    trial's window ended (``queued``; None: unknown, not behind). A queue
+    of 5,000 frames (this VM's netdev_max_backlog) absorbs 7 kfps of excess
+    for 0.7 s without a loss, so a short trial alone passes rates the DUT
+    cannot sustain: the quick preset's searches found 73-75 kfps where 3 s
+    readings forwarded 68.5-69.7 kfps. A queue that grew by more than
+    ``step_fps x elapsed_s`` says the DUT forwarded at least a step less
+    than it was offered: the rate is over its throughput, lost or not."""
+    return queued is not None and queued > step_fps * elapsed_s
+
+
 #: The fidelity guard's thresholds (after Mininet-HiFi: check that the emulation,
 #: not the DUT, was not the bottleneck).
 GEN_CPU_SATURATED_PCT = 95.0

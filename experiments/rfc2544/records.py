@@ -93,6 +93,9 @@ class Trial(Strict):
     #: the lab's idle baseline was clean, so dut_occupancy_pct means something
     #: (None: older runs)
     baseline_ok: Optional[bool] = None
+    #: frames in the DUT CPU's input queue as the window ended (None: older
+    #: runs, or a kernel before 5.10)
+    dut_queue_frames: Optional[int] = None
 
 
 class Probe(Strict):
@@ -110,6 +113,10 @@ class Probe(Strict):
     #: (last) try, percent
     dut_other_pct: Optional[float] = None
     gen_other_pct: Optional[float] = None
+    #: frames in the DUT CPU's input queue as the window ended, and whether
+    #: that many mean the DUT fell behind the offered rate (None: older runs)
+    dut_queue_frames: Optional[int] = None
+    fell_behind: Optional[bool] = None
 
 
 class Throughput(Strict):

@@ -463,13 +463,28 @@ def load_curve_claims(c: _ClaimInputs) -> List[Claim]:
     return out
 
 
+def _per_load(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """One row per offered load: the median latency and DUT CPU over the
+    sweeps that measured it (rows sorted by load)."""
+    out: Dict[float, List[Dict[str, Any]]] = {}
+    for x in rows:
+        out.setdefault(x["fps"], []).append(x)
+    return [{"fps": f, "latency_us": statistics.median(x["latency_us"] for x in xs),
+             "cpu_pct": statistics.median(x["cpu_pct"] for x in xs), "sweeps": len(xs)}
+            for f, xs in sorted(out.items())]
+
+
 def _knee_text(rows: List[Dict[str, Any]], excluded: int) -> str:
-    """Where latency first jumped in a sweep's valid loads, in words."""
+    """Where latency first jumped over the valid loads, in words (per load,
+    the median over the sweeps that measured it)."""
+    rows = _per_load(rows)
     i = knee_index([x["latency_us"] for x in rows])
     if i is None:
         knee_text = f"no knee up to {rows[-1]['fps']:,.0f} fps"
     else:
-        knee_text = (f"latency first >10x its low-load value between {rows[i - 1]['fps']:,.0f}"
+        many = " (medians over the sweeps)" if max(x["sweeps"] for x in rows) > 1 else ""
+        knee_text = (f"latency{many} first >10x its low-load value between "
+                     f"{rows[i - 1]['fps']:,.0f}"
                      f" and {rows[i]['fps']:,.0f} fps ({rows[i - 1]['latency_us']:,.0f} -> "
                      f"{rows[i]['latency_us']:,.0f} us, DUT CPU {rows[i - 1]['cpu_pct']:.0f}"
                      f" -> {rows[i]['cpu_pct']:.0f} %)")

@@ -25,7 +25,8 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
 
 from nslab.traffic.counters import (backlog_limit, busy_pct_from_idle, idle_seconds, node_link_stats,
-                            process_cpu_seconds, qdisc_drops, softnet_drops)
+                            process_cpu_seconds, qdisc_drops, softnet_drops,
+                            softnet_queues)
 from nslab.errors import CapabilityError, LabError
 from nslab.traffic.interference import Watch, account
 from nslab.traffic.pktgen import pktgen_path
@@ -35,7 +36,7 @@ from nslab.model.shaping import frame_rate
 from .bed import DUT_CPU, GEN_CPU, napi_on
 from .config import Rfc2544Config
 from .model import (NOMINAL_FPS, baseline_of, calibration_next, calibration_saturated,
-                    calibration_step, cost_unmeasured, disturbed, loads, rate_search,
+                    calibration_step, cost_unmeasured, disturbed, fell_behind, loads, rate_search,
                     trial_invalid)
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -552,6 +553,8 @@ class Rfc2544Runner:
             "lost": lost, "loss_pct": 100.0 * lost / sent_all if sent_all else 0.0,
             "dut_forwarded_fps": fwd_pps,
             "dut_backlog_drops": c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU],
+            "dut_queue_frames": (c1["queue"][DUT_CPU] if len(c1["queue"]) > DUT_CPU
+                                 else None),
             "ovs_vswitchd_busy_pct": (100.0 * (c1["ovs_cpu"] - c0["ovs_cpu"]) / window
                                       if self.ovs_pid else None),
             "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
@@ -579,7 +582,8 @@ class Rfc2544Runner:
         as its slowest read, not their sum."""
         from concurrent.futures import ThreadPoolExecutor
         c: Dict[str, Any] = {"t": time.monotonic(), "idle": idle_seconds(),
-                             "sched": self.watch.snapshot(), "softnet": softnet_drops()}
+                             "sched": self.watch.snapshot(), "softnet": softnet_drops(),
+                             "queue": softnet_queues()}
         jobs = {"gen": lambda: node_link_stats(self.gen, "gen-eth0"),
                 "sink": lambda: node_link_stats(self.sink, "sink-eth0"),
                 "gen_q": lambda: qdisc_drops(self.gen, "gen-eth0")}
@@ -617,6 +621,7 @@ class Rfc2544Runner:
         cfg = self.cfg
         line = self.line_fps(size)
         top = min(line, self.measure_ceiling(size))
+        step = cfg.resolution * line
         occ: List[Optional[float]] = []
 
         def ok(fps: float, seconds: Optional[float] = None) -> bool:
@@ -626,12 +631,14 @@ class Rfc2544Runner:
                                              "gen_path", "interference_reruns")})
             probes[-1]["dut_other_pct"] = m["interference"]["dut"]["other_pct"]
             probes[-1]["gen_other_pct"] = m["interference"]["gen"]["other_pct"]
+            behind = fell_behind(m.get("dut_queue_frames"), step, cfg.warmup + (seconds or cfg.trial))
+            probes[-1]["dut_queue_frames"] = m.get("dut_queue_frames")
+            probes[-1]["fell_behind"] = behind
             # an invalid trial's occupancy (a disturbed host, a saturated
             # generator) is not the DUT's: none from it
             occ.append(None if m["invalid"] or not self.baseline_ok else m["dut_occupancy_pct"])
-            return m["loss_pct"] <= cfg.loss_tolerance
+            return m["loss_pct"] <= cfg.loss_tolerance and not behind
 
-        step = cfg.resolution * line
         lo = rate_search(ok, top, step, hint, self._rng)
         confirmed = lo > 0 and ok(lo, cfg.trial * 2)
         if lo > 0 and not confirmed:

@@ -187,6 +187,21 @@ def softnet_drops() -> List[int]:
         return [int(line.split()[1], 16) for line in f]
 
 
+def softnet_queues(text: Optional[str] = None) -> List[Optional[int]]:
+    """Per CPU, the frames its input queue (backlog) holds now: the 12th
+    column of /proc/net/softnet_stat (``softnet_backlog_len``, Linux 5.10
+    and later; None per CPU on older kernels, whose rows have 11 columns)."""
+    if text is None:
+        with open("/proc/net/softnet_stat") as f:
+            text = f.read()
+    out: List[Optional[int]] = []
+    for line in text.splitlines():
+        cols = line.split()
+        if cols:
+            out.append(int(cols[11], 16) if len(cols) >= 13 else None)
+    return out
+
+
 def backlog_limit() -> Optional[int]:
     """net.core.netdev_max_backlog: a CPU's input queue, which a burst fills."""
     try:

@@ -291,3 +291,29 @@ def test_rfc2544_runner_takes_a_lab_on_this_machine_only():
 
     with pytest.raises(InputError, match="runs on one machine .*OtherLab"):
         Rfc2544Study().runner("bridge", OtherLab(), Rfc2544Config.preset("quick"), None)
+
+
+def test_the_input_queue_is_read_from_softnet_stat_of_each_kernel():
+    """Column 12 of /proc/net/softnet_stat (Linux 5.10+: 13 columns; 6.9+
+    adds two more); a kernel before 5.10 has 11 and gives None."""
+    from nslab.traffic.counters import softnet_queues
+    captured = open(data("proc/6.18.44-fc-v595/softnet_stat")).read()
+    rows = captured.splitlines()
+    assert len(softnet_queues(captured)) == len(rows) and all(
+        isinstance(q, int) for q in softnet_queues(captured))
+    # a 6.1 row (13 columns) holding 0x3e8 frames, and a 4.19 row (11)
+    six_one = "0004bf49 00000000 00000002 00000000 00000000 00000000 00000000 00000000 " \
+              "00000000 00ede10d 00000000 000003e8 00000001"
+    old = " ".join(["00000000"] * 11)
+    assert softnet_queues(six_one + "\n" + old + "\n") == [1000, None]
+
+
+def test_a_trial_whose_input_queue_grew_by_a_step_fell_behind():
+    """0.7 s at 74 kfps against a DUT that sustains 69.5 kfps queues ~3,150
+    frames and, with a 5,000-frame backlog, loses none: the search must not
+    pass it. At 70 kfps (a few hundred queued) it passes; unknown passes."""
+    from nslab.experiments.rfc2544.model import fell_behind
+    step, elapsed = 0.015 * 148810, 0.7
+    assert fell_behind(int((74000 - 69500) * elapsed), step, elapsed)
+    assert not fell_behind(int((70000 - 69500) * elapsed), step, elapsed)
+    assert not fell_behind(None, step, elapsed)
