@@ -96,6 +96,10 @@ class Trial(Strict):
     #: frames in the DUT CPU's input queue as the window ended (None: older
     #: runs, or a kernel before 5.10)
     dut_queue_frames: Optional[int] = None
+    #: the windows of the generator's, the sink's and the DUT's counters,
+    #: from when each read came back (None: older runs, whose rates used
+    #: ``window_s``)
+    counter_windows_s: Optional[Dict[str, float]] = None
 
 
 class Probe(Strict):

@@ -533,6 +533,10 @@ class Rfc2544Runner:
         gj = json.loads(g.stdout.strip().splitlines()[-1])
         sj = json.loads(s.stdout.strip().splitlines()[-1])
         window = c1["t"] - c0["t"]
+        # The counters' own windows, from when each read came back; the CPU
+        # figures use ``window`` (read at once, in this process).
+        wins = {k: c1["t_read"][k] - c0["t_read"][k] for k in ("gen", "sink")}
+        wins["dut"] = c1["t_read"].get("dut", c1["t"]) - c0["t_read"].get("dut", c0["t"])
         # Loss as RFC 2544 counts it: every frame put on the wire during the whole
         # trial against every frame the sink's interface received, after a drain.
         sent_all = c2["gen_tx"] - cpre["gen_tx"]
@@ -542,13 +546,15 @@ class Rfc2544Runner:
         received = c1["sink_rx"] - c0["sink_rx"]
         dut_busy = busy_pct_from_idle(c0["idle"], c1["idle"], window, DUT_CPU)
         occ = max(0.0, dut_busy - self.baseline_busy)
-        fwd_pps = (c1["dut_tx"] - c0["dut_tx"]) / window
+        fwd_pps = (c1["dut_tx"] - c0["dut_tx"]) / wins["dut"]
         inter = account(c0["sched"], c1["sched"], [GEN_CPU, DUT_CPU])
         m = {
             "frame": size, "target_fps": fps, "window_s": window,
-            "offered_fps": offered / window, "offered_bps": offered / window * size * 8,
-            "received_fps": max(0, received) / window,
-            "throughput_bps": max(0, received) / window * size * 8,
+            "counter_windows_s": {k: round(v, 4) for k, v in wins.items()},
+            "offered_fps": offered / wins["gen"],
+            "offered_bps": offered / wins["gen"] * size * 8,
+            "received_fps": max(0, received) / wins["sink"],
+            "throughput_bps": max(0, received) / wins["sink"] * size * 8,
             "frames_sent": sent_all, "frames_received": recv_all,
             "lost": lost, "loss_pct": 100.0 * lost / sent_all if sent_all else 0.0,
             "dut_forwarded_fps": fwd_pps,
@@ -592,8 +598,15 @@ class Rfc2544Runner:
             jobs["dut_q"] = lambda: qdisc_drops(self.dutn, self.dut_out)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="counters")
-        futures = {k: self._pool.submit(f) for k, f in jobs.items()}
-        got = {k: f.result(timeout=30) for k, f in futures.items()}
+        def timed(f: Any) -> Tuple[Any, float]:
+            got = f()
+            return got, time.monotonic()
+        futures = {k: self._pool.submit(timed, f) for k, f in jobs.items()}
+        done = {k: f.result(timeout=30) for k, f in futures.items()}
+        got = {k: v for k, (v, _) in done.items()}
+        # when each read came back: a read takes tens of ms (a process in the
+        # node's namespace), so a window of counters runs from read to read
+        c["t_read"] = {k: t for k, (_, t) in done.items()}
         # veth counts a frame the next hop's backlog refused as the sender's
         # tx_dropped, not tx_packets: offered = both.
         c["gen_tx"] = got["gen"]["tx_packets"] + got["gen"]["tx_dropped"]
