@@ -34,6 +34,15 @@ def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
                 assert t["loss_pct"] == 0 and t["latency_us"]["avg"] < 1000
             lat = t["latency_us"]  # the UDP sink's histogram: median and p99 within the range
             assert lat["min"] - 0.1 <= lat["p50"] <= lat["p99"] <= lat["max"] + 0.1
+            # each counter's rate over its own window, from read to read; the
+            # DUT CPU's input queue as the window ended (Linux 5.10+)
+            wins = t["counter_windows_s"]
+            assert set(wins) == {"gen", "sink", "dut"} and all(0 < w < 2 * t["window_s"]
+                                                               for w in wins.values()), wins
+            assert isinstance(t["dut_queue_frames"], int) and t["dut_queue_frames"] >= 0
+    # the quick preset sweeps the loads twice per repeat, each sweep its own record
+    assert sorted(r["params"]["repeat"] for r in recs
+                  if r["params"]["test"] == "loss" and r["params"]["dut"] == "router") == [0, 1]
     prov = json.load(open(run / "provenance.json"))
     assert set(prov["setups"]) == {"bridge", "router"}
     # one calibration, on the first DUT, made of 3 s readings, each check of two
@@ -141,5 +150,12 @@ def test_a_hog_on_the_dut_cpu_is_seen_and_its_trials_rerun_or_excluded_flipping_
         assert c.verdict in ("undecided", quiet_claims.get(c.claim)), (c, quiet_claims)
     # The quiet run's trials were not disturbed
     (qrec,) = quiet
+    # every probe says whether the DUT kept up (its input queue, Linux 5.10+);
+    # a search's result is a rate it probed
+    qprobes = qrec["measurements"]["probes"]
+    assert all(isinstance(p["dut_queue_frames"], int) and isinstance(p["fell_behind"], bool)
+               for p in qprobes)
+    probed = {round(p["target_fps"]) for p in qprobes}
+    assert all(round(f) in probed for f in qrec["measurements"]["searches_fps"] if f > 0)
     assert not any(w.startswith("host interference") for p in qrec["measurements"]["probes"]
                    for w in (p["invalid"] or []))
