@@ -149,6 +149,9 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     """A claim of a study file, checked on the stored records."""
     claim = _judge(spec, records)
     claim.published = expected(spec)
+    # the points it reads: its where, and its where with its versus
+    claim.reads = [dict(spec.where)] + ([{**spec.where, **spec.versus.where}]
+                                        if spec.versus is not None else [])
     return claim
 
 

@@ -180,22 +180,6 @@ class FileStudy(Study):
         order = list(self.labs(cfg))
         return sorted(pts, key=lambda p: order.index(self.lab_key(cfg, p)))
 
-    def needed(self, cfg: Any, points: List[Dict[str, Any]],
-               open_claims: List[Any]) -> List[Dict[str, Any]]:
-        """The points that one of ``open_claims`` selects (its ``where``, or its
-        ``where`` with its ``versus``): a later round measures only those."""
-        from .analysis import matches
-        specs = {c.claim: c for c in self.loaded.spec.claims}
-        wheres: List[Dict[str, Any]] = []
-        for claim in open_claims:
-            spec = specs.get(claim.claim)
-            if spec is None:  # a claim the file does not make: keep every point
-                return points
-            wheres.append(dict(spec.where))
-            if spec.versus is not None:
-                wheres.append({**spec.where, **spec.versus.where})
-        return [p for p in points if any(matches(p, w) for w in wheres)]
-
     def check_hosts(self, cfg: Any) -> None:
         """What a study file reads from a node's kernel on this machine is not
         read across hosts yet, so a study across hosts that needs it is refused

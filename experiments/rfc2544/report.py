@@ -282,6 +282,13 @@ def published_figures(pub: Dict[str, Any]) -> Dict[str, str]:
     return out
 
 
+def reads(test: str, points: List[Tuple[str, int]]) -> List[Dict[str, Any]]:
+    """What a claim is judged on (:attr:`Claim.reads`): ``test``'s records of
+    each (DUT, frame size) of ``points``. A later round measures only the
+    points of undecided claims: the intrinsic-cost test feeds none."""
+    return [{"test": test, "dut": d, "frame": f} for d, f in points]
+
+
 def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
            prov: Optional[Dict[str, Any]] = None) -> List[Claim]:
     """The paper's claims, each with an interval and a verdict."""
@@ -333,7 +340,8 @@ def same_forwarding_claims(c: _ClaimInputs) -> List[Claim]:
         if not b or not rt:
             out.append(Claim(f"Bridge and router forward about the same at {f} bytes",
                              f"no throughput search left at {f} bytes", "undecided",
-                             c.too_few(pts) or "no search", c.src, c.same_published(f)))
+                             c.too_few(pts) or "no search", c.src, c.same_published(f),
+                             reads("throughput", pts)))
             continue
         verdict, est = equivalence(rt, b, SAME_MARGIN)
         if ("bridge", f) in c.limited or ("router", f) in c.limited:
@@ -352,7 +360,8 @@ def same_forwarding_claims(c: _ClaimInputs) -> List[Claim]:
                          f"throughput, router vs bridge: {est.fmt(100, 1, ' %', sign=True)}; "
                          f"bridge {statistics.median(b):,.0f}, router "
                          f"{statistics.median(rt):,.0f} fps (median of {len(b)}/{len(rt)} "
-                         "searches)", verdict, why, c.src, c.same_published(f)))
+                         "searches)", verdict, why, c.src, c.same_published(f),
+                         reads("throughput", pts)))
     return out
 
 
@@ -366,7 +375,8 @@ def router_latency_claims(c: _ClaimInputs) -> List[Claim]:
     if any(gone):
         out.append(Claim("A router adds about 5 us of latency over a bridge (64 bytes)",
                          "no valid latency trial", "undecided", "; ".join(g for g in gone if g),
-                         c.src, c.paper_says.get("extra_latency", "")))
+                         c.src, c.paper_says.get("extra_latency", ""),
+                         reads("latency", [("bridge", 64), ("router", 64)])))
     elif "bridge" in lat and "router" in lat:
         for f in sorted(set(lat["bridge"]) & set(lat["router"])):
             d = difference(lat["router"][f], lat["bridge"][f])
@@ -375,7 +385,8 @@ def router_latency_claims(c: _ClaimInputs) -> List[Claim]:
             out.append(Claim(f"A router adds about 5 us of latency over a bridge ({f} bytes)",
                              f"router minus bridge at 1,000 fps: {d.fmt(1, 1, ' us', sign=True)}"
                              + bed_text(c.prov), chk.verdict, chk.why, c.src,
-                             c.paper_says.get("extra_latency", "")))
+                             c.paper_says.get("extra_latency", ""),
+                             reads("latency", [("bridge", f), ("router", f)])))
     return out
 
 
@@ -387,7 +398,8 @@ def knee_claims(c: _ClaimInputs) -> List[Claim]:
     title = "The bridge saturates at ~66 kfps of 64-byte frames (Table 3)"
     if not c.tp["bridge"][64]:
         return [Claim(title, "no throughput search left at 64 B", "undecided",
-                      c.too_few([("bridge", 64)]) or "no search", c.src, c.paper_says["knee"])]
+                      c.too_few([("bridge", 64)]) or "no search", c.src, c.paper_says["knee"],
+                      reads("throughput", [("bridge", 64)]))]
     knee = paper_knee(c.pub)
     est = mean(c.tp["bridge"][64])
     chk = judge(est, knee * (1 - KNEE_MARGIN), knee * (1 + KNEE_MARGIN),
@@ -409,7 +421,7 @@ def knee_claims(c: _ClaimInputs) -> List[Claim]:
     elif c.too_few([("bridge", 64)]):
         verdict, why = "undecided", str(c.too_few([("bridge", 64)]))
     return [Claim(title, f"bridge throughput at 64 B: {est.fmt(1e-3, 1, ' kfps')} ({how})",
-                  verdict, why, c.src, c.paper_says["knee"])]
+                  verdict, why, c.src, c.paper_says["knee"], reads("throughput", [("bridge", 64)]))]
 
 
 def cpu_limit_claims(c: _ClaimInputs) -> List[Claim]:
@@ -424,7 +436,8 @@ def cpu_limit_claims(c: _ClaimInputs) -> List[Claim]:
                for o in r.measurements.occupancy_at_throughput_pct]  # type: ignore[union-attr]
         if not occ and baseline_why(c.recs, dut):
             out.append(Claim(title, "no occupancy figure left", "undecided",
-                             str(baseline_why(c.recs, dut)), c.src, published))
+                             str(baseline_why(c.recs, dut)), c.src, published,
+                             reads("throughput", [(dut, 64)])))
         elif occ:
             est = mean(occ)
             chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU, i.e.", 1, " %", 0,
@@ -434,7 +447,7 @@ def cpu_limit_claims(c: _ClaimInputs) -> List[Claim]:
                 verdict, why = "undecided", limited_why([(dut, 64)], c.limited)
             out.append(Claim(title, "DUT CPU in the confirmation trials at the 64-byte "
                              f"throughput: {est.fmt(1, 0, ' %')}", verdict, why, c.src,
-                             published))
+                             published, reads("throughput", [(dut, 64)])))
     return out
 
 
@@ -453,7 +466,8 @@ def load_curve_claims(c: _ClaimInputs) -> List[Claim]:
                     f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
                     "no valid load of the sweep", "undecided",
                     str(invalid_why(c.recs, "loss", dut)), c.src,
-                    c.paper_says.get("occupancy" if bridge else "latency_knee", "")))
+                    c.paper_says.get("occupancy" if bridge else "latency_knee", ""),
+                    reads("loss", [(dut, 64)])))
             continue
         knee_text = _knee_text(rows, len(every) - len(rows))
         if dut == "bridge":
@@ -504,7 +518,8 @@ def _occupancy_claims(c: _ClaimInputs, rows: List[Dict[str, Any]], paper: Dict[f
     if len(pairs) < 2:
         why = baseline_why(c.recs, "bridge")
         return [Claim(title, knee_text, "undecided", str(why), c.src,
-                      c.paper_says.get("occupancy", ""))] if why else []
+                      c.paper_says.get("occupancy", ""), reads("loss", [("bridge", 64)]))
+                ] if why else []
     ours, theirs = [p[0] for p in pairs], [float(p[1]) for p in pairs]
     d = paired_difference(ours, theirs)
     r2 = r_squared(ours, theirs)
@@ -514,7 +529,7 @@ def _occupancy_claims(c: _ClaimInputs, rows: List[Dict[str, Any]], paper: Dict[f
                   f"rates: {d.fmt(1, 1, ' points', sign=True)}"
                   + (f", R^2 {r2:.2f}" if r2 is not None else ""),
                   chk.verdict, chk.why + " (paired t over the loads)", c.src,
-                  c.paper_says.get("occupancy", ""))]
+                  c.paper_says.get("occupancy", ""), reads("loss", [("bridge", 64)]))]
 
 
 def _latency_knee_claim(c: _ClaimInputs, dut: str, knee_text: str) -> Claim:
@@ -535,7 +550,8 @@ def _latency_knee_claim(c: _ClaimInputs, dut: str, knee_text: str) -> Claim:
             f"{len(ks)} sweep(s) with a knee: the CPU at the knee needs two "
             "(--loss-sweeps 2, --repeat 2, or --rounds 2)")
     return Claim(f"{dut}: latency stays low until the DUT CPU saturates, then jumps",
-                 measured, verdict, why, c.src, c.paper_says.get("latency_knee", ""))
+                 measured, verdict, why, c.src, c.paper_says.get("latency_knee", ""),
+                 reads("loss", [(dut, 64)]))
 
 
 def mlrsearch_claims(c: _ClaimInputs) -> List[Claim]:
@@ -559,7 +575,8 @@ def mlrsearch_claims(c: _ClaimInputs) -> List[Claim]:
         else:
             verdict, why = "undecided", "no RFC 2544 search at this size to compare"
         out.append(Claim("MLRsearch's NDR agrees with the RFC 2544 binary search", measured,
-                         verdict, why, "IETF BMWG MLRsearch draft; RFC 2544 section 26.1"))
+                         verdict, why, "IETF BMWG MLRsearch draft; RFC 2544 section 26.1",
+                         reads=[{"test": "mlrsearch"}, {"test": "throughput"}]))
     return out
 
 
@@ -575,7 +592,9 @@ def back_to_back_claims(c: _ClaimInputs) -> List[Claim]:
         else:
             measured, verdict, why = _back_to_back_verdict(x)
         out.append(Claim(f"back-to-back, {x['dut']} at {x['frame']} bytes (RFC 2544 26.4)",
-                         measured, verdict, why, "RFC 2544 section 26.4"))
+                         measured, verdict, why, "RFC 2544 section 26.4",
+                         reads=(reads("back-to-back", [(x["dut"], x["frame"])])
+                                + reads("throughput", [(x["dut"], x["frame"])]))))
     return out
 
 
@@ -600,39 +619,6 @@ def _back_to_back_verdict(x: Dict[str, Any]) -> Tuple[str, str, str]:
                 need="more searches (--b2b-repeat)")
     measured += f"; the input queue predicts {x['predicted']:,.0f}"
     return measured, chk.verdict, chk.why
-
-
-#: Which points a claim reads, by its title: (test, DUT or None for any, frame
-#: size or None for any) per point; the title's groups fill in DUT and size.
-CLAIM_POINTS: List[Tuple[str, List[Tuple[str, Optional[str], Optional[str]]]]] = [
-    (r"Bridge and router forward about the same at (?P<frame>\d+) bytes",
-     [("throughput", "bridge", "frame"), ("throughput", "router", "frame")]),
-    (r"A router adds about 5 us of latency over a bridge \((?P<frame>\d+) bytes\)",
-     [("latency", "bridge", "frame"), ("latency", "router", "frame")]),
-    (r"The bridge saturates at ", [("throughput", "bridge", "64")]),
-    (r"(?P<dut>\w+): the CPU is the limit", [("throughput", "dut", "64")]),
-    (r"bridge: occupancy vs load follows", [("loss", "bridge", "64")]),
-    (r"(?P<dut>\w+): latency stays low until", [("loss", "dut", "64")]),
-    (r"MLRsearch's NDR agrees", [("mlrsearch", None, None), ("throughput", None, None)]),
-    (r"back-to-back, (?P<dut>\w+) at (?P<frame>\d+) bytes",
-     [("back-to-back", "dut", "frame"), ("throughput", "dut", "frame")]),
-]
-
-
-def claim_points(title: str) -> Optional[List[Tuple[str, Optional[str], Optional[int]]]]:
-    """The points (test, DUT, frame size; None: any) whose records the claim
-    titled ``title`` is judged on; None for a title this study does not make
-    (a caller then keeps every point). A later sampling round measures only
-    the points of the claims still undecided."""
-    import re
-    for pattern, wants in CLAIM_POINTS:
-        m = re.match(pattern, title)
-        if m is None:
-            continue
-        g = m.groupdict()
-        return [(test, g.get(dut, dut) if dut else None,
-                 int(g.get(frame, frame)) if frame else None) for test, dut, frame in wants]
-    return None
 
 
 def write_report(run_dir: str) -> StudyReport:

@@ -74,23 +74,6 @@ class Rfc2544Study(Study):
                                 for r in reps]
         return out
 
-    def needed(self, cfg: Rfc2544Config, points: List[Dict[str, Any]],
-               open_claims: List[Any]) -> List[Dict[str, Any]]:
-        """Of a later round's ``points``, those an undecided claim is judged on
-        (:func:`~.report.claim_points`): the intrinsic-cost test and the tests
-        of decided claims are not measured again. A claim this study does not
-        know keeps every point."""
-        from .report import claim_points
-        wants = []
-        for claim in open_claims:
-            got = claim_points(claim.claim)
-            if got is None:
-                return points
-            wants += got
-        return [p for p in points
-                if any(test == p["test"] and dut in (None, p["dut"]) and frame in (None, p["frame"])
-                       for test, dut, frame in wants)]
-
     def session(self, cfg: Rfc2544Config) -> ContextManager[Any]:
         from .bed import CpuSplitLock
         return CpuSplitLock()

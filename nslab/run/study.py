@@ -37,7 +37,7 @@ from ..errors import InputError
 from ..runtime.grants import HostGrants
 from ..runtime.node import LabLike
 from ..store.records import RecordSchema
-from ..store.reporting import Claim, StudyReport, claims_only
+from ..store.reporting import Claim, StudyReport, claims_only, serves
 from ..store.results import ResultStore, point_key
 from ..safeio import tree_is_safe, write_atomic
 from ..runtime import caps
@@ -201,9 +201,10 @@ class Study:
     def needed(self, cfg: Any, points: List[Dict[str, Any]],
                open_claims: List[Any]) -> List[Dict[str, Any]]:
         """Of a later sampling round's ``points``, those that can move one of
-        ``open_claims`` (the claims still undecided). A study that cannot tell
-        which point serves which claim keeps them all (the default)."""
-        return points
+        ``open_claims`` (the claims still undecided): the points a claim
+        ``reads``, or every point for a claim that does not say
+        (:func:`~nslab.store.reporting.serves`)."""
+        return [p for p in points if serves(p, open_claims)]
 
 
 class Progress:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import html
 import os
 import re
@@ -32,7 +33,11 @@ class Claim:
     (with its interval), and the verdict (``agrees``/``disagrees``/``undecided``)
     with the reason. ``published`` is the source's own figure the claim is
     judged against, in words with its unit (``"66.2 kfps (Table 3)"``), taken
-    from the published data; empty when the claim has no single published number."""
+    from the published data; empty when the claim has no single published number.
+    ``reads`` names the points whose records the claim is judged on, each as
+    the point parameters it must have (a parameter left out matches any
+    value): a later sampling round measures again only the points of claims
+    still undecided (:func:`serves`). None: not said, so every point serves it."""
 
     claim: str
     measured: str
@@ -40,6 +45,7 @@ class Claim:
     why: str
     source: str = ""
     published: str = ""
+    reads: Optional[List[Dict[str, Any]]] = None
 
     def __post_init__(self) -> None:
         from .stats import VERDICTS
@@ -56,8 +62,15 @@ def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
         return claims
     note = (f"host interference: other tasks took up to {max(h.worst_pct for h in hit):.0f} % of "
             f"the CPUs during {len(hit)} of {len(records)} points (measured again, then left out)")
-    return [Claim(c.claim, c.measured, c.verdict, f"{c.why}; {note}", c.source, c.published)
+    return [dataclasses.replace(c, why=f"{c.why}; {note}")
             if c.verdict == "undecided" else c for c in claims]
+
+
+def serves(point: Dict[str, Any], claims: List[Claim]) -> bool:
+    """Whether measuring ``point`` again can move one of ``claims``: a claim
+    that does not say what it reads (``reads`` None) is served by every point."""
+    return any(c.reads is None or any(all(point.get(k) == v for k, v in want.items())
+                                      for want in c.reads) for c in claims)
 
 
 @dataclass

@@ -100,33 +100,39 @@ def test_each_loss_sweep_is_its_own_point_and_a_later_round_adds_after_them():
 
 
 def test_a_later_round_measures_only_the_points_of_undecided_claims(tmp_path):
-    """The claims of a captured run each name the points they are judged on;
-    a later round of RFC 2544 keeps those of the undecided ones only (the
-    intrinsic-cost test feeds no claim), and every point for a claim it
-    does not know."""
-    from nslab.experiments.rfc2544.report import claim_points
+    """Every claim of a captured run names the points it is judged on; a later
+    round of RFC 2544 keeps those of the undecided ones only (the
+    intrinsic-cost test feeds no claim), and every point for a claim that
+    does not say what it reads."""
+    import dataclasses
+
     from nslab.store.reporting import Claim
     run = tmp_path / "rfc2544" / "nlb9f9"
     shutil.copytree(data("rfc2544_run"), run)
-    found = write_report(str(run)).claims
-    assert found and all(claim_points(c.claim) for c in found), \
-        [c.claim for c in found if not claim_points(c.claim)]
+    found = {c.claim: c for c in write_report(str(run)).claims}
+    assert found and all(c.reads for c in found.values()), \
+        [t for t, c in found.items() if not c.reads]
     cfg = Rfc2544Config.preset("quick")
     study = Rfc2544Study()
     pts = study.points(cfg)
 
-    def claim(title: str) -> Claim:
-        return Claim(title, "", "undecided", "")
-    knee = claim("router: latency stays low until the DUT CPU saturates, then jumps")
-    lat = claim("A router adds about 5 us of latency over a bridge (64 bytes)")
+    def open_(title: str) -> Claim:
+        return dataclasses.replace(found[title], verdict="undecided")
+    knee = open_("router: latency stays low until the DUT CPU saturates, then jumps")
+    lat = open_("A router adds about 5 us of latency over a bridge (64 bytes)")
     got = study.needed(cfg, pts, [knee, lat])
     assert sorted((p["dut"], p["test"], p["repeat"]) for p in got) == [
         ("bridge", "latency", 0), ("router", "latency", 0), ("router", "loss", 0),
         ("router", "loss", 1)]
-    same = claim("Bridge and router forward about the same at 64 bytes")
+    same = open_("Bridge and router forward about the same at 64 bytes")
     assert {(p["dut"], p["test"]) for p in study.needed(cfg, pts, [same])} == {
         ("bridge", "throughput"), ("router", "throughput")}
-    assert study.needed(cfg, pts, [same, claim("a claim this study does not make")]) == pts
+    cal = open_("The bridge saturates at ~66 kfps of 64-byte frames (Table 3)")
+    assert {(p["dut"], p["test"]) for p in study.needed(cfg, pts, [cal])} == {
+        ("bridge", "throughput")}
+    assert not any(p["test"] == "cost" for p in study.needed(cfg, pts, list(found.values())))
+    unsaid = Claim("a claim that does not say what it reads", "", "undecided", "")
+    assert study.needed(cfg, pts, [same, unsaid]) == pts
     assert study.needed(cfg, pts, []) == []
 
 

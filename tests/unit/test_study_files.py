@@ -329,23 +329,27 @@ def test_nslab_run_file_has_an_option_per_sweep_key():
 
 
 def test_a_later_round_of_a_study_file_measures_what_its_open_claims_select():
+    from nslab.experiments.filestudy.analysis import judge_claim
     from nslab.store.reporting import Claim
     cls = study_class(FAILOVER)
     study = cls()
     cfg = cls.Config.preset("quick")
     points = study.points(cfg)
+    # the claims as the report builds them (nothing measured yet: undecided)
+    made = {spec.claim: judge_claim(spec, []) for spec in cls.loaded.spec.claims}
+    assert all(c.verdict == "undecided" and c.reads for c in made.values())
     hold = "A silent failure takes the hold time without BFD (2 to 3.5 s of outage)"
-    got = study.needed(cfg, points, [Claim(hold, "", "undecided", "")])
+    got = study.needed(cfg, points, [made[hold]])
     assert got and len(got) < len(points)
     assert all(p["vars.failure"] == "blackhole" and p["topology.bfd"] is False for p in got)
     assert len(got) == sum(1 for p in points if p["vars.failure"] == "blackhole"
                            and p["topology.bfd"] is False)
     # a claim with a `versus` keeps both sides: with BFD and without
     shorter = "BFD shortens a silent failure's outage"
-    both = study.needed(cfg, points, [Claim(shorter, "", "undecided", "")])
+    both = study.needed(cfg, points, [made[shorter]])
     assert {p["topology.bfd"] for p in both} == {False, True}
     assert {p["vars.failure"] for p in both} == {"blackhole"}
-    # a claim the file does not make keeps every point
+    # a claim that does not say what it reads keeps every point
     assert study.needed(cfg, points, [Claim("something else", "", "undecided", "")]) == points
 
 
