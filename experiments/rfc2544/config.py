@@ -83,6 +83,12 @@ class Rfc2544Config(StudyConfig):
         # percentile 4.1 %, at most 4.6 % (30 quick trials): 10 % is twice that
         10.0, description="a trial during which other tasks took more than this share (percent) "
         "of the DUT's or the generator's CPU is measured again, and excluded if it stays so")
+    slowdown_pct: Annotated[float, Field(gt=0, le=1000)] = Field(
+        # idle and undisturbed here, readings sit within 3 % of the fastest;
+        # the host's slow stretches took the loop 15-80 % longer
+        10.0, description="a trial at whose start or end the DUT's or the generator's CPU ran "
+        "more than this much (percent) slower than its fastest in the run (the host gave the "
+        "guest less; nothing inside it shows) is measured again, and excluded if it stays so")
     interference_reruns: Annotated[int, Field(ge=0, le=10)] = Field(
         2, description="times a disturbed trial is measured again")
     mtu: Annotated[int, Field(ge=576, le=9000)] = Field(1500, description="MTU of both links")

@@ -241,18 +241,31 @@ def baseline_of(windows: List[Dict[str, float]], threshold_pct: float) -> Dict[s
     return out
 
 
+#: What a trial's reason says when the host slowed a bed CPU (no task took it).
+SLOWED = "slower than its fastest in this run"
+
+
 def disturbed(interference: Optional[Dict[str, Dict[str, Any]]],
-              threshold_pct: float) -> Optional[str]:
+              threshold_pct: float, slowdown_pct: Optional[float] = None) -> Optional[str]:
     """Why a trial is disturbed by the host (None: it is not): other tasks took
-    more than ``threshold_pct`` of the DUT's or the generator's CPU during it.
-    The DUT's CPU is named first: its busy time is the DUT's occupancy."""
+    more than ``threshold_pct`` of the DUT's or the generator's CPU during it,
+    or (``slowdown_pct`` given) that CPU ran more than ``slowdown_pct`` slower
+    than its fastest in the run at either end of the trial (the hypervisor
+    gave it less: :mod:`nslab.traffic.speed`). The DUT's CPU is named first:
+    its busy time is the DUT's occupancy."""
     if not interference:
         return None
-    for role, what in (("dut", "the DUT CPU's"), ("gen", "the generator/sink CPU's")):
+    for role, what in (("dut", "the DUT CPU"), ("gen", "the generator/sink CPU")):
         got = interference.get(role)
-        if got and float(got["other_pct"]) > threshold_pct:
-            return (f"host interference: {float(got['other_pct']):.0f} % of {what} time went to "
+        if not got:
+            continue
+        if float(got["other_pct"]) > threshold_pct:
+            return (f"host interference: {float(got['other_pct']):.0f} % of {what}'s time went to "
                     f"other tasks (over {threshold_pct:g} %)")
+        slow = got.get("slowdown_pct")
+        if slowdown_pct is not None and slow is not None and float(slow) > slowdown_pct:
+            return (f"host interference: {what} ran {float(slow):.0f} % {SLOWED} (over "
+                    f"{slowdown_pct:g} %: the host gave this guest's CPU less)")
     return None
 
 

@@ -45,6 +45,9 @@ class CpuInterference(Strict):
     other_pct: float
     bed_wait_ms: float
     source: str
+    #: how much slower than its fastest in the run the CPU ran at the trial's
+    #: ends, percent (:mod:`nslab.traffic.speed`; None: older runs)
+    slowdown_pct: Optional[float] = None
 
 
 class Trial(Strict):
@@ -117,6 +120,10 @@ class Probe(Strict):
     #: (last) try, percent
     dut_other_pct: Optional[float] = None
     gen_other_pct: Optional[float] = None
+    #: how much slower than its fastest in the run each CPU ran at the (last)
+    #: try's ends, percent (None: older runs)
+    dut_slowdown_pct: Optional[float] = None
+    gen_slowdown_pct: Optional[float] = None
     #: frames in the DUT CPU's input queue as the window ended, and whether
     #: that many mean the DUT fell behind the offered rate (None: older runs)
     dut_queue_frames: Optional[int] = None

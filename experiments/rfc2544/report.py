@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from nslab.store.reporting import Claim, StudyReport, load_run, render_study, study_report
 from nslab.model.shaping import frame_rate, parse_rate
 
-from .model import backlog_prediction, knee_index, paper_knee
+from .model import SLOWED, backlog_prediction, knee_index, paper_knee
 from .records import SCHEMA, BackToBack, Mlr, RfcRecord, Throughput, Trial, Trials
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -115,10 +115,12 @@ def searches(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]]:
 
 def interfered(recs: List[RfcRecord]) -> Dict[Tuple[str, int], str]:
     """(DUT, frame) points with throughput searches left out for host
-    interference: why, in one phrase (the worst share of the DUT's CPU that
-    other tasks took in a probe that stayed disturbed)."""
+    interference: why, in one phrase (the worst share of a bed CPU that other
+    tasks took in a probe that stayed disturbed, or the most a bed CPU ran
+    slower than its fastest, when the host slowed it instead)."""
     left: Dict[Tuple[str, int], List[int]] = {}
     worst: Dict[Tuple[str, int], Tuple[float, str]] = {}
+    slowest: Dict[Tuple[str, int], Tuple[float, str]] = {}
     for r in by_test(recs, "throughput"):
         m = r.measurements
         assert isinstance(m, Throughput)
@@ -128,15 +130,31 @@ def interfered(recs: List[RfcRecord]) -> Dict[Tuple[str, int], str]:
         n[0] += sum(flags)
         n[1] += len(flags)
         for p in m.probes:
-            if any(str(w).startswith("host interference") for w in (p.invalid or [])):
-                for pct, cpu in ((p.dut_other_pct, "the DUT CPU's"),
-                                 (p.gen_other_pct, "the generator/sink CPU's")):
-                    if pct is not None and pct > worst.get(key, (-1.0, ""))[0]:
-                        worst[key] = (pct, cpu)
-    return {k: (f"host interference: {worst.get(k, (0.0, 'the DUT CPU'))[0]:.0f} % of "
-                f"{worst.get(k, (0.0, 'the DUT CPU'))[1]} time went to other tasks ({n[0]} of "
-                f"{n[1]} searches of the {k[0]} at {k[1]} B left out)")
-            for k, n in left.items() if n[0]}
+            why = [str(w) for w in (p.invalid or []) if str(w).startswith("host interference")]
+            if not why:
+                continue
+            slowed = any(SLOWED in w for w in why)  # the host slowed a CPU; no task took it
+            for pct, cpu in (((p.dut_slowdown_pct, "the DUT CPU"),
+                              (p.gen_slowdown_pct, "the generator/sink CPU")) if slowed else
+                             ((p.dut_other_pct, "the DUT CPU"),
+                              (p.gen_other_pct, "the generator/sink CPU"))):
+                into = slowest if slowed else worst
+                if pct is not None and pct > into.get(key, (-1.0, ""))[0]:
+                    into[key] = (pct, cpu)
+    out = {}
+    for k, n in left.items():
+        if not n[0]:
+            continue
+        what = []
+        if k in worst or k not in slowest:
+            pct, cpu = worst.get(k, (0.0, "the DUT CPU"))
+            what.append(f"{pct:.0f} % of {cpu}'s time went to other tasks")
+        if k in slowest:
+            what.append(f"{slowest[k][1]} ran up to {slowest[k][0]:.0f} % slower than its "
+                        "fastest in this run (the host gave the guest less)")
+        out[k] = (f"host interference: {'; '.join(what)} ({n[0]} of {n[1]} searches of the "
+                  f"{k[0]} at {k[1]} B left out)")
+    return out
 
 
 def baseline_why(recs: List[RfcRecord], dut: str) -> Optional[str]:

@@ -30,6 +30,7 @@ from nslab.traffic.counters import (backlog_limit, busy_pct_from_idle, idle_seco
 from nslab.errors import CapabilityError, LabError
 from nslab.traffic.interference import Watch, account
 from nslab.traffic.pktgen import pktgen_path
+from nslab.traffic.speed import SpeedWatch
 from nslab.runtime.proc import pin_threads, restore_threads
 from nslab.model.shaping import frame_rate
 
@@ -100,6 +101,8 @@ class Rfc2544Runner:
         self._ovs_affinity: Dict[int, Any] = {}
         #: the scheduler's counters on both of the bed's CPUs (host interference)
         self.watch = Watch([GEN_CPU, DUT_CPU])
+        #: how fast both CPUs run (what the host gives this guest)
+        self.speed = SpeedWatch([GEN_CPU, DUT_CPU])
         self._excluded_streak = 0
         self.baseline_ok = True
         #: the throughput searches' dither (:func:`~.model.rate_search`)
@@ -169,6 +172,13 @@ class Rfc2544Runner:
             # ingress receives in a NAPI thread on the DUT's CPU.
             info["dut_ingress_napi_cpu"] = DUT_CPU if napi_on(self.dutn, self.dut_in, DUT_CPU) else None
         time.sleep(0.3)
+        # Each CPU's fastest loop time, this lab's readings and the run's earlier
+        # labs': the reference a trial's slowdown is judged against.
+        self.speed.prime()
+        for cpu, ms in (self.earlier_setup("cpu_fastest_ms") or {}).items():
+            if int(cpu) in self.speed.fastest:
+                self.speed.fastest[int(cpu)] = min(self.speed.fastest[int(cpu)], float(ms))
+        info["cpu_fastest_ms"] = {str(c): round(ms, 4) for c, ms in self.speed.fastest.items()}
         base = self.baseline()
         self.baseline_busy = base["busy_pct"]
         self.baseline_ok = bool(base["ok"])
@@ -406,7 +416,7 @@ class Rfc2544Runner:
 
     def _disturbed(self, m: Dict[str, Any]) -> Optional[str]:
         """Why other tasks disturbed a trial after its re-runs (None: they did not)."""
-        return disturbed(m.get("interference"), self.cfg.interference_pct)
+        return disturbed(m.get("interference"), self.cfg.interference_pct, self.cfg.slowdown_pct)
 
     def _reading(self, n: int, offered: float) -> Dict[str, Any]:
         """One calibration reading: a trial of :data:`CAL_SECONDS` at ``offered``
@@ -497,7 +507,7 @@ class Rfc2544Runner:
         allowed = 0 if self._excluded_streak >= PERSISTENT else self.cfg.interference_reruns
         while True:
             m = self._trial_once(size, fps, seconds)
-            why = disturbed(m.get("interference"), self.cfg.interference_pct)
+            why = self._disturbed(m)
             if why is None or reruns >= allowed:
                 break
             reruns += 1
@@ -516,6 +526,7 @@ class Rfc2544Runner:
         seconds = seconds or cfg.trial
         total = cfg.warmup + seconds
         sink = self._start_sink(total + 1.5, cfg.warmup)
+        speed0 = self.speed.read()
         cpre = self._counters()
         gen = self.gen.popen(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
                               "--port", str(PORT), "--size", str(size), "--rate", f"{fps:.3f}",
@@ -528,6 +539,7 @@ class Rfc2544Runner:
         g = gen.wait(timeout=total + 30)
         time.sleep(0.5)  # RFC 2544 waits for frames in flight before the final count
         c2 = self._counters()
+        speed1 = self.speed.read()
         sink.stop()  # it prints its counts on the way out; no need to wait out its duration
         s = sink.wait(timeout=30)
         gj = json.loads(g.stdout.strip().splitlines()[-1])
@@ -575,7 +587,10 @@ class Rfc2544Runner:
             "cpus_kept_awake": self._awake,
             "gen_cpu_busy_pct": busy_pct_from_idle(c0["idle"], c1["idle"], window, GEN_CPU),
             "sink_backlog_drops": c1["softnet"][GEN_CPU] - c0["softnet"][GEN_CPU],
-            "interference": {"dut": inter[DUT_CPU].as_dict(), "gen": inter[GEN_CPU].as_dict()},
+            "interference": {
+                role: dict(inter[cpu].as_dict(),
+                           slowdown_pct=round(self.speed.slowdown(cpu, speed0, speed1), 1))
+                for role, cpu in (("dut", DUT_CPU), ("gen", GEN_CPU))},
         }
         ceiling = self.ceiling_pps.get(size)
         m["generator_limited"] = bool(ceiling and fps > 0.9 * ceiling)
@@ -644,6 +659,8 @@ class Rfc2544Runner:
                                              "gen_path", "interference_reruns")})
             probes[-1]["dut_other_pct"] = m["interference"]["dut"]["other_pct"]
             probes[-1]["gen_other_pct"] = m["interference"]["gen"]["other_pct"]
+            probes[-1]["dut_slowdown_pct"] = m["interference"]["dut"]["slowdown_pct"]
+            probes[-1]["gen_slowdown_pct"] = m["interference"]["gen"]["slowdown_pct"]
             behind = fell_behind(m.get("dut_queue_frames"), step, cfg.warmup + (seconds or cfg.trial))
             probes[-1]["dut_queue_frames"] = m.get("dut_queue_frames")
             probes[-1]["fell_behind"] = behind

@@ -1,0 +1,88 @@
+"""The bed's CPU speed (nslab.traffic.speed) and the RFC 2544 rule built on it:
+a trial during which the host gave the guest's CPU less is measured again,
+then left out with its reason, like one another task disturbed."""
+import json
+import os
+import shutil
+
+import pytest
+
+from nslab.experiments.rfc2544.model import SLOWED, disturbed
+from nslab.traffic import speed
+from nslab.traffic.speed import SpeedWatch, slowdown_pct
+
+
+def test_slowdown_is_the_extra_time_over_the_fastest_reading():
+    assert slowdown_pct(2.3, 2.3) == 0.0
+    assert slowdown_pct(4.14, 2.3) == pytest.approx(80.0)
+    assert slowdown_pct(2.2, 2.3) == 0.0  # a new fastest reading is not a slowdown
+    assert slowdown_pct(3.0, float("inf")) == 0.0  # no reference yet
+
+
+def test_the_watch_keeps_each_cpus_fastest_and_judges_a_trials_ends_against_it(monkeypatch):
+    # readings as the development VM gave them: 2.3 ms at full speed, 4.1 ms
+    # in one of the host's slow stretches
+    seq = iter([2.35, 2.31, 2.30, 2.40, 2.32, 2.36, 4.10, 2.33, 2.31, 2.34])
+    monkeypatch.setattr(speed, "probe_ms", lambda cpu: next(seq))
+    w = SpeedWatch([1, 0])
+    w.prime(2)
+    assert w.cpus == [0, 1] and w.fastest == {0: 2.30, 1: 2.31}
+    before, after = w.read(), w.read()  # CPU0 slowed at the trial's start
+    assert w.slowdown(0, before, after) == pytest.approx(100 * (4.10 / 2.30 - 1))
+    assert w.slowdown(1, before, after) == pytest.approx(100 * (2.36 / 2.31 - 1))
+    assert w.slowdown(1) == 0.0
+
+
+def test_the_probe_times_work_on_the_cpu_it_names_and_gives_the_thread_back():
+    mine = os.sched_getaffinity(0)
+    cpu = min(mine)
+    ms = speed.probe_ms(cpu, steps=20_000, tries=2)
+    assert 0 < ms < 1000 and os.sched_getaffinity(0) == mine
+
+
+def test_a_trial_on_a_slowed_cpu_is_disturbed_with_its_own_reason():
+    quiet = {"dut": {"other_pct": 1.0, "slowdown_pct": 3.0},
+             "gen": {"other_pct": 2.0, "slowdown_pct": 4.0}}
+    assert disturbed(quiet, 10.0, 10.0) is None
+    slow = {"dut": {"other_pct": 1.0, "slowdown_pct": 3.0},
+            "gen": {"other_pct": 2.0, "slowdown_pct": 55.4}}
+    why = disturbed(slow, 10.0, 10.0)
+    assert why == ("host interference: the generator/sink CPU ran 55 % slower than its fastest "
+                   "in this run (over 10 %: the host gave this guest's CPU less)")
+    assert SLOWED in why
+    assert disturbed(slow, 10.0) is None  # no slowdown threshold: the rule is off
+    # records from before the speed was measured carry no slowdown
+    assert disturbed({"dut": {"other_pct": 1.0}, "gen": {"other_pct": 2.0}}, 10.0, 10.0) is None
+    # other tasks' time is named first when both hold
+    both = {"dut": {"other_pct": 30.0, "slowdown_pct": 60.0}, "gen": {"other_pct": 0.0}}
+    assert "30 % of the DUT CPU's time went to other tasks" in disturbed(both, 10.0, 10.0)
+
+
+def test_a_claim_whose_searches_the_host_slowed_says_so(tmp_path):
+    """A stored run whose bridge search at 64 B stayed disturbed because the
+    host slowed the DUT's CPU (no other task ran there): the knee claim is
+    undecided and its reason names the slowdown, not other tasks."""
+    from nslab.experiments.rfc2544.study import Rfc2544Study
+    from tests.conftest import data
+    run = tmp_path / "nl0001"
+    shutil.copytree(data("rfc2544_run"), run)
+    out = []
+    for line in (run / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["params"] == {"dut": "bridge", "frame": 64, "repeat": 0, "test": "throughput"}:
+            m = r["measurements"]
+            m["searches_fps"] = [m["throughput_fps"], 40000.0]
+            m["searches_disturbed"] = [False, True]
+            m["probes"][-1]["invalid"] = [
+                "host interference: the DUT CPU ran 62 % slower than its fastest in this run "
+                "(over 10 %: the host gave this guest's CPU less) (3 tries)"]
+            m["probes"][-1].update(dut_other_pct=0.4, gen_other_pct=1.0, dut_slowdown_pct=61.9,
+                                   gen_slowdown_pct=3.0)
+        out.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    claims = {c.claim: c for c in Rfc2544Study().report(str(run)).claims}
+    knee = claims["The bridge saturates at ~66 kfps of 64-byte frames (Table 3)"]
+    assert knee.verdict == "undecided"
+    assert knee.why == ("host interference: the DUT CPU ran up to 62 % slower than its fastest "
+                        "in this run (the host gave the guest less) (1 of 2 searches of the "
+                        "bridge at 64 B left out)")
