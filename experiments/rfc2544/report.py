@@ -4,8 +4,10 @@ frame size at low and high input rate), latency vs offered load (log axis),
 and the claims."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
+import re
 import statistics
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
@@ -311,9 +313,43 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
            prov: Optional[Dict[str, Any]] = None) -> List[Claim]:
     """The paper's claims, each with an interval and a verdict."""
     c = _ClaimInputs(recs, duts, pub, prov)
-    return (same_forwarding_claims(c) + router_latency_claims(c) + knee_claims(c)
+    made = (same_forwarding_claims(c) + router_latency_claims(c) + knee_claims(c)
             + cpu_limit_claims(c) + load_curve_claims(c) + mlrsearch_claims(c)
             + back_to_back_claims(c))
+    return [host_noted(x, recs) for x in made]
+
+
+def _first_pct(reason: str) -> float:
+    """The first "N %" of a reason (0 when it has none)."""
+    m = re.search(r"(\d+(?:\.\d+)?) %", reason)
+    return float(m.group(1)) if m else 0.0
+
+
+def host_noted(claim: Claim, recs: List[RfcRecord]) -> Claim:
+    """An undecided claim whose own reason does not name host interference,
+    with how many of the trials it reads (:attr:`Claim.reads`) host
+    interference left out, and the worst of it: the interval it gives may be
+    wide, or missing, for that reason rather than the DUT's."""
+    if claim.verdict != "undecided" or claim.why.startswith("host interference") \
+            or not claim.reads:
+        return claim
+    total, hit = 0, []
+    for r in recs:
+        if not any(all(getattr(r.params, k) == v for k, v in want.items())
+                   for want in claim.reads):
+            continue
+        m = r.measurements
+        tries = (m.trials if isinstance(m, Trials) else m.probes if isinstance(m, Throughput)
+                 else [])
+        for t in tries:
+            total += 1
+            hit += [str(w) for w in (t.invalid or []) if str(w).startswith("host interference")]
+    if not hit:
+        return claim
+    worst = max(hit, key=_first_pct)
+    worst = re.sub(r"^host interference: ", "", re.sub(r" \(\d+ tries\)$", "", worst))
+    return dataclasses.replace(claim, why=f"{claim.why}; host interference left out {len(hit)} "
+                               f"of {total} trials it reads (worst: {worst})")
 
 
 class _ClaimInputs:
@@ -432,10 +468,12 @@ def knee_claims(c: _ClaimInputs) -> List[Claim]:
         verdict, why = "undecided", limited_why([("bridge", 64)], c.limited)
     elif cal and cal.get("checked") is False:
         last = (cal.get("checks") or [{}])[-1]
+        bad = [str(w) for x in last.get("readings") or [] for w in x.get("invalid") or []]
         verdict, why = "undecided", (
             f"the calibration was not confirmed: its check forwarded "
             f"{float(last.get('capacity_fps', 0)):,.0f} fps with {cal['filters']} filters, "
-            f"not within 5 % of {float(cal.get('target_fps', 0)):,.0f}")
+            + (f"but a reading of it was left out ({bad[0]})" if bad else
+               f"not within 5 % of {float(cal.get('target_fps', 0)):,.0f}"))
     elif c.too_few([("bridge", 64)]):
         verdict, why = "undecided", str(c.too_few([("bridge", 64)]))
     return [Claim(title, f"bridge throughput at 64 B: {est.fmt(1e-3, 1, ' kfps')} ({how})",
@@ -452,10 +490,10 @@ def cpu_limit_claims(c: _ClaimInputs) -> List[Claim]:
         occ = [o for r in by_test(c.recs, "throughput")
                if r.params.dut == dut and r.params.frame == 64
                for o in r.measurements.occupancy_at_throughput_pct]  # type: ignore[union-attr]
-        if not occ and baseline_why(c.recs, dut):
-            out.append(Claim(title, "no occupancy figure left", "undecided",
-                             str(baseline_why(c.recs, dut)), c.src, published,
-                             reads("throughput", [(dut, 64)])))
+        why = baseline_why(c.recs, dut) or c.noisy.get((dut, 64))
+        if not occ and why:  # the claim stays, saying why it has no figure
+            out.append(Claim(title, "no occupancy figure left", "undecided", str(why), c.src,
+                             published, reads("throughput", [(dut, 64)])))
         elif occ:
             est = mean(occ)
             chk = judge(est, SATURATED_PCT, math.inf, "a saturated CPU, i.e.", 1, " %", 0,

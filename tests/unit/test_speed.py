@@ -86,3 +86,72 @@ def test_a_claim_whose_searches_the_host_slowed_says_so(tmp_path):
     assert knee.why == ("host interference: the DUT CPU ran up to 62 % slower than its fastest "
                         "in this run (the host gave the guest less) (1 of 2 searches of the "
                         "bridge at 64 B left out)")
+
+
+def test_an_undecided_claim_says_how_many_of_its_trials_host_interference_left_out(tmp_path):
+    """A claim whose own reason is about its interval (too few samples, or
+    one that straddles its band) also says how many of the trials it reads
+    were left out for host interference, and the worst; a decided claim and
+    one whose reason names the interference already are left as they are."""
+    from nslab.experiments.rfc2544.report import host_noted
+    from nslab.experiments.rfc2544.records import SCHEMA
+    from nslab.store.reporting import Claim
+    from tests.conftest import data
+    run = tmp_path / "nl0001"
+    shutil.copytree(data("rfc2544_run"), run)
+    out = []
+    for line in (run / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["params"] == {"dut": "router", "frame": 64, "repeat": 0, "test": "throughput"}:
+            probes = r["measurements"]["probes"]
+            probes[0]["invalid"] = ["host interference: the DUT CPU ran 41 % slower than its "
+                                    "fastest in this run (over 10 %: the host gave this "
+                                    "guest's CPU less) (3 tries)"]
+            probes[1]["invalid"] = ["host interference: 23 % of the DUT CPU's time went to "
+                                    "other tasks (over 10 %) (3 tries)"]
+            n = len(probes)
+        out.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    recs = SCHEMA.load(str(run))
+    reads = [{"test": "throughput", "dut": "router", "frame": 64}]
+    c = Claim("router: the CPU is the limit", "n=1", "undecided", "n=1: no interval", reads=reads)
+    assert host_noted(c, recs).why == (
+        f"n=1: no interval; host interference left out 2 of {n} trials it reads (worst: the "
+        "DUT CPU ran 41 % slower than its fastest in this run (over 10 %: the host gave this "
+        "guest's CPU less))")
+    decided = Claim("router: the CPU is the limit", "97 %", "agrees", "inside", reads=reads)
+    assert host_noted(decided, recs) is decided
+    said = Claim("x", "", "undecided", "host interference: 23 % of ...", reads=reads)
+    assert host_noted(said, recs) is said
+    elsewhere = Claim("x", "", "undecided", "n=1", reads=[{"test": "latency"}])
+    assert host_noted(elsewhere, recs) is elsewhere
+
+
+def test_a_cpu_claim_whose_searches_were_all_left_out_stays_undecided_with_the_reason(tmp_path):
+    """Every search of the router at 64 B left out because the host slowed the
+    DUT's CPU: no occupancy figure is left, and the claim is still made
+    (undecided, with the reason), not dropped from the table."""
+    from nslab.experiments.rfc2544.study import Rfc2544Study
+    from tests.conftest import data
+    run = tmp_path / "nl0001"
+    shutil.copytree(data("rfc2544_run"), run)
+    out = []
+    for line in (run / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["params"] == {"dut": "router", "frame": 64, "repeat": 0, "test": "throughput"}:
+            m = r["measurements"]
+            m["searches_fps"] = [m["throughput_fps"], 40000.0]
+            m["searches_disturbed"] = [True, True]
+            m["occupancy_at_throughput_pct"] = []
+            r["schema_version"] = 2
+            m["probes"][-1]["invalid"] = [
+                "host interference: the DUT CPU ran 82 % slower than its fastest in this run "
+                "(over 10 %: the host gave this guest's CPU less) (3 tries)"]
+            m["probes"][-1].update(dut_other_pct=0.2, gen_other_pct=0.5, dut_slowdown_pct=82.0,
+                                   gen_slowdown_pct=1.0)
+        out.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    claims = {c.claim: c for c in Rfc2544Study().report(str(run)).claims}
+    cpu = claims["router: the CPU is the limit (it saturates at the throughput)"]
+    assert cpu.verdict == "undecided" and cpu.measured == "no occupancy figure left"
+    assert cpu.why.startswith("host interference: the DUT CPU ran up to 82 % slower"), cpu.why
