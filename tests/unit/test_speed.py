@@ -58,28 +58,39 @@ def test_a_trial_on_a_slowed_cpu_is_disturbed_with_its_own_reason():
     assert "30 % of the DUT CPU's time went to other tasks" in disturbed(both, 10.0, 10.0)
 
 
+def throughput_edited(tmp_path, dut, edit):
+    """The captured RFC 2544 run, copied, with ``edit(record)`` applied to the
+    throughput record of ``dut`` at 64 B."""
+    from tests.conftest import data
+    run = tmp_path / "nl0001"
+    shutil.copytree(data("rfc2544_run"), run)
+    want = {"dut": dut, "frame": 64, "repeat": 0, "test": "throughput"}
+    out = []
+    for line in (run / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["params"] == want:
+            edit(r)
+        out.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    return run
+
+
 def test_a_claim_whose_searches_the_host_slowed_says_so(tmp_path):
     """A stored run whose bridge search at 64 B stayed disturbed because the
     host slowed the DUT's CPU (no other task ran there): the knee claim is
     undecided and its reason names the slowdown, not other tasks."""
     from nslab.experiments.rfc2544.study import Rfc2544Study
-    from tests.conftest import data
-    run = tmp_path / "nl0001"
-    shutil.copytree(data("rfc2544_run"), run)
-    out = []
-    for line in (run / "records.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r["params"] == {"dut": "bridge", "frame": 64, "repeat": 0, "test": "throughput"}:
-            m = r["measurements"]
-            m["searches_fps"] = [m["throughput_fps"], 40000.0]
-            m["searches_disturbed"] = [False, True]
-            m["probes"][-1]["invalid"] = [
-                "host interference: the DUT CPU ran 62 % slower than its fastest in this run "
-                "(over 10 %: the host gave this guest's CPU less) (3 tries)"]
-            m["probes"][-1].update(dut_other_pct=0.4, gen_other_pct=1.0, dut_slowdown_pct=61.9,
-                                   gen_slowdown_pct=3.0)
-        out.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+
+    def edit(r):
+        m = r["measurements"]
+        m["searches_fps"] = [m["throughput_fps"], 40000.0]
+        m["searches_disturbed"] = [False, True]
+        m["probes"][-1]["invalid"] = [
+            "host interference: the DUT CPU ran 62 % slower than its fastest in this run "
+            "(over 10 %: the host gave this guest's CPU less) (3 tries)"]
+        m["probes"][-1].update(dut_other_pct=0.4, gen_other_pct=1.0, dut_slowdown_pct=61.9,
+                               gen_slowdown_pct=3.0)
+    run = throughput_edited(tmp_path, "bridge", edit)
     claims = {c.claim: c for c in Rfc2544Study().report(str(run)).claims}
     knee = claims["The bridge saturates at ~66 kfps of 64-byte frames (Table 3)"]
     assert knee.verdict == "undecided"
@@ -96,22 +107,18 @@ def test_an_undecided_claim_says_how_many_of_its_trials_host_interference_left_o
     from nslab.experiments.rfc2544.report import host_noted
     from nslab.experiments.rfc2544.records import SCHEMA
     from nslab.store.reporting import Claim
-    from tests.conftest import data
-    run = tmp_path / "nl0001"
-    shutil.copytree(data("rfc2544_run"), run)
-    out = []
-    for line in (run / "records.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r["params"] == {"dut": "router", "frame": 64, "repeat": 0, "test": "throughput"}:
-            probes = r["measurements"]["probes"]
-            probes[0]["invalid"] = ["host interference: the DUT CPU ran 41 % slower than its "
-                                    "fastest in this run (over 10 %: the host gave this "
-                                    "guest's CPU less) (3 tries)"]
-            probes[1]["invalid"] = ["host interference: 23 % of the DUT CPU's time went to "
-                                    "other tasks (over 10 %) (3 tries)"]
-            n = len(probes)
-        out.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    n = 0
+
+    def edit(r):
+        nonlocal n
+        probes = r["measurements"]["probes"]
+        probes[0]["invalid"] = ["host interference: the DUT CPU ran 41 % slower than its "
+                                "fastest in this run (over 10 %: the host gave this "
+                                "guest's CPU less) (3 tries)"]
+        probes[1]["invalid"] = ["host interference: 23 % of the DUT CPU's time went to "
+                                "other tasks (over 10 %) (3 tries)"]
+        n = len(probes)
+    run = throughput_edited(tmp_path, "router", edit)
     recs = SCHEMA.load(str(run))
     reads = [{"test": "throughput", "dut": "router", "frame": 64}]
     c = Claim("router: the CPU is the limit", "n=1", "undecided", "n=1: no interval", reads=reads)
@@ -132,25 +139,19 @@ def test_a_cpu_claim_whose_searches_were_all_left_out_stays_undecided_with_the_r
     DUT's CPU: no occupancy figure is left, and the claim is still made
     (undecided, with the reason), not dropped from the table."""
     from nslab.experiments.rfc2544.study import Rfc2544Study
-    from tests.conftest import data
-    run = tmp_path / "nl0001"
-    shutil.copytree(data("rfc2544_run"), run)
-    out = []
-    for line in (run / "records.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r["params"] == {"dut": "router", "frame": 64, "repeat": 0, "test": "throughput"}:
-            m = r["measurements"]
-            m["searches_fps"] = [m["throughput_fps"], 40000.0]
-            m["searches_disturbed"] = [True, True]
-            m["occupancy_at_throughput_pct"] = []
-            r["schema_version"] = 2
-            m["probes"][-1]["invalid"] = [
-                "host interference: the DUT CPU ran 82 % slower than its fastest in this run "
-                "(over 10 %: the host gave this guest's CPU less) (3 tries)"]
-            m["probes"][-1].update(dut_other_pct=0.2, gen_other_pct=0.5, dut_slowdown_pct=82.0,
-                                   gen_slowdown_pct=1.0)
-        out.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+
+    def edit(r):
+        m = r["measurements"]
+        m["searches_fps"] = [m["throughput_fps"], 40000.0]
+        m["searches_disturbed"] = [True, True]
+        m["occupancy_at_throughput_pct"] = []
+        r["schema_version"] = 2
+        m["probes"][-1]["invalid"] = [
+            "host interference: the DUT CPU ran 82 % slower than its fastest in this run "
+            "(over 10 %: the host gave this guest's CPU less) (3 tries)"]
+        m["probes"][-1].update(dut_other_pct=0.2, gen_other_pct=0.5, dut_slowdown_pct=82.0,
+                               gen_slowdown_pct=1.0)
+    run = throughput_edited(tmp_path, "router", edit)
     claims = {c.claim: c for c in Rfc2544Study().report(str(run)).claims}
     cpu = claims["router: the CPU is the limit (it saturates at the throughput)"]
     assert cpu.verdict == "undecided" and cpu.measured == "no occupancy figure left"
