@@ -5,6 +5,7 @@ import random
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from nslab.model.shaping import frame_rate
+from nslab.store.reporting import named
 
 #: The paper's Table 3 input rates (frames/s, 64-byte frames).
 PAPER_FPS = [100, 1000, 10000, 20000, 40000, 50000, 55556, 58824, 62500, 64516, 65574, 66225,
@@ -260,8 +261,9 @@ def disturbed(interference: Optional[Dict[str, Dict[str, Any]]],
         if not got:
             continue
         if float(got["other_pct"]) > threshold_pct:
+            who = named(got.get("top"))
             return (f"host interference: {float(got['other_pct']):.0f} % of {what}'s time went to "
-                    f"other tasks (over {threshold_pct:g} %)")
+                    f"other tasks (over {threshold_pct:g} %{'; ' + who if who else ''})")
         slow = got.get("slowdown_pct")
         if slowdown_pct is not None and slow is not None and float(slow) > slowdown_pct:
             return (f"host interference: {what} ran {float(slow):.0f} % {SLOWED} (over "

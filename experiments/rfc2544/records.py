@@ -8,7 +8,7 @@ at 1,000 fps; version 1 records read as one search each.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 from typing_extensions import Literal
 
@@ -48,6 +48,8 @@ class CpuInterference(Strict):
     #: how much slower than its fastest in the run the CPU ran at the trial's
     #: ends, percent (:mod:`nslab.traffic.speed`; None: older runs)
     slowdown_pct: Optional[float] = None
+    #: the other tasks that ran most there: [name, ms], largest first (None: older runs)
+    top: Optional[List[Tuple[str, float]]] = None
 
 
 class Trial(Strict):

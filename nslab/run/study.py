@@ -408,7 +408,7 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
     ``disturbed`` and reports leave it out. Studies that account and re-run
     each trial themselves (RFC 2544: ``Study.reruns_points`` False) only
     record it."""
-    from ..traffic.interference import Watch, account, others_share, worst
+    from ..traffic.interference import Watch, account, others_share, top_others, worst
     ncpus = os.cpu_count() or 1
     watch = Watch(range(ncpus))
     threshold = float(getattr(cfg, "host_pct", 10.0))
@@ -429,7 +429,8 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
     host = {"other_pct": {str(c): round(v.other_pct, 2) for c, v in found.items()},
             "worst_cpu": cpu, "worst_pct": round(share, 2),
             "source": "task scan: share of all CPUs", "reruns": tries,
-            "disturbed": share > threshold and study.reruns_points, "threshold_pct": threshold}
+            "disturbed": share > threshold and study.reruns_points, "threshold_pct": threshold,
+            "top": [[name, round(ms, 1)] for name, ms in top_others(a, b)]}
     return m, raw, summary, host
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generic, List, Optional, Type, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, Type, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -46,6 +46,8 @@ class HostLoad(Strict):
     reruns: int = 0
     disturbed: bool = False
     threshold_pct: float
+    #: the other tasks that ran most: [name, ms], largest first
+    top: List[Tuple[str, float]] = []
 
 
 class Record(Strict, Generic[P, M]):

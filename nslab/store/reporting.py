@@ -54,14 +54,33 @@ class Claim:
                              f"{', '.join(VERDICTS)}")
 
 
+def named(top: object) -> str:
+    """"most to chromium (120 ms), kworker/1 (8 ms)" from a record's ``top``
+    list (its [name, ms] pairs; "" when none ran half a millisecond)."""
+    if not isinstance(top, (list, tuple)) or not top:
+        return ""
+    parts = []
+    for item in top[:3]:
+        try:
+            name, ms = str(item[0]), float(item[1])
+        except (TypeError, ValueError, IndexError):
+            continue
+        if ms >= 0.5:  # a task that barely ran names nothing
+            parts.append(f"{name} ({ms:.0f} ms)")
+    return "most to " + ", ".join(parts) if parts else ""
+
+
 def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
     """The claims, an undecided one's reason followed by the host
     interference that left points out, if any did (``host.disturbed``)."""
     hit = [r.host for r in records if disturbed(r)]
     if not hit:
         return claims
-    note = (f"host interference: other tasks took up to {max(h.worst_pct for h in hit):.0f} % of "
-            f"the CPUs during {len(hit)} of {len(records)} points (measured again, then left out)")
+    worst = max(hit, key=lambda h: h.worst_pct)
+    who = named(worst.top)
+    note = (f"host interference: other tasks took up to {worst.worst_pct:.0f} % of "
+            f"the CPUs during {len(hit)} of {len(records)} points (measured again, then left out"
+            f"{'; at worst ' + who if who else ''})")
     return [dataclasses.replace(c, why=f"{c.why}; {note}")
             if c.verdict == "undecided" else c for c in claims]
 

@@ -64,6 +64,8 @@ class Task:
     times: SchedTimes
     cpus: FrozenSet[int]
     bed: bool
+    #: the thread's name (``comm``), for naming who took the time
+    name: str = ""
 
 
 @dataclass
@@ -83,6 +85,8 @@ class CpuInterference:
     other_ms: float
     bed_wait_ms: float
     source: str  # "task scan (upper bound)"
+    #: the other tasks that ran most there: (name, ms), largest first
+    top: Tuple[Tuple[str, float], ...] = ()
 
     @property
     def other_pct(self) -> float:
@@ -92,7 +96,8 @@ class CpuInterference:
     def as_dict(self) -> Dict[str, object]:
         return {"cpu": self.cpu, "window_s": round(self.window_s, 4),
                 "other_ms": round(self.other_ms, 3), "other_pct": round(self.other_pct, 2),
-                "bed_wait_ms": round(self.bed_wait_ms, 3), "source": self.source}
+                "bed_wait_ms": round(self.bed_wait_ms, 3), "source": self.source,
+                "top": [[name, round(ms, 1)] for name, ms in self.top]}
 
 
 def _read(path: str) -> Optional[str]:
@@ -169,11 +174,12 @@ class Watch:
                 except (OSError, ValueError):
                     continue
                 is_bed = pid in bed
+                comm = ""
                 if not is_bed:
                     comm = (_read(f"{self.proc}/{pid}/task/{t}/comm") or "").strip()
                     is_bed = comm.startswith(BED_KTHREAD_PREFIXES) or (
                         (_read(f"{self.proc}/{pid}/comm") or "").strip() == "ovs-vswitchd")
-                snap.tasks[tid] = Task(times, allowed, is_bed)
+                snap.tasks[tid] = Task(times, allowed, is_bed, comm)
         return snap
 
     def _affinity(self, pid: int, tid: str) -> FrozenSet[int]:
@@ -214,12 +220,27 @@ def account(a: Snapshot, b: Snapshot, cpus: Iterable[int]) -> Dict[int, CpuInter
     moved = _deltas(a, b)
     out: Dict[int, CpuInterference] = {}
     for cpu in cpus:
-        other = sum(run for t, run, _ in moved if not t.bed and cpu in t.cpus)
+        others = [(t.name, run) for t, run, _ in moved if not t.bed and cpu in t.cpus and run]
         bed_wait = sum(wait for t, _, wait in moved if t.bed and t.cpus == frozenset({cpu}))
-        out[cpu] = CpuInterference(cpu, window, other / 1e6, bed_wait / 1e6,
+        out[cpu] = CpuInterference(cpu, window, sum(run for _, run in others) / 1e6,
+                                   bed_wait / 1e6,
                                    "task scan (upper bound)" if b.tasks else
-                                   "unavailable: no /proc/<pid>/schedstat (CONFIG_SCHED_INFO)")
+                                   "unavailable: no /proc/<pid>/schedstat (CONFIG_SCHED_INFO)",
+                                   top=top_tasks(others))
     return out
+
+
+def top_tasks(runs: Iterable[Tuple[str, int]], n: int = 3) -> Tuple[Tuple[str, float], ...]:
+    """The ``n`` names that ran longest, from (thread name, ns run) pairs: threads
+    of one name add up (a kernel worker's name without its number, ``kworker/1:2``
+    as ``kworker/1``), in ms, largest first."""
+    by: Dict[str, int] = {}
+    for name, ns in runs:
+        key = name.split(":", 1)[0] if name.startswith("kworker/") else (name or "?")
+        by[key] = by.get(key, 0) + ns
+    ranked = sorted(by.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return tuple((name, ns / 1e6) for name, ns in ranked)
+
 
 
 def others_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
@@ -231,6 +252,12 @@ def others_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
         return 0.0
     other = sum(run for t, run, _ in _deltas(a, b) if not t.bed)
     return 100.0 * other / 1e9 / (window * ncpus)
+
+
+def top_others(a: Snapshot, b: Snapshot, n: int = 3) -> Tuple[Tuple[str, float], ...]:
+    """The other tasks that ran most between two snapshots, each counted once
+    (:func:`top_tasks`)."""
+    return top_tasks([(t.name, run) for t, run, _ in _deltas(a, b) if not t.bed and run], n)
 
 
 def accounting_source() -> str:

@@ -146,8 +146,26 @@ def query(base, promql, at=None):
 
 def one_value(base, promql, at=None):
     result = query(base, promql, at)
-    assert len(result) == 1, (promql, result)
+    assert len(result) == 1, (promql, result, held(base, at))
     return float(result[0]["value"][1])
+
+
+def held(base, at):
+    """What Prometheus holds in the 12 s before ``at``: each series' sample
+    times (relative to ``at``), and its scrapes' health and durations (for a
+    failure's message)."""
+    if at is None:
+        return {}
+    out = {}
+    for what in ('nslab_interface_transmit_bytes_total{node="h1",interface="h1-eth0"}',
+                 "up", "scrape_duration_seconds", "nslab_watch_samples_total"):
+        try:
+            for series in query(base, f"{what}[12s]", at):
+                out[what.split("{")[0]] = [(round(float(t) - at, 2), v)
+                                           for t, v in series["values"]]
+        except (OSError, AssertionError, KeyError, ValueError) as exc:
+            out[what] = repr(exc)
+    return out
 
 
 class Scraper(threading.Thread):

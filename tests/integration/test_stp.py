@@ -30,7 +30,22 @@ def test_torus_on_linux_bridges_settles_and_forwards(make_lab):
     # settled: every port forwards or blocks, and some block (the loops are cut)
     assert set(states.values()) <= {"forwarding", "blocking"}, states
     assert "blocking" in states.values()
-    assert reach_all(lab, ["h1x1", "h2x3"]) == []
+    failed = reach_all(lab, ["h1x1", "h2x3"])
+    assert failed == [], (failed, bridges_now(lab))
+
+
+def bridges_now(lab):
+    """Every switch's port states, root and topology-change flag, as a failure's
+    message: whether STP moved after the lab called it settled."""
+    out = {}
+    for sw in lab.topology.switches():
+        ports = json.loads(lab[sw].run(["bridge", "-j", "link", "show"]).stdout or "[]")
+        flags = {f: lab[sw].run(["cat", f"/sys/class/net/{sw}/bridge/{f}"],
+                                check=False).stdout.strip()
+                 for f in ("root_id", "topology_change", "topology_change_detected")}
+        out[sw] = dict(flags, ports={p["ifname"]: p.get("state") for p in ports
+                                     if p.get("master") == sw})
+    return out
 
 
 @needs("ovs", "ping")

@@ -1,6 +1,7 @@
 import pytest
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -163,6 +164,13 @@ def test_a_hog_on_the_dut_cpu_is_seen_and_its_trials_rerun_or_excluded_flipping_
                for p in qprobes)
     probed = {round(p["target_fps"]) for p in qprobes}
     assert all(round(f) in probed for f in qrec["measurements"]["searches_fps"] if f > 0)
-    # by other tasks (the host's own slow stretches are not this test's to control)
-    assert not any(w.startswith("host interference") and SLOWED not in w
-                   for p in qrec["measurements"]["probes"] for w in (p["invalid"] or []))
+    # by the bed's own tasks counted as others: a quiet run's trial flagged for
+    # other tasks names them, and none is the bed's (a CI machine's own daemons
+    # may run there; the host's slow stretches are not this test's to control)
+    for p in qprobes:
+        for w in (p["invalid"] or []):
+            if w.startswith("host interference") and SLOWED not in w:
+                assert "most to " in w, w
+                names = re.findall(r"(?:most to |, )(\S+) \(\d+ ms\)", w)
+                assert names and not any(n.startswith(("nslab", "ksoftirqd/", "napi/"))
+                                         for n in names), w

@@ -5,8 +5,9 @@ import os
 import pytest
 
 from nslab.traffic.interference import (SchedTimes, Snapshot, Task, Watch, account, others_share,
-                                parse_cpu_list, parse_task_schedstat, worst)
+                                        parse_cpu_list, parse_task_schedstat, top_others, worst)
 from nslab.experiments.rfc2544.model import baseline_of, cost_unmeasured, disturbed
+from nslab.store.reporting import named
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "data", "proc")
 KERNELS = sorted(d for d in os.listdir(DATA) if os.path.isdir(os.path.join(DATA, d)))
@@ -67,8 +68,30 @@ def test_task_schedstat_and_cpu_lists():
     assert parse_cpu_list("1") == {1}
 
 
-def task(run_ms, cpus, bed=False, wait_ms=0):
-    return Task(SchedTimes(int(run_ms * 1e6), int(wait_ms * 1e6)), frozenset(cpus), bed)
+def task(run_ms, cpus, bed=False, wait_ms=0, name=""):
+    return Task(SchedTimes(int(run_ms * 1e6), int(wait_ms * 1e6)), frozenset(cpus), bed, name)
+
+
+def test_the_other_tasks_that_took_the_time_are_named_largest_first():
+    a = Snapshot(0.0, {1: task(0, {1}, bed=True, name="nslab-pktgen"),
+                       2: task(0, {0, 1}, name="chromium"), 3: task(0, {1}, name="kworker/1:0"),
+                       4: task(0, {1}, name="kworker/1:2"), 5: task(0, {0}, name="apt")})
+    b = Snapshot(1.0, {1: task(900, {1}, bed=True, name="nslab-pktgen"),
+                       2: task(120, {0, 1}, name="chromium"),
+                       3: task(5, {1}, name="kworker/1:0"), 4: task(4, {1}, name="kworker/1:2"),
+                       5: task(300, {0}, name="apt"), 6: task(0, {1}, name="idle-born")})
+    found = account(a, b, [0, 1])
+    # the bed's own thread is never named; a kernel worker's threads add up by CPU
+    assert found[1].top == (("chromium", 120.0), ("kworker/1", 9.0))
+    assert found[0].top[0] == ("apt", 300.0)
+    assert found[1].as_dict()["top"] == [["chromium", 120.0], ["kworker/1", 9.0]]
+    assert top_others(a, b, 2) == (("apt", 300.0), ("chromium", 120.0))
+    # the reason a trial gives names them, as a record stores them
+    why = disturbed({"dut": found[1].as_dict(), "gen": {"other_pct": 0}}, 5.0)
+    assert why == ("host interference: 13 % of the DUT CPU's time went to other tasks "
+                   "(over 5 %; most to chromium (120 ms), kworker/1 (9 ms))")
+    assert named([]) == "" and named(None) == "" and named([["x"]]) == ""
+    assert named([["apt", 12.4], ["memfd:sealed-91", 0.2]]) == "most to apt (12 ms)"
 
 
 def test_a_thread_born_inside_the_window_counts_from_zero_and_each_once_in_the_share():
