@@ -120,6 +120,9 @@ class _Interference(BaseModel):
     reruns: int = Field(0, ge=0)
     excluded: int = Field(0, ge=0)
     worst_other_pct: Optional[float] = Field(None, ge=0)
+    #: the most a bed CPU ran slower than its fastest in the run (RFC 2544's
+    #: trials, :mod:`nslab.traffic.speed`); None: not measured
+    worst_slowdown_pct: Optional[float] = Field(None, ge=0)
 
 
 def _checked(model: Any, value: Any, where: str) -> Any:
@@ -157,16 +160,21 @@ def _dicts(obj: Any, depth: int = 0) -> Iterator[Dict[str, Any]]:
 def interference_of_records(run_dir: str) -> Optional[_Interference]:
     """Trials or points re-run or excluded for host interference, from the
     run's records: a trial's ``interference_reruns``, an ``invalid`` reason
-    that starts "host interference" and the worst ``interference.*.other_pct``
-    (RFC 2544 trials); a record's ``host`` (every study's points: ``reruns``,
+    that starts "host interference", the worst ``interference.*.other_pct``
+    and ``interference.*.slowdown_pct`` (RFC 2544 trials); a record's ``host`` (every study's points: ``reruns``,
     ``disturbed``, ``worst_pct``). None when nothing was accounted (the run
     predates it)."""
-    accounted, reruns, excluded, worst = False, 0, 0, None
+    accounted, reruns, excluded, worst, slowest = False, 0, 0, None, None
 
     def seen(pct: Any) -> None:
         nonlocal worst
         if _number(pct):
             worst = pct if worst is None else max(worst, pct)
+
+    def slowed(pct: Any) -> None:
+        nonlocal slowest
+        if _number(pct) and pct >= 0:
+            slowest = pct if slowest is None else max(slowest, pct)
     for rec in ResultStore.open(run_dir).records():
         host = rec.get("host")
         if isinstance(host, dict):
@@ -187,9 +195,11 @@ def interference_of_records(run_dir: str) -> Optional[_Interference]:
             cpus = d.get("interference")
             for cpu in (cpus.values() if isinstance(cpus, dict) else ()):
                 seen(cpu.get("other_pct") if isinstance(cpu, dict) else None)
+                slowed(cpu.get("slowdown_pct") if isinstance(cpu, dict) else None)
     if not accounted:
         return None
-    return _Interference(reruns=reruns, excluded=excluded, worst_other_pct=worst)
+    return _Interference(reruns=reruns, excluded=excluded, worst_other_pct=worst,
+                         worst_slowdown_pct=slowest)
 
 
 def write_report(root: str) -> Dict[str, str]:

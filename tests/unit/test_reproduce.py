@@ -169,7 +169,9 @@ def test_interference_is_read_from_the_trials(tmp_path):
     trials = [
         {"interference": {"dut": {"other_pct": 3.0}, "gen": {"other_pct": 1.0}},
          "interference_reruns": 0, "invalid": []},
-        {"interference": {"dut": {"other_pct": 12.5}}, "interference_reruns": 2, "invalid": []},
+        {"interference": {"dut": {"other_pct": 12.5, "slowdown_pct": 41.0},
+                          "gen": {"other_pct": 0.0, "slowdown_pct": 122.3}},
+         "interference_reruns": 2, "invalid": []},
         {"interference": {"dut": {"other_pct": 55.0}}, "interference_reruns": 2,
          "invalid": ["host interference: 55 % of the DUT CPU's time went to other tasks (3 tries)"]},
     ]
@@ -179,6 +181,8 @@ def test_interference_is_read_from_the_trials(tmp_path):
         f.write(json.dumps(rec) + "\n")
     got = interference_of_records(str(run))
     assert (got.reruns, got.excluded, got.worst_other_pct) == (5, 1, 55.0)
+    # the host's slowing of a CPU is its own figure, not folded into other tasks'
+    assert got.worst_slowdown_pct == 122.3
 
 
 def test_html_escapes_what_the_markdown_carries(tmp_path):
