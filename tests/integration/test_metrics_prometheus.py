@@ -231,6 +231,14 @@ def test_prometheus_rate_matches_iperf(make_lab, tmp_path):
         scraper = Scraper(f"{base}/metrics")  # a second scraper, 20 a second
         scraper.start()
         try:
+            # the totals below need a reading stored before t0: the target is up
+            # once its first scrape is reported, which can be within 0.1 s of t0
+            # (seen here: nothing stored before t0 - 0.1 s, 1 run in 8)
+            total = 'nslab_interface_transmit_bytes_total{node="h1",interface="h1-eth0"}'
+            deadline = time.monotonic() + 30
+            while not query(prom, total, time.time() - 0.5):
+                assert time.monotonic() < deadline, held(prom, time.time())
+                time.sleep(0.2)
             t0 = time.time()
             res = lab["h1"].run(["iperf", "-c", "10.0.0.2", "-u", "-b", "100M",
                                  "-l", str(PAYLOAD), "-t", "8", "-e"], check=False, timeout=60)
