@@ -48,7 +48,8 @@ class CpuInterference(Strict):
     #: how much slower than its fastest in the run the CPU ran at the trial's
     #: ends, percent (:mod:`nslab.traffic.speed`; None: older runs)
     slowdown_pct: Optional[float] = None
-    #: the other tasks that ran most there: [name, ms], largest first (None: older runs)
+    #: the other tasks that could have run most there (each counted on every
+    #: CPU it may run on): [name, ms], largest first (None: older runs)
     top: Optional[List[Tuple[str, float]]] = None
 
 
@@ -126,6 +127,10 @@ class Probe(Strict):
     #: try's ends, percent (None: older runs)
     dut_slowdown_pct: Optional[float] = None
     gen_slowdown_pct: Optional[float] = None
+    #: the other tasks that could have run most on each CPU during the (last)
+    #: try: [name, ms], largest first (None: older runs)
+    dut_top: Optional[List[Tuple[str, float]]] = None
+    gen_top: Optional[List[Tuple[str, float]]] = None
     #: frames in the DUT CPU's input queue as the window ended, and whether
     #: that many mean the DUT fell behind the offered rate (None: older runs)
     dut_queue_frames: Optional[int] = None

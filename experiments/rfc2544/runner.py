@@ -661,6 +661,8 @@ class Rfc2544Runner:
             probes[-1]["gen_other_pct"] = m["interference"]["gen"]["other_pct"]
             probes[-1]["dut_slowdown_pct"] = m["interference"]["dut"]["slowdown_pct"]
             probes[-1]["gen_slowdown_pct"] = m["interference"]["gen"]["slowdown_pct"]
+            probes[-1]["dut_top"] = m["interference"]["dut"]["top"]
+            probes[-1]["gen_top"] = m["interference"]["gen"]["top"]
             behind = fell_behind(m.get("dut_queue_frames"), step, cfg.warmup + (seconds or cfg.trial))
             probes[-1]["dut_queue_frames"] = m.get("dut_queue_frames")
             probes[-1]["fell_behind"] = behind

@@ -160,8 +160,10 @@ def _dicts(obj: Any, depth: int = 0) -> Iterator[Dict[str, Any]]:
 def interference_of_records(run_dir: str) -> Optional[_Interference]:
     """Trials or points re-run or excluded for host interference, from the
     run's records: a trial's ``interference_reruns``, an ``invalid`` reason
-    that starts "host interference", the worst ``interference.*.other_pct``
-    and ``interference.*.slowdown_pct`` (RFC 2544 trials); a record's ``host`` (every study's points: ``reruns``,
+    that starts "host interference", the worst other tasks' share and
+    slowdown of a bed CPU (RFC 2544 trials' ``interference.*.other_pct`` and
+    ``.slowdown_pct``, their probes' ``dut_``/``gen_other_pct`` and
+    ``_slowdown_pct``); a record's ``host`` (every study's points: ``reruns``,
     ``disturbed``, ``worst_pct``). None when nothing was accounted (the run
     predates it)."""
     accounted, reruns, excluded, worst, slowest = False, 0, 0, None, None
@@ -196,6 +198,10 @@ def interference_of_records(run_dir: str) -> Optional[_Interference]:
             for cpu in (cpus.values() if isinstance(cpus, dict) else ()):
                 seen(cpu.get("other_pct") if isinstance(cpu, dict) else None)
                 slowed(cpu.get("slowdown_pct") if isinstance(cpu, dict) else None)
+            # a throughput search's probe keeps them flat
+            for role in ("dut", "gen"):
+                seen(d.get(f"{role}_other_pct"))
+                slowed(d.get(f"{role}_slowdown_pct"))
     if not accounted:
         return None
     return _Interference(reruns=reruns, excluded=excluded, worst_other_pct=worst,

@@ -22,7 +22,7 @@ import signal
 import threading
 import time
 from types import FrameType
-from typing import Callable, Dict, Iterator, List, NoReturn, Optional, Sequence, Tuple
+from typing import Callable, Collection, Dict, Iterator, List, NoReturn, Optional, Sequence, Set, Tuple
 
 from . import caps, grants
 from ..model.fields import MAC_RE
@@ -55,16 +55,19 @@ TORN_DOWN: List[str] = []
 
 
 def stp_loops(switches: List[str], links: List[Tuple[str, str, str, str]],
-              states: Dict[str, str]) -> List[str]:
-    """What still keeps STP from one tree per group of connected ``switches``
-    (empty: nothing): ``links`` are ``(switch, port, switch, port)`` between
-    them, ``states`` every port's STP state. A link forwards when both its
-    ports do; the forwarding links must join each group's switches with one
-    link fewer than it has switches. Every port forwarding or blocking and
-    every bridge agreeing on the root is not enough: measured here, 1 lab in 8
-    had three ports still forwarding that blocked 3 s later (a loop), as
-    bridges relay BPDUs at most once a second per port (the hold time)."""
-    def groups(edges: List[Tuple[str, str]]) -> Dict[str, str]:
+              states: Dict[Tuple[str, str], str], open_to: Collection[str] = ()) -> List[str]:
+    """What still keeps STP from a tree among ``switches`` (empty: nothing):
+    ``links`` are ``(switch, port, switch, port)`` between them, ``states``
+    every port's STP state by ``(switch, port)``, ``open_to`` the switches that
+    also reach a bridge this check does not see (another kind of switch,
+    another host's, a lossy link). A link forwards when both its ports do. The
+    forwarding links must close no loop, and must join every group of
+    connected switches that is not open to an unseen bridge (through which
+    STP may have chosen the path). Every port forwarding or blocking and every
+    bridge agreeing on the root is not enough: measured here, 1 lab in 8 had
+    three ports still forwarding that blocked 3 s later (a loop)."""
+    def finder(edges: List[Tuple[str, str]]) -> Tuple[Dict[str, str], List[Tuple[str, str]]]:
+        """Each switch's group by ``edges``, and the edges that closed a loop."""
         head = {s: s for s in switches}
 
         def find(x: str) -> str:
@@ -72,26 +75,33 @@ def stp_loops(switches: List[str], links: List[Tuple[str, str, str, str]],
                 head[x] = head[head[x]]
                 x = head[x]
             return x
+        loops = []
         for a, b in edges:
-            head[find(a)] = find(b)
-        return {s: find(s) for s in switches}
-    wired = groups([(a, b) for a, _, b, _ in links])
+            ra, rb = find(a), find(b)
+            if ra == rb:
+                loops.append((a, b))
+            head[ra] = rb
+        return {s: find(s) for s in switches}, loops
+    wired, _ = finder([(a, b) for a, _, b, _ in links])
     live = [(a, pa, b, pb) for a, pa, b, pb in links
-            if states.get(pa) == "forwarding" and states.get(pb) == "forwarding"]
-    joined = groups([(a, b) for a, _, b, _ in live])
-    want = len(switches) - len(set(wired.values()))
-    if len(live) > want:
-        return [f"{len(live)} links forward between {len(switches)} switches (a tree has {want}: "
-                "a loop until a port blocks)"]
-    if len(set(joined.values())) != len(set(wired.values())):
-        return [f"{len(live)} links forward between {len(switches)} switches (a tree needs "
-                f"{want}: cut off until a port forwards)"]
+            if states.get((a, pa)) == "forwarding" and states.get((b, pb)) == "forwarding"]
+    joined, loops = finder([(a, b) for a, _, b, _ in live])
+    if loops:
+        (a, b), more = loops[0], len(loops) - 1
+        return [f"the links forwarding between {len(switches)} switches close a loop through "
+                f"{a} and {b}{f' (and {more} more)' if more else ''}: until a port blocks"]
+    opened = {wired[s] for s in open_to if s in wired}
+    for group in sorted(set(wired.values()) - opened):
+        parts = {joined[s] for s in switches if wired[s] == group}
+        if len(parts) > 1:
+            return [f"switches joined by cables are in {len(parts)} parts by the links that "
+                    "forward: until a port forwards"]
     return []
 
 
 def wait_stp_settled(what: str, unsettled: Callable[[], List[str]], timeout: float,
                      poll: float = 0.25, stable: float = 2.0) -> float:
-    """Poll ``unsettled()`` (the ports still listening or learning) until it has
+    """Poll ``unsettled()`` (what still keeps STP from settling) until it has
     been empty for ``stable`` seconds (one STP hello time: a late BPDU can still
     move a port); the seconds it took. :class:`LabError` naming a few ports on
     timeout."""
@@ -412,21 +422,33 @@ class Lab:
 
     def _wait_stp(self) -> None:
         """With STP on Linux bridges (a topology with loops), wait until every
-        port has settled (forwarding or blocking): before that, frames are dropped."""
+        port has settled (forwarding or blocking), every bridge agrees on the
+        root and the forwarding links make a tree (:func:`stp_loops`), for a
+        hello time: before that, frames are dropped or loop."""
         stp = [n for n, node in self.topology.nodes.items()
                if node.is_switch and node.stp and self.topology.switch_type_of(n) == "bridge"
                and self.is_local(n)]
 
         on = set(stp)
-        between = [(a, ia, b, ib) for _, a, ia, b, ib in self.topology.interfaces()
-                   if a in on and b in on]
+        between: List[Tuple[str, str, str, str]] = []
+        open_to: Set[str] = set()
+        for link, a, ia, b, ib in self.topology.interfaces():
+            if a in on and b in on and not link.loss:
+                between.append((a, ia, b, ib))
+            elif a in on or b in on:
+                # a lossy link may drop BPDUs, and STP may choose a path
+                # through a bridge not checked here: neither settles a tree
+                if link.loss or self.topology.nodes[b if a in on else a].is_switch:
+                    open_to.update(x for x in (a, b) if x in on)
 
         def unsettled() -> List[str]:
-            out, roots, states = [], {}, {}
+            out: List[str] = []
+            roots: Dict[str, str] = {}
+            states: Dict[Tuple[str, str], str] = {}
             for sw in stp:
                 node = self.nodes[sw]
                 ports = json.loads(node.run(["bridge", "-j", "link", "show"]).stdout or "[]")
-                states.update({str(p.get("ifname")): str(p.get("state")) for p in ports
+                states.update({(sw, str(p.get("ifname"))): str(p.get("state")) for p in ports
                                if p.get("master") == sw})
                 out += [f"{sw}:{p.get('ifname')} {p.get('state')}" for p in ports
                         if p.get("master") == sw and p.get("state") in STP_TRANSIENT]
@@ -438,7 +460,7 @@ class Lab:
                 out += [f"{sw} root {r}" for sw, r in roots.items()]
             # nor is that: until the forwarding links make one tree, a port is
             # yet to block (or to forward)
-            return out or stp_loops(stp, between, states)
+            return out or stp_loops(stp, between, states, open_to)
         if stp:
             wait_stp_settled(f"STP on {len(stp)} Linux bridges", unsettled, timeout=60.0)
 

@@ -63,7 +63,7 @@ def named(top: object) -> str:
     for item in top[:3]:
         try:
             name, ms = str(item[0]), float(item[1])
-        except (TypeError, ValueError, IndexError):
+        except (TypeError, ValueError, IndexError, KeyError):
             continue
         if ms >= 0.5:  # a task that barely ran names nothing
             parts.append(f"{name} ({ms:.0f} ms)")

@@ -85,7 +85,8 @@ class CpuInterference:
     other_ms: float
     bed_wait_ms: float
     source: str  # "task scan (upper bound)"
-    #: the other tasks that ran most there: (name, ms), largest first
+    #: the other tasks that ran most and could run there (each counted on
+    #: every CPU it may run on, as ``other_ms``): (name, ms), largest first
     top: Tuple[Tuple[str, float], ...] = ()
 
     @property
@@ -232,8 +233,9 @@ def account(a: Snapshot, b: Snapshot, cpus: Iterable[int]) -> Dict[int, CpuInter
 
 def top_tasks(runs: Iterable[Tuple[str, int]], n: int = 3) -> Tuple[Tuple[str, float], ...]:
     """The ``n`` names that ran longest, from (thread name, ns run) pairs: threads
-    of one name add up (a kernel worker's name without its number, ``kworker/1:2``
-    as ``kworker/1``), in ms, largest first."""
+    of one name add up (a kernel worker's without its number: ``kworker/1:2`` as
+    ``kworker/1``, its CPU's pool; ``kworker/u8:3`` as ``kworker/u8``), in ms,
+    largest first."""
     by: Dict[str, int] = {}
     for name, ns in runs:
         key = name.split(":", 1)[0] if name.startswith("kworker/") else (name or "?")

@@ -161,8 +161,9 @@ def held(base, at):
                  "up", "scrape_duration_seconds", "nslab_watch_samples_total"):
         try:
             for series in query(base, f"{what}[12s]", at):
-                out[what.split("{")[0]] = [(round(float(t) - at, 2), v)
-                                           for t, v in series["values"]]
+                labels = {k: v for k, v in series["metric"].items() if k != "__name__"}
+                out[f"{what.split('{')[0]}{labels}"] = [(round(float(t) - at, 2), v)
+                                                        for t, v in series["values"]]
         except (OSError, AssertionError, KeyError, ValueError) as exc:
             out[what] = repr(exc)
     return out

@@ -153,6 +153,12 @@ def test_interference_is_shown_when_a_run_recorded_it(tmp_path):
     head, _, _ = first_screen(open(write_report(str(root))["md"]).read())
     assert ("- Host interference: rfc2544 3 trial(s) re-run, 1 excluded (at worst 42 % of a "
             "bed CPU's time went to other tasks).") in head
+    # a probe that ran while the host slowed the DUT's CPU: its own figure
+    first["measurements"]["probes"][0]["dut_slowdown_pct"] = 181.4
+    recs.write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
+    head, _, _ = first_screen(open(write_report(str(root))["md"]).read())
+    assert ("(at worst 42 % of a bed CPU's time went to other tasks, and the host slowed a bed "
+            "CPU by up to 181 %).") in head
 
 
 def test_interference_is_read_from_the_trials(tmp_path):
@@ -177,12 +183,22 @@ def test_interference_is_read_from_the_trials(tmp_path):
     ]
     rec = {"kind": "point", "params": {}, "measurements": {"trials": trials,
                                                            "probe": {"interference_reruns": 1}}}
+    # a throughput search's probes keep the figures flat
+    probes = [{"interference_reruns": 0, "invalid": [], "dut_other_pct": 2.0,
+               "gen_other_pct": 0.5, "dut_slowdown_pct": 3.0, "gen_slowdown_pct": 0.0},
+              {"interference_reruns": 0, "invalid": [], "dut_other_pct": 1.0,
+               "gen_other_pct": 0.5, "dut_slowdown_pct": 181.4, "gen_slowdown_pct": 9.0}]
+    search = {"kind": "point", "params": {}, "measurements": {"probes": probes}}
     with open(run / "records.jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
     got = interference_of_records(str(run))
     assert (got.reruns, got.excluded, got.worst_other_pct) == (5, 1, 55.0)
     # the host's slowing of a CPU is its own figure, not folded into other tasks'
     assert got.worst_slowdown_pct == 122.3
+    with open(run / "records.jsonl", "a") as f:
+        f.write(json.dumps(search) + "\n")
+    got = interference_of_records(str(run))
+    assert (got.worst_other_pct, got.worst_slowdown_pct) == (55.0, 181.4)
 
 
 def test_html_escapes_what_the_markdown_carries(tmp_path):
