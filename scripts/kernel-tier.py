@@ -15,8 +15,9 @@
    not what changes between 6.1 and 6.12 for nslab).
 
 Pytest's result, its JUnit XML and each guest's serial console are kept in
-``results/kernel-tier/<time>/`` (``guest-<kernel>`` for each kernel). Exit
-status: non-zero if any part failed.
+``results/kernel-tier/<time>/`` (``guest-<kernel>`` for each kernel). The
+last lines printed sum up every part: how it ended, its counts, and each test
+that failed with its message. Exit status: non-zero if any part failed.
 """
 from __future__ import annotations
 
@@ -59,15 +60,30 @@ def main() -> int:
               f"userland {USERLANDS[k][0] if k in USERLANDS else 'this machine'}", flush=True)
     print(f"stock-kernel tier: results in {args.out}", flush=True)
     rc = 0
+    done: list = []  # (what, how it ended, its JUnit XML)
     if args.only in ("guest", "all"):
         for k in kernels:
-            rc |= guest_tier(args.out, args.timeout, args.pytest_args, k, vmlinuz[k])
+            rc |= guest_tier(args.out, args.timeout, args.pytest_args, k, vmlinuz[k], done)
     if args.only in ("vm", "all"):
-        rc |= vm_tier(args.out, args.pytest_args, vmlinuz[kernels[0]])
+        rc |= vm_tier(args.out, args.pytest_args, vmlinuz[kernels[0]], done)
+    summary(args.out, done)
     return 1 if rc else 0
 
 
-def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str) -> int:
+def summary(out: str, done: list) -> None:
+    """Every part's outcome and failures, last, where a CI log's tail shows them."""
+    from nslab.runtime.testing import junit_summary
+    print(f"stock-kernel tier summary (results in {out}):")
+    for what, status, junit in done:
+        counts, *bad = junit_summary(junit) if junit else [""]
+        print(f"  {what}: {status}" + (f": {counts}" if counts else ""))
+        for line in bad:
+            print(f"    {line}")
+    sys.stdout.flush()
+
+
+def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
+               done: list) -> int:
     from nslab.hosts import vm
     py = os.path.join(os.path.dirname(sys.executable), "python")
     root, binds = None, []
@@ -77,6 +93,7 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str) -
         if not os.path.exists(os.path.join(ROOT, venv, "pyvenv.cfg")):
             print(f"guest tier {name}: no {venv} in this checkout for the root {root}: run "
                   f"scripts/in-debian13.sh make VENV={venv} venv", flush=True)
+            done.append((f"guest tier {name}", f"not run (no {venv})", ""))
             return 1
         os.makedirs(cache, exist_ok=True)
         binds = [(ROOT, ROOT), (os.path.join(ROOT, ".cache"), cache)]
@@ -93,17 +110,21 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str) -
                           root=root, binds=binds))
     print(res.stdout[-6000:], end="" if res.stdout.endswith("\n") else "\n")
     status = "timed out" if res.timed_out else f"exit {res.returncode}"
-    print(f"guest tier {name} ({vm.kernel_release(vmlinuz)}): {status} after "
-          f"{time.monotonic() - t0:.0f} s (console: {out}/kernel-tier.console.log)", flush=True)
+    status += f" after {time.monotonic() - t0:.0f} s"
+    what = f"guest tier {name} ({vm.kernel_release(vmlinuz)})"
+    print(f"{what}: {status} (console: {out}/kernel-tier.console.log)", flush=True)
+    done.append((what, status, f"{out}/junit-guest.xml"))
     return 0 if res.ok else 1
 
 
-def vm_tier(out: str, extra: list, vmlinuz: str) -> int:
+def vm_tier(out: str, extra: list, vmlinuz: str, done: list) -> int:
     t0 = time.monotonic()
     rc = subprocess.call([sys.executable, "-m", "pytest", "-m", "vm", "-p", "no:cacheprovider",
                           f"--junitxml={out}/junit-vm.xml", *extra, "tests/vm"],
                          cwd=ROOT, env=dict(os.environ, NSLAB_VM_OUT=out, NSLAB_KERNEL=vmlinuz))
-    print(f"two-box tier: exit {rc} after {time.monotonic() - t0:.0f} s", flush=True)
+    status = f"exit {rc} after {time.monotonic() - t0:.0f} s"
+    print(f"two-box tier: {status}", flush=True)
+    done.append(("two-box tier", status, f"{out}/junit-vm.xml"))
     return rc
 
 

@@ -129,3 +129,36 @@ def make_lab() -> Iterator[Callable[..., Lab]]:
     leftovers = {r: i.describe() for r, i in discover().items()
                  if r in {lab.run_id for lab in labs} and not i.empty}
     assert not leftovers, f"lab objects left behind: {leftovers}"
+
+
+def junit_summary(path: str, width: int = 400) -> List[str]:
+    """What a pytest JUnit XML file says, in a few lines: the counts, then
+    ``FAILED``/``ERROR`` with the test's id and its failure's message (folded
+    onto one line, cut at ``width``) for each test that did not pass.
+
+    Made for the end of a long CI log, where only the last lines may be read:
+    ``make test-kernel`` prints one per tier. A missing or unreadable file is
+    said as such (a guest that timed out or died writes none).
+    """
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.parse(path).getroot()
+    except (OSError, ET.ParseError) as e:
+        return [f"no JUnit XML ({e.__class__.__name__}: {path})"]
+    counts = {"passed": 0, "failed": 0, "error": 0, "skipped": 0}
+    bad: List[str] = []
+    for case in root.iter("testcase"):
+        module = (case.get("classname") or "").replace(".", "/")
+        test = f"{module}.py::{case.get('name')}" if module else str(case.get("name"))
+        kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+        kind = {"failure": "failed"}.get(kind, kind)
+        counts[kind] += 1
+        if kind in ("failed", "error"):
+            el = case.find("failure" if kind == "failed" else "error")
+            msg = " ".join(((el.get("message") if el is not None else "") or "").split())
+            if len(msg) > width:
+                msg = msg[:width - 3] + "..."
+            bad.append(f"{'FAILED' if kind == 'failed' else 'ERROR'} {test}: {msg}")
+    line = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no tests"
+    return [line] + bad

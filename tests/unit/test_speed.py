@@ -75,6 +75,14 @@ def throughput_edited(tmp_path, dut, edit):
     return run
 
 
+def slowed(probe, pct, **figures):
+    """Mark a captured probe as left out because the host slowed the DUT's CPU by ``pct``."""
+    probe["invalid"] = [f"host interference: the DUT CPU ran {pct:.0f} % slower than its "
+                        "fastest in this run (over 10 %: the host gave this guest's CPU "
+                        "less) (3 tries)"]
+    probe.update(dut_slowdown_pct=pct, **figures)
+
+
 def test_a_claim_whose_searches_the_host_slowed_says_so(tmp_path):
     """A stored run whose bridge search at 64 B stayed disturbed because the
     host slowed the DUT's CPU (no other task ran there): the knee claim is
@@ -85,11 +93,8 @@ def test_a_claim_whose_searches_the_host_slowed_says_so(tmp_path):
         m = r["measurements"]
         m["searches_fps"] = [m["throughput_fps"], 40000.0]
         m["searches_disturbed"] = [False, True]
-        m["probes"][-1]["invalid"] = [
-            "host interference: the DUT CPU ran 62 % slower than its fastest in this run "
-            "(over 10 %: the host gave this guest's CPU less) (3 tries)"]
-        m["probes"][-1].update(dut_other_pct=0.4, gen_other_pct=1.0, dut_slowdown_pct=61.9,
-                               gen_slowdown_pct=3.0)
+        slowed(m["probes"][-1], 61.9, dut_other_pct=0.4, gen_other_pct=1.0,
+               gen_slowdown_pct=3.0)
     run = throughput_edited(tmp_path, "bridge", edit)
     claims = {c.claim: c for c in Rfc2544Study().report(str(run)).claims}
     knee = claims["The bridge saturates at ~66 kfps of 64-byte frames (Table 3)"]
@@ -146,11 +151,8 @@ def test_a_cpu_claim_whose_searches_were_all_left_out_stays_undecided_with_the_r
         m["searches_disturbed"] = [True, True]
         m["occupancy_at_throughput_pct"] = []
         r["schema_version"] = 2
-        m["probes"][-1]["invalid"] = [
-            "host interference: the DUT CPU ran 82 % slower than its fastest in this run "
-            "(over 10 %: the host gave this guest's CPU less) (3 tries)"]
-        m["probes"][-1].update(dut_other_pct=0.2, gen_other_pct=0.5, dut_slowdown_pct=82.0,
-                               gen_slowdown_pct=1.0)
+        slowed(m["probes"][-1], 82.0, dut_other_pct=0.2, gen_other_pct=0.5,
+               gen_slowdown_pct=1.0)
     run = throughput_edited(tmp_path, "router", edit)
     claims = {c.claim: c for c in Rfc2544Study().report(str(run)).claims}
     cpu = claims["router: the CPU is the limit (it saturates at the throughput)"]
