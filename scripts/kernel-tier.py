@@ -60,7 +60,7 @@ def main() -> int:
               f"userland {USERLANDS[k][0] if k in USERLANDS else 'this machine'}", flush=True)
     print(f"stock-kernel tier: results in {args.out}", flush=True)
     rc = 0
-    done: list = []  # (what, how it ended, its JUnit XML)
+    done: list = []  # (what, how it ended, its JUnit XML, its kernel's dying words)
     if args.only in ("guest", "all"):
         for k in kernels:
             rc |= guest_tier(args.out, args.timeout, args.pytest_args, k, vmlinuz[k], done)
@@ -74,10 +74,10 @@ def summary(out: str, done: list) -> None:
     """Every part's outcome and failures, last, where a CI log's tail shows them."""
     from nslab.runtime.testing import junit_summary
     print(f"stock-kernel tier summary (results in {out}):")
-    for what, status, junit in done:
+    for what, status, junit, trouble in done:
         counts, *bad = junit_summary(junit) if junit else [""]
         print(f"  {what}: {status}" + (f": {counts}" if counts else ""))
-        for line in bad:
+        for line in bad + [f"guest kernel: {t}" for t in trouble]:
             print(f"    {line}")
     sys.stdout.flush()
 
@@ -93,7 +93,7 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
         if not os.path.exists(os.path.join(ROOT, venv, "pyvenv.cfg")):
             print(f"guest tier {name}: no {venv} in this checkout for the root {root}: run "
                   f"scripts/in-debian13.sh make VENV={venv} venv", flush=True)
-            done.append((f"guest tier {name}", f"not run (no {venv})", ""))
+            done.append((f"guest tier {name}", f"not run (no {venv})", "", []))
             return 1
         os.makedirs(cache, exist_ok=True)
         binds = [(ROOT, ROOT), (os.path.join(ROOT, ".cache"), cache)]
@@ -113,7 +113,17 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
     status += f" after {time.monotonic() - t0:.0f} s"
     what = f"guest tier {name} ({vm.kernel_release(vmlinuz)})"
     print(f"{what}: {status} (console: {out}/kernel-tier.console.log)", flush=True)
-    done.append((what, status, f"{out}/junit-guest.xml"))
+    trouble: list = []
+    if not res.ok:  # the guest's kernel may have died: say how, from its console
+        from nslab.runtime.testing import console_trouble
+        try:
+            with open(os.path.join(out, "kernel-tier.console.log"), errors="replace") as f:
+                trouble = console_trouble(f.read())
+        except OSError:
+            pass
+        for line in trouble:
+            print(f"guest tier {name}: console: {line}", flush=True)
+    done.append((what, status, f"{out}/junit-guest.xml", trouble))
     return 0 if res.ok else 1
 
 
@@ -124,7 +134,7 @@ def vm_tier(out: str, extra: list, vmlinuz: str, done: list) -> int:
                          cwd=ROOT, env=dict(os.environ, NSLAB_VM_OUT=out, NSLAB_KERNEL=vmlinuz))
     status = f"exit {rc} after {time.monotonic() - t0:.0f} s"
     print(f"two-box tier: {status}", flush=True)
-    done.append(("two-box tier", status, f"{out}/junit-vm.xml"))
+    done.append(("two-box tier", status, f"{out}/junit-vm.xml", []))
     return rc
 
 

@@ -30,6 +30,7 @@ from .model import (Convergence, Cpu, DaemonCont, Delivery, Pktgen, DaemonKill, 
                     Goodput, IperfTcp, IperfUdp, Latency, LinkBlackhole, LinkDown, LinkNetem,
                     LinkRate, LinkRestore, LinkUp, Links, Outage, Probe, SetSysctl)
 from .spec import Loaded, address_of, link_ends, metric_name
+from .analysis import late_events
 
 log = logging.getLogger(__name__)
 
@@ -314,22 +315,18 @@ class FileRunner:
             node.run(["ip", "link", "set", "dev", dev, "down"])
             undo.append(lambda: node.run(["ip", "link", "set", "dev", dev, "up"]))
         elif isinstance(ev, LinkUp):
-            for node, dev in ends:
-                node.run(["ip", "link", "set", "dev", dev, "up"])
+            _each(ends, lambda node, dev: node.run(["ip", "link", "set", "dev", dev, "up"]))
         else:
             if isinstance(ev, LinkBlackhole):
-                for node, dev in ends:
-                    node.run(["tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", "0"])
+                _each(ends, lambda node, dev: node.run(
+                    ["tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", "0"]))
             elif isinstance(ev, (LinkRate, LinkNetem)):
-                for node, dev in ends:
-                    self._reshape(node, dev, ev)
+                _each(ends, lambda node, dev: self._reshape(node, dev, ev))
             elif isinstance(ev, LinkRestore):
-                for node, dev in ends:
-                    self._reshape(node, dev, None)
+                _each(ends, lambda node, dev: self._reshape(node, dev, None))
 
             def restore() -> None:
-                for n, d in ends:
-                    self._reshape(n, d, None)
+                _each(ends, lambda node, dev: self._reshape(node, dev, None))
             undo.append(restore)
         return target
 
@@ -400,6 +397,7 @@ class FileRunner:
         values: Dict[str, Optional[float]] = {}
         series: Dict[str, List[float]] = {}
         links: Dict[str, Dict[str, int]] = {}
+        invalid += late_events(done, duration)
         first_event = min((d["done_at"] for d in done), default=None)
         for m in self.spec.metrics:
             name = metric_name(m)
@@ -434,6 +432,22 @@ class FileRunner:
         a link, FIFO or hard link there is refused, not followed; see nslab.frr.rundir)."""
         from nslab.frr.rundir import copy_frr_files
         copy_frr_files(self.lab.workdir, os.path.join(self.store.raw_dir, "frr"), (".log", ".conf"))
+
+
+def _each(ends: List[Tuple[Any, str]], fn: Callable[[Any, str], Any]) -> None:
+    """``fn(node, dev)`` on every end of a link at once: an event reaches both
+    ends together, where one after the other (each a process started in its
+    namespace) could land seconds apart on a slow guest. The first error is
+    raised once all are done."""
+    if len(ends) < 2:
+        for node, dev in ends:
+            fn(node, dev)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=len(ends)) as pool:
+        futures = [pool.submit(fn, node, dev) for node, dev in ends]
+    for f in futures:
+        f.result()
 
 
 def raw_tag(point: Dict[str, Any]) -> str:

@@ -131,6 +131,25 @@ def make_lab() -> Iterator[Callable[..., Lab]]:
     assert not leftovers, f"lab objects left behind: {leftovers}"
 
 
+def hold_rx_timestamps() -> Any:
+    """A socket that asks for receive timestamps, to keep open while tests run
+    in a guest under QEMU's TCG (close it at the end).
+
+    The kernel switches its time-stamping of received packets on and off (the
+    static key ``netstamp_needed_key``) as the first socket asking for it opens
+    and the last closes: every iperf server's TCP connection does (iperf 2.1.8
+    and 2.2.1 both set ``SO_TIMESTAMP``), so the key flips many times a test.
+    Each flip patches live kernel code on every CPU; under TCG with two vCPUs a
+    CPU met a patch point mid-flip and the Debian 13 guest kernel died (``Oops:
+    int3`` in ``netif_rx_internal``, then a panic: seen once in two guest runs
+    here). Real CPUs and KVM do not do that. One socket held for the whole run
+    keeps the key on, so it is patched once, before any test."""
+    import socket
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMP", 29), 1)
+    return s
+
+
 def junit_summary(path: str, width: int = 400) -> List[str]:
     """What a pytest JUnit XML file says, in a few lines: the counts, then
     ``FAILED``/``ERROR`` with the test's id and its failure's message (folded
@@ -162,3 +181,24 @@ def junit_summary(path: str, width: int = 400) -> List[str]:
             bad.append(f"{'FAILED' if kind == 'failed' else 'ERROR'} {test}: {msg}")
     line = ", ".join(f"{n} {k}" for k, n in counts.items() if n) or "no tests"
     return [line] + bad
+
+
+def console_trouble(text: str, most: int = 4) -> List[str]:
+    """The lines of a guest's serial console that say its kernel failed: the
+    first oops or BUG and where (its ``RIP``, the task), and a panic, without
+    the timestamps. Empty when the kernel said nothing of the kind."""
+    import re
+    keep = re.compile(r"(Oops:|BUG:|Kernel panic|RIP: 0010:|CPU: \d+ (UID: \d+ )?PID: \d+ Comm: |"
+                      r"general protection fault|watchdog: BUG)")
+    out: List[str] = []
+    for line in text.splitlines():
+        line = re.sub(r"^\[\s*\d+\.\d+\]\s*", "", line).strip()
+        if keep.search(line) and line not in out:
+            out.append(line)
+            if len(out) >= most:
+                break
+    panic = next((l for l in (re.sub(r"^\[\s*\d+\.\d+\]\s*", "", x).strip()
+                              for x in text.splitlines()) if l.startswith("Kernel panic")), None)
+    if panic and panic not in out:
+        out[-1:] = [panic]
+    return out

@@ -73,9 +73,9 @@ def uplink_topology():
 def test_alias_study_across_the_uplink_and_exact_restore(stand_in_nic):
     before = stand_in_nic
     serve = subprocess.Popen(["ip", "netns", "exec", REMOTE, NSLAB, "alias", "serve", "--iface", FAR,
-                              "--aliases", "4", "--addr-template", "192.168.2.%d", "--for", "60"],
+                              "--aliases", "4", "--addr-template", "192.168.2.%d", "--for", "600"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    try:  # the server stops at SIGINT below; --for only bounds it should the test die
         with Lab(uplink_topology()) as lab:
             assert lab.extension("ovs").uplinks[NIC]["addrs"] == ["192.168.77.1/24"]
             during = nic_state()

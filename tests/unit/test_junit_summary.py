@@ -50,3 +50,25 @@ def test_a_tier_that_wrote_no_xml_says_so(tmp_path):
         f"no JUnit XML (FileNotFoundError: {tmp_path / 'junit-guest.xml'})"]
     (tmp_path / "cut.xml").write_text("<testsuites><testsuite")
     assert junit_summary(str(tmp_path / "cut.xml"))[0].startswith("no JUnit XML (ParseError")
+
+
+def test_a_guest_kernel_that_died_is_named_from_its_console():
+    """The Debian 13 guest's console as captured here when its kernel died
+    mid-test (an int3 met while TCG patched kernel code, then a panic)."""
+    import os
+
+    from nslab.runtime.testing import console_trouble
+    here = os.path.dirname(os.path.dirname(__file__))
+    with open(os.path.join(here, "data", "kernel-tier", "console-6.12-int3-panic.log")) as f:
+        text = f.read()
+    assert console_trouble(text) == [
+        "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI",
+        "CPU: 0 UID: 0 PID: 2444 Comm: iperf Not tainted 6.12.118+deb13-amd64 #1  "
+        "Debian 6.12.118-1",
+        "RIP: 0010:netif_rx_internal+0x1c/0x110",
+        "Kernel panic - not syncing: Fatal exception in interrupt"]
+    # Debian 12's 6.1 words the task line without the uid
+    assert console_trouble("[ 9.1] BUG: kernel NULL pointer dereference\n"
+                           "[ 9.2] CPU: 1 PID: 7 Comm: ip Not tainted 6.1.0-56-amd64\n") == [
+        "BUG: kernel NULL pointer dereference", "CPU: 1 PID: 7 Comm: ip Not tainted 6.1.0-56-amd64"]
+    assert console_trouble("[ 1.0] virtme-init: ok\n[ 2.0] veth: entered promiscuous mode\n") == []

@@ -67,3 +67,19 @@ def test_setup_names_the_packages_on_a_distribution_it_does_not_know():
     assert "openvswitch-switch" in res.stderr and "NSLAB_SKIP_SYSTEM=1" in res.stderr
     assert _setup("arch", NSLAB_SKIP_SYSTEM="1").returncode == 0
     assert not distribution(_read("arch")).known
+
+
+def test_a_probe_that_times_out_counts_as_missing_and_says_so(caplog):
+    """A capability probe is a command; one that gives no answer in time
+    (a module loading in a slow guest) is counted as missing, and logged,
+    so a doctor report or a failed stock-kernel test can be traced to it."""
+    import logging
+
+    from nslab.runtime import caps
+    assert caps.PROBE_TIMEOUT >= 30
+    with caplog.at_level(logging.WARNING, logger="nslab.runtime.caps"):
+        cp = caps._q(["sleep", "5"], timeout=0.2)
+    assert cp.returncode == 127 and "timed out" in cp.stderr
+    assert "probe sleep 5: no answer in 0.2 s; counted as missing" in caplog.text
+    assert caps._q(["true"]).returncode == 0
+    assert caps._q(["/nonexistent/tool"]).returncode == 127

@@ -251,6 +251,38 @@ def test_convergence_from_route_samples():
     assert analysis.convergence([(0.0, 2)], 2, None)["withdrawn_ms"] is None
 
 
+def test_an_event_done_after_the_traffic_ended_makes_its_trial_invalid():
+    """The captured run's event came in time; the same event done at or after
+    the traffic's end never acted in the trial, which is left out, saying so."""
+    with open(os.path.join(DATA, "studyfiles", "samples-blackhole.json")) as f:
+        done = json.load(f)["events"]
+    assert analysis.late_events(done, 8.0) == []
+    late = [dict(done[0], at=2.0, done_at=4.31)]
+    assert analysis.late_events(late, 4.0) == [
+        f"event {done[0]['do']} on {done[0]['target']} meant at 2 s was done at 4.3 s, after "
+        "the traffic's 4 s: the host was too slow to apply it in time"]
+    assert analysis.late_events([dict(late[0], done_at=3.9)], 4.0) == []
+
+
+def test_a_link_event_reaches_both_ends_at_once_and_raises_the_first_error():
+    import threading
+    from nslab.experiments.filestudy.runner import _each
+    met = threading.Barrier(2, timeout=10)  # one end after the other would break it
+    seen = []
+    _each([("h1", "h1-eth0"), ("h2", "h2-eth0")], lambda n, d: seen.append((n, d, met.wait())))
+    assert sorted(x[:2] for x in seen) == [("h1", "h1-eth0"), ("h2", "h2-eth0")]
+    assert sorted(x[2] for x in seen) == [0, 1]
+
+    def fail(n, d):
+        if n == "h2":
+            raise RuntimeError(f"{n}: tc refused")
+        seen.append(n)
+    seen.clear()
+    with pytest.raises(RuntimeError, match="h2: tc refused"):
+        _each([("h1", "a"), ("h2", "b")], fail)
+    assert seen == ["h1"]  # the other end was still done
+
+
 # -- claims on stored records ------------------------------------------------------------
 def records():
     return SCHEMA.load(os.path.join(DATA, "failover_run"))

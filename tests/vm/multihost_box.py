@@ -166,6 +166,8 @@ def controller(out: str) -> dict:
 
 
 def main() -> int:
+    from nslab.runtime.testing import hold_rx_timestamps
+    held = hold_rx_timestamps()  # a guest under TCG: see its docstring  # noqa: F841
     role, out = sys.argv[1], os.environ["BOX_OUT"]
     sshd = setup(out, role)
     try:
