@@ -61,12 +61,14 @@ def main() -> int:
     print(f"stock-kernel tier: results in {args.out}", flush=True)
     rc = 0
     done: list = []  # (what, how it ended, its JUnit XML, its kernel's dying words)
-    if args.only in ("guest", "all"):
-        for k in kernels:
-            rc |= guest_tier(args.out, args.timeout, args.pytest_args, k, vmlinuz[k], done)
-    if args.only in ("vm", "all"):
-        rc |= vm_tier(args.out, args.pytest_args, vmlinuz[kernels[0]], done)
-    summary(args.out, done)
+    try:
+        if args.only in ("guest", "all"):
+            for k in kernels:
+                rc |= guest_tier(args.out, args.timeout, args.pytest_args, k, vmlinuz[k], done)
+        if args.only in ("vm", "all"):
+            rc |= vm_tier(args.out, args.pytest_args, vmlinuz[kernels[0]], done)
+    finally:  # what ran, even when a part raised or was interrupted
+        summary(args.out, done)
     return 1 if rc else 0
 
 
@@ -99,6 +101,8 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
         binds = [(ROOT, ROOT), (os.path.join(ROOT, ".cache"), cache)]
     out = os.path.join(out, f"guest-{name}")
     os.makedirs(out, exist_ok=True)
+    if os.path.exists(os.path.join(out, "junit-guest.xml")):  # an earlier run's (--out reused)
+        os.unlink(os.path.join(out, "junit-guest.xml"))
     cmd = " ".join([
         "PYTHONDONTWRITEBYTECODE=1", "NSLAB_STOCK_KERNEL=1", f"NSLAB_RESULTS={out}/results",
         py, "-m", "pytest", "-m", "'kernel or guest'", "-p", "no:cacheprovider",

@@ -17,16 +17,17 @@ _PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
 _PING_SUM_RE = re.compile(r"(\d+) packets transmitted, (\d+) received")
 
 
-def late_events(done: Sequence[Dict[str, Any]], duration: float) -> List[str]:
+def late_events(done: Sequence[Dict[str, Any]], end: float) -> List[str]:
     """Why a trial is invalid because an event came too late: done (``done_at``,
-    s from the trial's start) once the traffic had ended (``duration``), so it
-    never acted during the trial. A slow host can make it so: each event's
-    commands start processes in namespaces, which took ~1 s each in a guest
-    under TCG. An event done late but in time is kept with both times."""
+    s from the trial's start) once the traffic had ended (``end``: its senders
+    started plus their duration), so it never acted during the trial. A slow
+    host can make it so: each event's commands start processes in namespaces,
+    which took ~1 s each in a guest under TCG. An event done late but in time
+    is kept with both times."""
     return [f"event {d['do']} on {d['target']} meant at {d['at']:g} s was done at "
-            f"{d['done_at']:.1f} s, after the traffic's {duration:g} s: the host was too slow "
-            "to apply it in time"
-            for d in done if d["done_at"] >= duration]
+            f"{d['done_at']:.1f} s, after the traffic had ended ({end:.1f} s): the host was "
+            "too slow to apply it in time"
+            for d in done if d["done_at"] >= end]
 
 
 def ping_latency(text: str) -> Dict[str, Optional[float]]:

@@ -135,6 +135,7 @@ class FileRunner:
         duration = float(self.spec.duration)
         t0 = time.monotonic()
         clients = self._start_senders(duration)
+        started = time.monotonic() - t0  # each sender's own clock starts about here
         samplers.start(t0)
         done: List[Dict[str, Any]] = []
         try:
@@ -156,7 +157,7 @@ class FileRunner:
         time.sleep(0.2)  # the last probes in flight
         cap_raw, m_caps = captures.stop()
         rec_out = {fid: _finish(p) for fid, p in servers.items()}
-        raw, m, invalid = self._collect(tag, outputs, rec_out, samplers, done)
+        raw, m, invalid = self._collect(tag, outputs, rec_out, samplers, done, started)
         raw += cap_raw
         if m_caps:
             m["captures"] = m_caps
@@ -317,6 +318,10 @@ class FileRunner:
         elif isinstance(ev, LinkUp):
             _each(ends, lambda node, dev: node.run(["ip", "link", "set", "dev", dev, "up"]))
         else:
+            def restore() -> None:
+                _each(ends, lambda node, dev: self._reshape(node, dev, None))
+            # registered first: an end done before the other failed is undone too
+            undo.append(restore)
             if isinstance(ev, LinkBlackhole):
                 _each(ends, lambda node, dev: node.run(
                     ["tc", "qdisc", "replace", "dev", dev, "root", "pfifo", "limit", "0"]))
@@ -324,10 +329,6 @@ class FileRunner:
                 _each(ends, lambda node, dev: self._reshape(node, dev, ev))
             elif isinstance(ev, LinkRestore):
                 _each(ends, lambda node, dev: self._reshape(node, dev, None))
-
-            def restore() -> None:
-                _each(ends, lambda node, dev: self._reshape(node, dev, None))
-            undo.append(restore)
         return target
 
     def _reshape(self, node: LabNode, dev: str, ev: Any) -> None:
@@ -349,7 +350,7 @@ class FileRunner:
 
     # -- results ------------------------------------------------------------------------
     def _collect(self, tag: str, outputs: Dict[str, Any], receivers: Dict[str, Any],
-                 samplers: "_Samplers", done: List[Dict[str, Any]]
+                 samplers: "_Samplers", done: List[Dict[str, Any]], started: float = 0.0
                  ) -> Tuple[List[str], Dict[str, Any], List[str]]:
         from nslab.traffic.iperf import parse
         from nslab.traffic.probe import outage, parse_arrivals
@@ -397,7 +398,7 @@ class FileRunner:
         values: Dict[str, Optional[float]] = {}
         series: Dict[str, List[float]] = {}
         links: Dict[str, Dict[str, int]] = {}
-        invalid += late_events(done, duration)
+        invalid += late_events(done, started + duration)
         first_event = min((d["done_at"] for d in done), default=None)
         for m in self.spec.metrics:
             name = metric_name(m)

@@ -176,6 +176,9 @@ def junit_summary(path: str, width: int = 400) -> List[str]:
         if kind in ("failed", "error"):
             el = case.find("failure" if kind == "failed" else "error")
             msg = " ".join(((el.get("message") if el is not None else "") or "").split())
+            if el is not None and msg in ("", "collection failure"):  # say the cause
+                last = [l.strip() for l in (el.text or "").splitlines() if l.strip()]
+                msg = " ".join(filter(None, [msg, last[-1] if last else ""]))
             if len(msg) > width:
                 msg = msg[:width - 3] + "..."
             bad.append(f"{'FAILED' if kind == 'failed' else 'ERROR'} {test}: {msg}")

@@ -95,7 +95,11 @@ def test_alias_study_across_the_uplink_and_exact_restore(stand_in_nic):
             assert rep.total_bps > 50e6
     finally:
         serve.send_signal(signal.SIGINT)
-        serve.communicate(timeout=30)
+        try:
+            serve.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            serve.communicate()
     assert nic_state() == before
 
 

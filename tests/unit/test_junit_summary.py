@@ -72,3 +72,15 @@ def test_a_guest_kernel_that_died_is_named_from_its_console():
                            "[ 9.2] CPU: 1 PID: 7 Comm: ip Not tainted 6.1.0-56-amd64\n") == [
         "BUG: kernel NULL pointer dereference", "CPU: 1 PID: 7 Comm: ip Not tainted 6.1.0-56-amd64"]
     assert console_trouble("[ 1.0] virtme-init: ok\n[ 2.0] veth: entered promiscuous mode\n") == []
+
+
+def test_a_collection_error_says_its_cause(tmp_path):
+    (tmp_path / "test_broken.py").write_text("import no_such_module_here\n")
+    xml = tmp_path / "junit.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={xml}", "--rootdir", str(tmp_path), str(tmp_path)],
+                   cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    counts, *bad = junit_summary(str(xml))
+    assert counts == "1 error"
+    assert len(bad) == 1 and bad[0].startswith("ERROR ") and "collection failure" in bad[0]
+    assert "No module named 'no_such_module_here'" in bad[0], bad
