@@ -25,8 +25,9 @@ that a feature is never reported as tested when it was not.
 
 Markers (registered here): ``root`` (skipped without root), ``slow``,
 ``kernel`` (needs a stock kernel's features; run by ``make test-kernel``),
-``guest`` (runs here and again in the stock-kernel guest), ``vm`` (starts QEMU
-guests itself; run by ``make test-kernel``).
+``guest`` (runs here and again in the stock-kernel guest of Debian 13's
+kernel), ``vm`` (starts QEMU guests itself; run by ``make test-kernel``),
+``once`` (slow, checks nslab's own logic: skipped in the Debian 13 tier).
 """
 from __future__ import annotations
 
@@ -42,14 +43,20 @@ from ..model.topo import Topology
 from . import caps as capsmod
 
 STOCK_KERNEL_ENV = "NSLAB_STOCK_KERNEL"
+#: Set to ``debian13`` by ``make test-debian13``: tests marked ``once`` skip there.
+TIER_ENV = "NSLAB_TIER"
 MARKERS = {
     "root": "needs root and real network tooling (skipped without root)",
     "slow": "takes more than a few seconds",
     "kernel": "needs features of stock kernels (netem, the openvswitch module, ...): skipped "
               "where missing, run by `make test-kernel` in a guest",
-    "guest": "runs on this host and again in the stock-kernel guest of `make test-kernel`",
+    "guest": "runs on this host and again in `make test-kernel`'s guest of the last kernel "
+             "(Debian 13's, with its userland)",
     "vm": "starts QEMU guests (two boxes, real NIC drivers): run by `make test-kernel`",
     "needs": "needs(*tools_or_capabilities): skip (or fail on a stock kernel) when missing",
+    "once": "slow, and what it checks is nslab's own logic, not a tool's version (the tools it "
+            "drives run in other tests of every tier): runs in the host tier, skipped in the "
+            "Debian 13 tier (NSLAB_TIER=debian13) to keep the whole suite within its time",
 }
 
 
@@ -91,6 +98,9 @@ def pytest_configure(config: "pytest.Config") -> None:
 
 
 def pytest_runtest_setup(item: "pytest.Item") -> None:
+    if item.get_closest_marker("once") is not None and os.environ.get(TIER_ENV) == "debian13":
+        pytest.skip("runs once, in the host tier (marked once: nslab's own logic, not a "
+                    "tool's version)")
     wanted: Tuple[str, ...] = ()
     if item.get_closest_marker("root") is not None:
         wanted += ("root",)

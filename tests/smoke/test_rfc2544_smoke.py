@@ -69,6 +69,7 @@ def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
     assert not os.path.exists(CpuSplitLock.PATH)  # nothing left once the holder is done
 
 
+@pytest.mark.once  # nslab's search; back-to-back runs at 64 B in the 2047-priorities test
 def test_back_to_back_bridge_end_to_end(tmp_path):
     run, records = run_quick(tmp_path, "--dut", "bridge", "--tests", "back-to-back",
                              "--frame-sizes", "64,1518")
@@ -118,6 +119,7 @@ def test_a_dut_cost_beyond_the_kernels_2047_u32_priorities_applies(tmp_path):
     assert '"dut_cost_filters": 2100' in (run / "provenance.json").read_text()
 
 
+@pytest.mark.once  # nslab's interference accounting and verdicts
 def test_a_hog_on_the_dut_cpu_is_seen_and_its_trials_rerun_or_excluded_flipping_nothing(tmp_path):
     """A neighbour that takes half of the DUT's CPU in bursts of 2-40 ms
     (nslab.traffic.noisegen's dut-bursts profile): the idle baseline says so instead
