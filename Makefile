@@ -27,7 +27,8 @@ help:
 	@echo "                  Debian 13 tier, then the stock-kernel tier (QEMU guests on Debian 12's and"
 	@echo "                  Debian 13's kernels, two boxes with real NIC drivers)"
 	@echo "make test-host    the unit, integration and smoke tiers on this machine's kernel"
-	@echo "make test-debian13  the host tier again, inside a Debian 13 root (.cache/debian13)"
+	@echo "make test-debian13  the host tier again (but tests marked once), inside a Debian 13"
+	@echo "                    root (.cache/debian13)"
 	@echo "make test-kernel  the stock-kernel tier only"
 
 system:

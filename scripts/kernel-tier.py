@@ -6,8 +6,9 @@
    guest boots it and runs, on this very checkout, every test marked
    ``kernel`` with ``NSLAB_STOCK_KERNEL=1`` (a missing kernel feature fails
    there). The last kernel's guest also runs the tests marked ``guest`` (flows
-   that run on the host too: FRR, labs killed and cleaned, hostile files, the
-   uplink), on the kernel and userland a user installs today. Debian 12's
+   that run on the host too: FRR, labs killed and cleaned, the uplink): with
+   the default ``bookworm,trixie``, on the kernel and userland a user
+   installs today. Debian 12's
    kernel runs on this machine's userland (shared read-only); Debian 13's on
    the Debian 13 root of scripts/setup-debian13.sh (its Python 3.13 venv
    ``.venv-debian13``, its FRR, OVS and iperf), as a user who installs Debian
@@ -18,8 +19,8 @@
    not what changes between 6.1 and 6.12 for nslab).
 
 So each kernel runs its features' tests and one of the two sets of flows: a
-flow run again on both kernels would cost ~5 min more under TCG, and the whole
-suite is kept within an hour. Every process in a guest finds matplotlib's
+flow run again on both kernels would cost ~5 min more under TCG, and CI has
+its time limit. Every process in a guest finds matplotlib's
 font cache in ``/tmp/nslab-mpl`` (``/root`` is read-only there: without it,
 each process that plots builds the cache again, ~8 s under TCG).
 

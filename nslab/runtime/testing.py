@@ -24,9 +24,10 @@ test-kernel`` inside its guest): there a missing capability fails the test, so
 that a feature is never reported as tested when it was not.
 
 Markers (registered here): ``root`` (skipped without root), ``slow``,
-``kernel`` (needs a stock kernel's features; run by ``make test-kernel``),
-``guest`` (runs here and again in the stock-kernel guest of Debian 13's
-kernel), ``vm`` (starts QEMU guests itself; run by ``make test-kernel``),
+``kernel`` (needs a stock kernel's features or depends on the kernel; run by
+``make test-kernel`` on every stock kernel), ``guest`` (a flow that runs here
+and again in the stock-kernel guest of the last kernel, Debian 13's by
+default), ``vm`` (starts QEMU guests itself; run by ``make test-kernel``),
 ``once`` (slow, checks nslab's own logic: skipped in the Debian 13 tier).
 """
 from __future__ import annotations
@@ -48,10 +49,11 @@ TIER_ENV = "NSLAB_TIER"
 MARKERS = {
     "root": "needs root and real network tooling (skipped without root)",
     "slow": "takes more than a few seconds",
-    "kernel": "needs features of stock kernels (netem, the openvswitch module, ...): skipped "
-              "where missing, run by `make test-kernel` in a guest",
-    "guest": "runs on this host and again in `make test-kernel`'s guest of the last kernel "
-             "(Debian 13's, with its userland)",
+    "kernel": "needs features of stock kernels (netem, the openvswitch module, ...) or depends "
+              "on the kernel (which sysctls it namespaces): skipped where a feature is missing, "
+              "run by `make test-kernel` in the guest of every stock kernel",
+    "guest": "a flow that runs on this host and again in `make test-kernel`'s guest of the "
+             "last kernel of KERNEL_DISTS (Debian 13's, with its userland, by default)",
     "vm": "starts QEMU guests (two boxes, real NIC drivers): run by `make test-kernel`",
     "needs": "needs(*tools_or_capabilities): skip (or fail on a stock kernel) when missing",
     "once": "slow, and what it checks is nslab's own logic, not a tool's version (the tools it "

@@ -13,7 +13,8 @@ from nslab.topologies import pair
 
 pytestmark = pytest.mark.root
 #: Refusals that depend on the running kernel (which keys it namespaces) run
-#: again in the stock-kernel guest; the others are decided before any kernel.
+#: again in every stock-kernel guest (marked kernel); the others are decided
+#: before any kernel.
 KERNEL_DEPENDENT = {"rmem.yaml", "backlog.yaml"}
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
@@ -81,7 +82,7 @@ def host_state():
             if os.path.isdir("/run/nslab") else []}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.guest)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.kernel)
                                   if n in KERNEL_DEPENDENT else n for n in sorted(FILES)])
 def test_hostile_files_are_refused_before_anything_is_built(tmp_path, name):
     path = tmp_path / name
@@ -99,7 +100,7 @@ def test_hostile_files_are_refused_before_anything_is_built(tmp_path, name):
     assert not os.path.exists("/tmp/pwned")
 
 
-@pytest.mark.guest
+@pytest.mark.kernel  # which keys a kernel namespaces
 def test_a_node_cannot_set_a_host_wide_sysctl_at_run_time(make_lab):
     before = host_state()["sysctls"]
     lab = make_lab(pair())
@@ -112,7 +113,7 @@ def test_a_node_cannot_set_a_host_wide_sysctl_at_run_time(make_lab):
     assert host_state()["sysctls"] == before
 
 
-@pytest.mark.guest
+@pytest.mark.kernel  # which keys a kernel namespaces
 def test_refused_from_python_too():
     from nslab.model.topo import Topology
     t = Topology()
