@@ -21,8 +21,9 @@
 So each kernel runs its features' tests and one of the two sets of flows: a
 flow run again on both kernels would cost ~5 min more under TCG, and CI has
 its time limit. Every process in a guest finds matplotlib's
-font cache in ``/tmp/nslab-mpl`` (``/root`` is read-only there: without it,
-each process that plots builds the cache again, ~8 s under TCG).
+font cache in ``/tmp/nslab-mpl`` (``nslab.hosts.vm.GUEST_ENV``: ``/root`` is
+read-only there; without it, each process that plots builds the cache again,
+~8 s under TCG).
 
 Pytest's result, its JUnit XML and each guest's serial console are kept in
 ``results/kernel-tier/<time>/`` (``guest-<kernel>`` for each kernel). The
@@ -96,10 +97,6 @@ def summary(out: str, done: list) -> None:
     sys.stdout.flush()
 
 
-#: Matplotlib's config and font cache in a guest (its /root is read-only).
-GUEST_MPL = "/tmp/nslab-mpl"
-
-
 def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
                done: list, marks: str) -> int:
     from nslab.hosts import vm
@@ -121,7 +118,7 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
         os.unlink(os.path.join(out, "junit-guest.xml"))
     cmd = " ".join([
         "PYTHONDONTWRITEBYTECODE=1", "NSLAB_STOCK_KERNEL=1", f"NSLAB_RESULTS={out}/results",
-        f"MPLCONFIGDIR={GUEST_MPL}", py, "-m", "pytest", "-m", f"'{marks}'",
+        py, "-m", "pytest", "-m", f"'{marks}'",
         "-p", "no:cacheprovider",
         "--basetemp=/tmp/nslab-pytest", f"--junitxml={out}/junit-guest.xml",
         "-o", "console_output_style=classic", *extra, "tests/integration", "tests/smoke",

@@ -20,6 +20,8 @@ def run_quick(tmp_path, *args):
     return run, [json.loads(line) for line in open(run / "records.jsonl")]
 
 
+@pytest.mark.once  # nslab's trials and report; tc, u32 and the generator run in the 2047-priorities
+# and live-frames tests
 def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
     run, recs = run_quick(tmp_path, "--frame-sizes", "64", "--tests", "latency,loss")
     assert {(r["params"]["dut"], r["params"]["test"]) for r in recs} == {
