@@ -135,6 +135,11 @@ class Probe(Strict):
     #: that many mean the DUT fell behind the offered rate (None: older runs)
     dut_queue_frames: Optional[int] = None
     fell_behind: Optional[bool] = None
+    #: disturbed by host interference, but passed: a DUT given its whole CPU
+    #: would have passed too, so the search kept its outcome (its ``invalid``
+    #: still names the disturbance: no occupancy comes from it). None: not
+    #: disturbed, or older runs (which left such a search out)
+    stands: Optional[bool] = None
 
 
 class Throughput(Strict):
@@ -151,7 +156,8 @@ class Throughput(Strict):
     #: the DUT's occupancy in each search's confirmation trial (version 2)
     occupancy_at_throughput_pct: List[float]
     #: per search: a probe of it stayed disturbed by host interference after
-    #: its re-runs, so its result is no measurement of the DUT (None: older runs)
+    #: its re-runs and failed (a disturbed pass stands), so its result is no
+    #: measurement of the DUT (None: older runs)
     searches_disturbed: Optional[List[bool]] = None
     #: the lab's idle baseline was clean (False: no occupancy figure was kept)
     baseline_ok: Optional[bool] = None

@@ -133,7 +133,7 @@ def interfered(recs: List[RfcRecord]) -> Dict[Tuple[str, int], str]:
         n[1] += len(flags)
         for p in m.probes:
             why = [str(w) for w in (p.invalid or []) if str(w).startswith("host interference")]
-            if not why:
+            if not why or p.stands:  # a disturbed pass stands: it left nothing out
                 continue
             slowed = any(SLOWED in w for w in why)  # the host slowed a CPU; no task took it
             for pct, cpu in (((p.dut_slowdown_pct, "the DUT CPU"),
@@ -314,8 +314,8 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
     """The paper's claims, each with an interval and a verdict."""
     c = _ClaimInputs(recs, duts, pub, prov)
     made = (same_forwarding_claims(c) + router_latency_claims(c) + knee_claims(c)
-            + cpu_limit_claims(c) + load_curve_claims(c) + mlrsearch_claims(c)
-            + back_to_back_claims(c))
+            + on_the_calibration(cpu_limit_claims(c) + load_curve_claims(c), prov)
+            + mlrsearch_claims(c) + back_to_back_claims(c))
     return [host_noted(x, recs) for x in made]
 
 
@@ -343,6 +343,8 @@ def host_noted(claim: Claim, recs: List[RfcRecord]) -> Claim:
                  else [])
         for t in tries:
             total += 1
+            if getattr(t, "stands", None):  # a disturbed pass the search kept
+                continue
             hit += [str(w) for w in (t.invalid or []) if str(w).startswith("host interference")]
     if not hit:
         return claim
@@ -444,6 +446,36 @@ def router_latency_claims(c: _ClaimInputs) -> List[Claim]:
     return out
 
 
+def calibration_why(prov: Optional[Dict[str, Any]]) -> Optional[str]:
+    """Why the DUT's calibrated cost cannot be relied on: the calibration's
+    last check was not confirmed (None: it was, the knob was given, or the
+    run predates checks)."""
+    setups: Dict[str, Dict[str, Any]] = (prov or {}).get("setups") or {}
+    cal = next((s.get("calibration") for s in setups.values() if s.get("calibration")), None)
+    if not cal or cal.get("checked") is not False:
+        return None
+    last = (cal.get("checks") or [{}])[-1]
+    bad = [str(w) for x in last.get("readings") or [] for w in x.get("invalid") or []]
+    return (f"the calibration was not confirmed: its check forwarded "
+            f"{float(last.get('capacity_fps', 0)):,.0f} fps with {cal['filters']} filters, "
+            + (f"but a reading of it was left out ({bad[0]})" if bad else
+               f"not within 5 % of {float(cal.get('target_fps', 0)):,.0f}"))
+
+
+def on_the_calibration(made: List[Claim], prov: Optional[Dict[str, Any]]) -> List[Claim]:
+    """Claims that rest on the DUT's calibrated cost (its CPU saturating below
+    line rate, its occupancy and knee against Table 3), undecided when the
+    calibration was not confirmed (:func:`calibration_why`): a DUT far off
+    the paper's cost would make them disagree for the bed's sake. What the
+    interval said is kept in the reason."""
+    why = calibration_why(prov)
+    if not why:
+        return made
+    return [x if x.verdict == "undecided" else dataclasses.replace(
+        x, verdict="undecided", why=f"{why} (on its own, the interval {x.verdict}: {x.why})")
+        for x in made]
+
+
 def knee_claims(c: _ClaimInputs) -> List[Claim]:
     """3. The bridge's knee where the paper's is (the calibration)."""
     from nslab.store.stats import judge, mean
@@ -466,14 +498,8 @@ def knee_claims(c: _ClaimInputs) -> List[Claim]:
     verdict, why = chk.verdict, chk.why
     if ("bridge", 64) in c.limited:
         verdict, why = "undecided", limited_why([("bridge", 64)], c.limited)
-    elif cal and cal.get("checked") is False:
-        last = (cal.get("checks") or [{}])[-1]
-        bad = [str(w) for x in last.get("readings") or [] for w in x.get("invalid") or []]
-        verdict, why = "undecided", (
-            f"the calibration was not confirmed: its check forwarded "
-            f"{float(last.get('capacity_fps', 0)):,.0f} fps with {cal['filters']} filters, "
-            + (f"but a reading of it was left out ({bad[0]})" if bad else
-               f"not within 5 % of {float(cal.get('target_fps', 0)):,.0f}"))
+    elif calibration_why(c.prov):
+        verdict, why = "undecided", str(calibration_why(c.prov))
     elif c.too_few([("bridge", 64)]):
         verdict, why = "undecided", str(c.too_few([("bridge", 64)]))
     return [Claim(title, f"bridge throughput at 64 B: {est.fmt(1e-3, 1, ' kfps')} ({how})",

@@ -22,7 +22,7 @@ import random
 import statistics
 import subprocess
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from nslab.traffic.counters import (backlog_limit, busy_pct_from_idle, idle_seconds, node_link_stats,
                             process_cpu_seconds, qdisc_drops, softnet_drops,
@@ -37,8 +37,8 @@ from nslab.model.shaping import frame_rate
 from .bed import DUT_CPU, GEN_CPU, napi_on
 from .config import Rfc2544Config
 from .model import (NOMINAL_FPS, baseline_of, calibration_next, calibration_saturated,
-                    calibration_step, cost_unmeasured, disturbed, fell_behind, loads, rate_search,
-                    trial_invalid)
+                    calibration_step, calibration_still_says_more, cost_unmeasured, disturbed,
+                    fell_behind, loads, rate_search, search_disturbed, trial_invalid)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.runtime.lab import Lab
@@ -345,7 +345,9 @@ class Rfc2544Runner:
         measuring it: the cost of a frame is nearly proportional to the
         filters, so each saturated reading scales the count by capacity /
         target, until within :data:`CAL_TOLERANCE` (a few steps); an
-        unsaturated one grows it (:func:`~.model.calibration_step`). Then a
+        unsaturated one grows it (:func:`~.model.calibration_step`); a reading
+        the host disturbed is taken again at the same count, unless it still
+        says "more filters" (:func:`~.model.calibration_still_says_more`). Then a
         check of :data:`CAL_CHECK_READINGS` more readings at the count found:
         their mean within :data:`CAL_CHECK_TOLERANCE` of the target, every one
         saturated and undisturbed, or the search goes on from the check's
@@ -375,7 +377,8 @@ class Rfc2544Runner:
                     steps.append(_cal_entry(n, m))
                     if len(steps) - since >= CAL_STEPS:
                         break  # the check says whether it got there
-                    if self._disturbed(m):
+                    if self._disturbed(m) and not calibration_still_says_more(
+                            m, target, CAL_TOLERANCE):
                         continue  # the same count again
                     nxt = calibration_step(n, m, target, CAL_TOLERANCE)
                     if nxt is None:
@@ -400,7 +403,8 @@ class Rfc2544Runner:
                             "%.0f %% of %.0f: calibrating again", n, check,
                             "" if saturated else " (not saturated)",
                             CAL_CHECK_TOLERANCE * 100, target)
-                if clean:  # else the same count again
+                if clean or any(calibration_still_says_more(x, target, CAL_TOLERANCE)
+                                for x in ms):  # else the same count again
                     n = calibration_next(n, check, saturated, target, 0.0) or n
                 self._check_filters(n, target)
                 since = len(steps)
@@ -493,13 +497,16 @@ class Rfc2544Runner:
         return sink
 
     def trial(self, size: int, fps: float, seconds: Optional[float] = None,
-              tag: str = "") -> Dict[str, Any]:
+              tag: str = "", stands: Optional[Callable[[Dict[str, Any]], bool]] = None
+              ) -> Dict[str, Any]:
         """Offer ``fps`` frames/s of ``size`` bytes for warm-up + trial; count
         everything. A trial during which other tasks took more than
-        ``interference_pct`` of the DUT's or the generator's CPU is measured
-        again (up to ``interference_reruns`` times); still disturbed, it is
-        kept with that reason among its ``invalid`` ones, so no figure comes
-        from it."""
+        ``interference_pct`` of the DUT's or the generator's CPU (or the host
+        slowed one) is measured again (up to ``interference_reruns`` times);
+        still disturbed, it is kept with that reason among its ``invalid``
+        ones, so no figure comes from it. ``stands``: an outcome that holds
+        however the host disturbed the trial (a search's pass): such a trial
+        is not measured again, and is marked ``stands``."""
         reruns = 0
         # After PERSISTENT excluded trials in a row the host is busy for good:
         # no more re-runs (each would triple a trial's time for nothing) until
@@ -508,7 +515,8 @@ class Rfc2544Runner:
         while True:
             m = self._trial_once(size, fps, seconds)
             why = self._disturbed(m)
-            if why is None or reruns >= allowed:
+            held = why is not None and stands is not None and stands(m)
+            if why is None or held or reruns >= allowed:
                 break
             reruns += 1
             log.info("trial at %.0f fps: %s; measuring it again (%d of %d)", fps, why, reruns,
@@ -517,7 +525,10 @@ class Rfc2544Runner:
         if why is None:
             self._excluded_streak = 0
         else:
-            self._excluded_streak += 1
+            if held:
+                m["stands"] = True
+            else:
+                self._excluded_streak += 1
             m["invalid"] = list(m["invalid"]) + [f"{why} ({reruns + 1} tries)"]
         return m
 
@@ -652,11 +663,20 @@ class Rfc2544Runner:
         step = cfg.resolution * line
         occ: List[Optional[float]] = []
 
+        def passed(m: Dict[str, Any], seconds: Optional[float]) -> bool:
+            return (m["loss_pct"] <= cfg.loss_tolerance and not fell_behind(
+                m.get("dut_queue_frames"), step, cfg.warmup + (seconds or cfg.trial)))
+
         def ok(fps: float, seconds: Optional[float] = None) -> bool:
-            m = self.trial(size, fps, seconds)
+            # A pass stands however the host disturbed it (search_disturbed),
+            # if nothing but the host's disturbance is wrong with the trial.
+            m = self.trial(size, fps, seconds,
+                           stands=lambda x: passed(x, seconds) and not x["invalid"])
             probes.append({k: m[k] for k in ("target_fps", "offered_fps", "received_fps",
                                              "loss_pct", "dut_occupancy_pct", "invalid",
                                              "gen_path", "interference_reruns")})
+            if m.get("stands"):
+                probes[-1]["stands"] = True
             probes[-1]["dut_other_pct"] = m["interference"]["dut"]["other_pct"]
             probes[-1]["gen_other_pct"] = m["interference"]["gen"]["other_pct"]
             probes[-1]["dut_slowdown_pct"] = m["interference"]["dut"]["slowdown_pct"]
@@ -669,7 +689,7 @@ class Rfc2544Runner:
             # an invalid trial's occupancy (a disturbed host, a saturated
             # generator) is not the DUT's: none from it
             occ.append(None if m["invalid"] or not self.baseline_ok else m["dut_occupancy_pct"])
-            return m["loss_pct"] <= cfg.loss_tolerance and not behind
+            return passed(m, seconds)
 
         lo = rate_search(ok, top, step, hint, self._rng)
         confirmed = lo > 0 and ok(lo, cfg.trial * 2)
@@ -694,11 +714,10 @@ class Rfc2544Runner:
             found.append(fps)
             occ.append(o)
             confirmed = confirmed and conf
-            # A probe still disturbed after its re-runs may have steered the
-            # search (a loss that was the neighbour's): no figure from it.
-            disturbed_searches.append(any(
-                any(str(w).startswith("host interference") for w in (p["invalid"] or []))
-                for p in probes[first:]))
+            # A probe still disturbed after its re-runs that failed may have
+            # steered the search (a loss that was the neighbour's): no figure
+            # from it. A disturbed pass stands (search_disturbed).
+            disturbed_searches.append(search_disturbed(probes[first:]))
         kept = [f for f, bad in zip(found, disturbed_searches) if not bad] or found
         lo = statistics.median(kept)
         return {"throughput_fps": lo, "throughput_bps": lo * size * 8, "line_fps": line,

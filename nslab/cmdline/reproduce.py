@@ -119,6 +119,9 @@ class _Interference(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
     reruns: int = Field(0, ge=0)
     excluded: int = Field(0, ge=0)
+    #: disturbed, but kept: a throughput search's pass stands however the host
+    #: disturbed it (:func:`nslab.experiments.rfc2544.model.search_disturbed`)
+    kept: int = Field(0, ge=0)
     worst_other_pct: Optional[float] = Field(None, ge=0)
     #: the most a bed CPU ran slower than its fastest in the run (RFC 2544's
     #: trials, :mod:`nslab.traffic.speed`); None: not measured
@@ -160,13 +163,14 @@ def _dicts(obj: Any, depth: int = 0) -> Iterator[Dict[str, Any]]:
 def interference_of_records(run_dir: str) -> Optional[_Interference]:
     """Trials or points re-run or excluded for host interference, from the
     run's records: a trial's ``interference_reruns``, an ``invalid`` reason
-    that starts "host interference", the worst other tasks' share and
+    that starts "host interference" (excluded; kept when the trial
+    ``stands``), the worst other tasks' share and
     slowdown of a bed CPU (RFC 2544 trials' ``interference.*.other_pct`` and
     ``.slowdown_pct``, their probes' ``dut_``/``gen_other_pct`` and
     ``_slowdown_pct``); a record's ``host`` (every study's points: ``reruns``,
     ``disturbed``, ``worst_pct``). None when nothing was accounted (the run
     predates it)."""
-    accounted, reruns, excluded, worst, slowest = False, 0, 0, None, None
+    accounted, reruns, excluded, kept, worst, slowest = False, 0, 0, 0, None, None
 
     def seen(pct: Any) -> None:
         nonlocal worst
@@ -193,7 +197,10 @@ def interference_of_records(run_dir: str) -> Optional[_Interference]:
             invalid = d.get("invalid")
             if isinstance(invalid, list) and any(str(w).startswith("host interference")
                                                  for w in invalid):
-                excluded += 1
+                if d.get("stands") is True:
+                    kept += 1
+                else:
+                    excluded += 1
             cpus = d.get("interference")
             for cpu in (cpus.values() if isinstance(cpus, dict) else ()):
                 seen(cpu.get("other_pct") if isinstance(cpu, dict) else None)
@@ -204,7 +211,7 @@ def interference_of_records(run_dir: str) -> Optional[_Interference]:
                 slowed(d.get(f"{role}_slowdown_pct"))
     if not accounted:
         return None
-    return _Interference(reruns=reruns, excluded=excluded, worst_other_pct=worst,
+    return _Interference(reruns=reruns, excluded=excluded, kept=kept, worst_other_pct=worst,
                          worst_slowdown_pct=slowest)
 
 

@@ -153,6 +153,14 @@ def test_interference_is_shown_when_a_run_recorded_it(tmp_path):
     head, _, _ = first_screen(open(write_report(str(root))["md"]).read())
     assert ("- Host interference: rfc2544 3 trial(s) re-run, 1 excluded (at worst 42 % of a "
             "bed CPU's time went to other tasks).") in head
+    # a search's disturbed pass, which stands, is counted apart
+    first["measurements"]["probes"][1].update(
+        stands=True, invalid=["host interference: the DUT CPU ran 50 % slower (1 tries)"])
+    recs.write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
+    head, _, _ = first_screen(open(write_report(str(root))["md"]).read())
+    assert "rfc2544 3 trial(s) re-run, 1 excluded, 1 disturbed pass(es) kept (at worst" in head
+    del first["measurements"]["probes"][1]["stands"]
+    first["measurements"]["probes"][1]["invalid"] = []
     # a probe that ran while the host slowed the DUT's CPU: its own figure
     first["measurements"]["probes"][0]["dut_slowdown_pct"] = 181.4
     recs.write_text("\n".join([json.dumps(first)] + lines[1:]) + "\n")
@@ -188,6 +196,9 @@ def test_interference_is_read_from_the_trials(tmp_path):
                "gen_other_pct": 0.5, "dut_slowdown_pct": 3.0, "gen_slowdown_pct": 0.0},
               {"interference_reruns": 0, "invalid": [], "dut_other_pct": 1.0,
                "gen_other_pct": 0.5, "dut_slowdown_pct": 181.4, "gen_slowdown_pct": 9.0}]
+    # a disturbed pass of a search stands: kept, not excluded
+    probes.append({"interference_reruns": 0, "dut_slowdown_pct": 90.0, "stands": True,
+                   "invalid": ["host interference: the DUT CPU ran 90 % slower (1 tries)"]})
     search = {"kind": "point", "params": {}, "measurements": {"probes": probes}}
     with open(run / "records.jsonl", "a") as f:
         f.write(json.dumps(rec) + "\n")
@@ -199,6 +210,7 @@ def test_interference_is_read_from_the_trials(tmp_path):
         f.write(json.dumps(search) + "\n")
     got = interference_of_records(str(run))
     assert (got.worst_other_pct, got.worst_slowdown_pct) == (55.0, 181.4)
+    assert (got.excluded, got.kept) == (1, 1)
 
 
 def test_html_escapes_what_the_markdown_carries(tmp_path):

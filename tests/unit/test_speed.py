@@ -158,3 +158,74 @@ def test_a_cpu_claim_whose_searches_were_all_left_out_stays_undecided_with_the_r
     cpu = claims["router: the CPU is the limit (it saturates at the throughput)"]
     assert cpu.verdict == "undecided" and cpu.measured == "no occupancy figure left"
     assert cpu.why.startswith("host interference: the DUT CPU ran up to 82 % slower"), cpu.why
+
+
+def test_a_disturbed_pass_stands_and_a_disturbed_failure_leaves_its_search_out():
+    """A disturbance only takes CPU from the bed: a probe that passed anyway
+    would have passed with the whole CPU (it stands); one that failed may
+    have failed for the host."""
+    from nslab.experiments.rfc2544.model import search_disturbed
+    host = ["host interference: the DUT CPU ran 93 % slower than its fastest in this run "
+            "(over 10 %: the host gave this guest's CPU less) (1 tries)"]
+    clean = {"loss_pct": 0.0, "invalid": []}
+    stood = {"loss_pct": 0.0, "invalid": host, "stands": True}
+    failed = {"loss_pct": 3.6, "invalid": host}
+    guard = {"loss_pct": 0.0, "invalid": ["the generator/sink CPU was 96 % busy"]}
+    assert not search_disturbed([clean, stood, guard])
+    assert search_disturbed([clean, stood, failed])
+    assert search_disturbed([dict(stood, stands=None)])  # older runs: left out, as they were
+
+
+class _Trials:
+    """An Rfc2544Runner without a lab: each try's loss and disturbance from a list."""
+
+    def __init__(self, tries):
+        from nslab.experiments.rfc2544.config import Rfc2544Config
+        from nslab.experiments.rfc2544.runner import Rfc2544Runner
+
+        class Runner(Rfc2544Runner):
+            def __init__(self):
+                self.cfg = Rfc2544Config.preset("quick")
+                self._excluded_streak, self.calls = 0, 0
+
+            def _trial_once(self, size, fps, seconds=None):
+                loss, slow = tries[self.calls]
+                self.calls += 1
+                return {"loss_pct": loss, "invalid": [], "interference": {
+                    "dut": {"other_pct": 0.0, "slowdown_pct": slow, "top": []},
+                    "gen": {"other_pct": 0.0, "slowdown_pct": 0.0, "top": []}}}
+        self.runner = Runner()
+
+
+def test_a_trial_whose_outcome_stands_is_not_measured_again():
+    passes = lambda m: m["loss_pct"] == 0 and not m["invalid"]  # noqa: E731
+    r = _Trials([(0.0, 90.0)]).runner
+    m = r.trial(64, 60000, stands=passes)
+    assert r.calls == 1 and m["stands"] is True and m["interference_reruns"] == 0
+    assert "90 % slower" in m["invalid"][0] and r._excluded_streak == 0
+    # a disturbed failure is measured again (the quick preset's re-runs), then
+    # kept with the reason, and counts towards the streak that stops re-runs
+    r = _Trials([(4.0, 90.0)] * 5).runner
+    m = r.trial(64, 60000, stands=passes)
+    assert r.calls == 1 + r.cfg.interference_reruns and "stands" not in m
+    assert r._excluded_streak == 1
+    # without a rule (a loss sweep's trial) a disturbed pass is measured again too
+    r = _Trials([(0.0, 90.0), (0.0, 2.0)]).runner
+    m = r.trial(64, 60000)
+    assert r.calls == 2 and m["invalid"] == [] and "stands" not in m
+
+
+def test_a_standing_probe_is_not_counted_as_left_out(tmp_path):
+    from nslab.experiments.rfc2544.report import host_noted
+    from nslab.experiments.rfc2544.records import SCHEMA
+    from nslab.store.reporting import Claim
+
+    def edit(r):
+        probes = r["measurements"]["probes"]
+        slowed(probes[0], 41.0)
+        slowed(probes[1], 77.0)
+        probes[1]["stands"] = True
+    recs = SCHEMA.load(str(throughput_edited(tmp_path, "router", edit)))
+    reads = [{"test": "throughput", "dut": "router", "frame": 64}]
+    c = Claim("router: the CPU is the limit", "n=1", "undecided", "n=1", reads=reads)
+    assert "left out 1 of" in host_noted(c, recs).why and "41 %" in host_noted(c, recs).why

@@ -338,10 +338,37 @@ def test_a_check_off_by_more_than_its_tolerance_calibrates_again_from_the_check(
     assert dut.counts[4:7] == [930, 930, 841]  # 930 x 59.9 / 66.2: from the check
 
 
-def test_a_disturbed_calibration_reading_is_taken_again_at_the_same_count():
+def test_a_disturbed_saturated_calibration_reading_is_taken_again_at_the_same_count():
+    dut = _ModelDut(disturbed_at={2})  # 750 filters: saturated (98 % busy), disturbed
+    n, cal = _calibrate(dut)
+    assert dut.counts[:3] == [500, 750, 750] and cal["checked"] is True
+    assert cal["steps"][1]["saturated"]
+
+
+def test_a_disturbed_reading_that_forwarded_past_the_target_unsaturated_still_grows_the_count():
+    # A disturbance only takes CPU from the DUT: 78.7 kfps forwarded at 500
+    # filters without saturating, disturbed or not, says "more filters".
     dut = _ModelDut(disturbed_at={1})
     n, cal = _calibrate(dut)
-    assert dut.counts[:3] == [500, 500, 750] and cal["checked"] is True
+    assert dut.counts[:2] == [500, 750] and cal["checked"] is True
+    # A host that disturbs every reading: the count grows from the unsaturated
+    # one, and no saturated disturbed reading moves it; the check is never
+    # clean, so the calibration ends unconfirmed (and the report says so).
+    dut = _ModelDut(disturbed_at=set(range(1, 40)))
+    n, cal = _calibrate(dut)
+    assert n == 750 and set(dut.counts[1:]) == {750} and cal["checked"] is False
+
+
+def test_only_an_unsaturated_reading_past_the_target_survives_a_disturbance():
+    from nslab.experiments.rfc2544.model import calibration_still_says_more
+    target = 66225
+    assert calibration_still_says_more(_reading(82120, 82073, 0.0, 55.3), target, 0.04)
+    # saturated: its capacity may be the host's
+    assert not calibration_still_says_more(_reading(60000, 82000, 26.8, 100.0), target, 0.04)
+    assert not calibration_still_says_more(_reading(81554, 81600, 0.0, 98.0), target, 0.04)
+    # a generator short of the target: the DUT was not offered enough to say
+    assert not calibration_still_says_more(_reading(60000, 60000, 0.0, 50.0), target, 0.04)
+    assert not calibration_still_says_more(_reading(68000, 68000, 0.0, 50.0), target, 0.04)
 
 
 def _latency_run(tmp_path, p50s):
@@ -381,3 +408,30 @@ def test_the_routers_extra_latency_stays_on_each_trials_mean(tmp_path):
     assert len(nominal) == 6 and all(t.latency_us.p50 for t in nominal)  # the records keep them
     claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
     assert claim.verdict == "undecided" and "+11.7 us" in claim.measured
+
+
+def test_claims_on_the_calibrated_cost_are_undecided_when_the_calibration_was_not_confirmed():
+    from nslab.experiments.rfc2544.report import calibration_why, on_the_calibration
+    from nslab.store.reporting import Claim
+    reading = {"filters": 500, "capacity_fps": 82367.0, "invalid": [
+        "host interference: the DUT CPU ran 30 % slower than its fastest in this run (over "
+        "10 %: the host gave this guest's CPU less) (3 tries)"]}
+    cal = {"filters": 500, "target_fps": 66225.0, "checked": False,
+           "checks": [{"filters": 500, "capacity_fps": 82244.0, "ok": False,
+                       "readings": [reading]}]}
+    prov = {"setups": {"bridge": {"calibration": cal}, "router": {"calibration": cal}}}
+    why = calibration_why(prov)
+    assert why == ("the calibration was not confirmed: its check forwarded 82,244 fps with 500 "
+                   "filters, but a reading of it was left out (host interference: the DUT CPU "
+                   "ran 30 % slower than its fastest in this run (over 10 %: the host gave this "
+                   "guest's CPU less) (3 tries))")
+    made = [Claim("bridge: the CPU is the limit", "42 %", "disagrees", "below 90 %"),
+            Claim("router: the CPU is the limit", "-", "undecided", "n=1")]
+    got = on_the_calibration(made, prov)
+    assert got[0].verdict == "undecided"
+    assert got[0].why == f"{why} (on its own, the interval disagrees: below 90 %)"
+    assert got[1] is made[1]
+    # confirmed, given (--dut-cost) or older runs: the claims as they were
+    for ok in ({"setups": {"bridge": {"calibration": dict(cal, checked=True)}}},
+               {"setups": {"bridge": {"dut_cost_filters": 700}}}, None):
+        assert calibration_why(ok) is None and on_the_calibration(made, ok) == made
