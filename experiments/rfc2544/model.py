@@ -289,6 +289,20 @@ def disturbed(interference: Optional[Dict[str, Dict[str, Any]]],
     return None
 
 
+def pass_stands(m: Dict[str, Any], passed: bool, step: float) -> bool:
+    """Whether a search probe's pass holds however the host disturbed its
+    trial ``m``: nothing but the host is wrong with it (no reason of the
+    fidelity guard's in ``invalid`` yet), and the generator sent the probed
+    rate to within half the search's ``step`` (its own count over its run,
+    ``gen_pps``). A disturbance of the generator's CPU can make it send less,
+    and a DUT offered less passes more easily; one of the sink's only adds
+    loss; one of the DUT's only takes its CPU. In a quick run here the
+    generator's own rate stayed within 0.7 % of every target below line
+    rate, its CPU slowed or not (half a step at 64 bytes: 1.5 % of 74 kfps)."""
+    return (passed and not m.get("invalid")
+            and float(m.get("gen_pps") or 0.0) >= float(m["target_fps"]) - step / 2)
+
+
 def search_disturbed(probes: List[Dict[str, Any]]) -> bool:
     """Whether host interference may have steered a throughput search: one of
     its probes stayed disturbed after its re-runs and failed. A disturbance

@@ -38,7 +38,8 @@ from .bed import DUT_CPU, GEN_CPU, napi_on
 from .config import Rfc2544Config
 from .model import (NOMINAL_FPS, baseline_of, calibration_next, calibration_saturated,
                     calibration_step, calibration_still_says_more, cost_unmeasured, disturbed,
-                    fell_behind, loads, rate_search, search_disturbed, trial_invalid)
+                    fell_behind, loads, pass_stands, rate_search, search_disturbed,
+                    trial_invalid)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.runtime.lab import Lab
@@ -669,9 +670,9 @@ class Rfc2544Runner:
 
         def ok(fps: float, seconds: Optional[float] = None) -> bool:
             # A pass stands however the host disturbed it (search_disturbed),
-            # if nothing but the host's disturbance is wrong with the trial.
+            # if nothing else is wrong with it and the generator sent the rate.
             m = self.trial(size, fps, seconds,
-                           stands=lambda x: passed(x, seconds) and not x["invalid"])
+                           stands=lambda x: pass_stands(x, passed(x, seconds), step))
             probes.append({k: m[k] for k in ("target_fps", "offered_fps", "received_fps",
                                              "loss_pct", "dut_occupancy_pct", "invalid",
                                              "gen_path", "interference_reruns")})
