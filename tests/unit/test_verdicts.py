@@ -435,3 +435,53 @@ def test_claims_on_the_calibrated_cost_are_undecided_when_the_calibration_was_no
     for ok in ({"setups": {"bridge": {"calibration": dict(cal, checked=True)}}},
                {"setups": {"bridge": {"dut_cost_filters": 700}}}, None):
         assert calibration_why(ok) is None and on_the_calibration(made, ok) == made
+
+
+def test_the_latency_claim_stays_when_only_a_duts_nominal_trials_were_left_out(tmp_path):
+    """The router's trials at 1,000 fps all left out for host interference, its
+    trial at 90 % of line rate valid: the claim is made, undecided, with the
+    reason (it once dropped out of a quick run's table)."""
+    import json
+    pub = load_published("rfc2544")
+    title = "A router adds about 5 us of latency over a bridge (64 bytes)"
+    _latency_run(tmp_path, {"bridge": [(50.1, 68.0), (50.3, 60.3)],
+                            "router": [(55.0, 91.1), (55.4, 57.3)]})
+    path = tmp_path / "r" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    slow = ("host interference: the DUT CPU ran 72 % slower than its fastest in this run (over "
+            "10 %: the host gave this guest's CPU less) (1 tries)")
+    for rec in lines:
+        if rec["params"]["test"] == "latency" and rec["params"]["dut"] == "router":
+            trials = rec["measurements"]["trials"]
+            assert any(t["target_fps"] != 1000 and not t.get("invalid") for t in trials)
+            for t in trials:
+                if t["target_fps"] == 1000:
+                    t["invalid"] = [slow]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    recs = RFC_SCHEMA.load(str(tmp_path / "r"))
+    claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
+    assert claim.verdict == "undecided" and claim.measured == "no valid latency trial"
+    assert claim.why.startswith("every latency trial of the router at 1,000 fps was left out "
+                                f"(3 of 3: {slow})"), claim.why
+
+
+def test_a_sweep_left_out_says_how_many_trials_and_its_most_frequent_reason(tmp_path):
+    import json
+    import shutil
+
+    from tests.conftest import data
+    shutil.copytree(data("rfc2544_run"), tmp_path / "r")
+    path = tmp_path / "r" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    n = 0
+    for rec in lines:
+        if rec["params"]["test"] == "loss" and rec["params"]["dut"] == "bridge":
+            for t in rec["measurements"]["trials"]:
+                n += 1
+                t["invalid"] = ["the generator/sink CPU was 96 % busy" if n == 1 else
+                                "host interference: the DUT CPU ran 80 % slower (1 tries)"]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert n > 2
+    why = rfc_report.invalid_why(RFC_SCHEMA.load(str(tmp_path / "r")), "loss", "bridge")
+    assert why == (f"every loss trial was left out ({n} of {n}; {n - 1} of them: host "
+                   "interference: the DUT CPU ran 80 % slower (1 tries))")
