@@ -400,10 +400,11 @@ class Rfc2544Runner:
                 if ok or len(checks) >= CAL_CHECKS:
                     cap = check
                     break
-                log.warning("calibration check: %d filters forwarded %.0f fps%s, not within "
-                            "%.0f %% of %.0f: calibrating again", n, check,
-                            "" if saturated else " (not saturated)",
-                            CAL_CHECK_TOLERANCE * 100, target)
+                log.warning("calibration check: %d filters forwarded %.0f fps (target %.0f): "
+                            "%s: calibrating again", n, check, target,
+                            "not saturated" if not saturated else
+                            "a reading disturbed by the host" if not clean else
+                            f"not within {CAL_CHECK_TOLERANCE * 100:.0f} %")
                 if clean or any(calibration_still_says_more(x, target, CAL_TOLERANCE)
                                 for x in ms):  # else the same count again
                     n = calibration_next(n, check, saturated, target, 0.0) or n

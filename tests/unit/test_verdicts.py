@@ -328,11 +328,12 @@ def test_calibration_converges_from_an_unsaturated_start_and_its_check_confirms_
     assert [s["saturated"] for s in cal["steps"]][:2] == [False, True]
 
 
-def test_a_check_off_by_more_than_its_tolerance_calibrates_again_from_the_check():
+def test_a_check_off_by_more_than_its_tolerance_calibrates_again_from_the_check(caplog):
     # the search lands on 930 filters; both check readings then read 10 % low
     # (59.9 kfps): the search goes on from the check's figure and lands again
     dut = _ModelDut(noise=[1.0, 1.0, 1.0, 1.0, 0.90, 0.90])
     n, cal = _calibrate(dut)
+    assert "930 filters forwarded 59" in caplog.text and "not within 5 %" in caplog.text
     assert len(cal["checks"]) == 2 and cal["checks"][0]["ok"] is False
     assert cal["checks"][1]["ok"] is True
     assert dut.counts[4:7] == [930, 930, 841]  # 930 x 59.9 / 66.2: from the check
@@ -345,7 +346,8 @@ def test_a_disturbed_saturated_calibration_reading_is_taken_again_at_the_same_co
     assert cal["steps"][1]["saturated"]
 
 
-def test_a_disturbed_reading_that_forwarded_past_the_target_unsaturated_still_grows_the_count():
+def test_a_disturbed_reading_that_forwarded_past_the_target_unsaturated_still_grows_the_count(
+        caplog):
     # A disturbance only takes CPU from the DUT: 78.7 kfps forwarded at 500
     # filters without saturating, disturbed or not, says "more filters".
     dut = _ModelDut(disturbed_at={1})
@@ -357,6 +359,7 @@ def test_a_disturbed_reading_that_forwarded_past_the_target_unsaturated_still_gr
     dut = _ModelDut(disturbed_at=set(range(1, 40)))
     n, cal = _calibrate(dut)
     assert n == 750 and set(dut.counts[1:]) == {750} and cal["checked"] is False
+    assert "a reading disturbed by the host: calibrating again" in caplog.text
 
 
 def test_only_an_unsaturated_reading_past_the_target_survives_a_disturbance():
