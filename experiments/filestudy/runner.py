@@ -241,7 +241,11 @@ class FileRunner:
             elif isinstance(f, Pktgen):
                 from nslab.traffic.pktgen import send_argv
                 count = f.count or int(round(f.rate * duration))
-                argv = send_argv(self._addr(f), port, f.size, f.rate, duration, count)
+                # The count ends the flow; the duration is only a cap. Its last
+                # frame is due 1/rate before the duration ends, so a sender
+                # 1 ms late at 1,000 fps stopped at 3,999 of 4,000 (a CI run
+                # here): it gets half a second more (the sink listens 1 s more).
+                argv = send_argv(self._addr(f), port, f.size, f.rate, duration + 0.5, count)
             else:
                 argv = ["ping", "-n", "-D", "-i", f"{f.interval:g}", "-w", f"{duration:g}",
                         self._addr(f)]
