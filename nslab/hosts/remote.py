@@ -34,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..runtime import grants
-from ..runtime.clean import remove_controller, write_controller
+from ..runtime.clean import make_control_dir, remove_controller, write_controller
 from ..errors import CommandError, InputError, LabError
 from ..runtime.grants import HostGrants
 from ..model.multihost import Part, parse_hosts, place, tunnels
@@ -405,8 +405,7 @@ class MultiLab:
         On any failure, every part built is torn down."""
         if self._started:
             raise LabError("lab already started")
-        self._dir = tempfile.mkdtemp(prefix=f"nslab-{self.run_id}-")
-        os.chmod(self._dir, 0o700)
+        self._dir = make_control_dir(self.run_id)
         self._started = True
         t0 = time.monotonic()
         try:

@@ -6,7 +6,8 @@ crash. Objects are found by the run id they carry: namespace names
 with ``external_ids:nslab-run``, processes with ``NSLAB_RUN`` in their
 environment, the journal ``/run/nslab/<run>.json`` and work dir
 ``/run/nslab/<run>/``, and the controller's record of a lab across machines
-``/run/nslab/<run>.controller.json``. Nothing without the tag is touched.
+``/run/nslab/<run>.controller.json`` with its SSH control directory
+``$TMPDIR/nslab-<run>-XXXXXXXX``. Nothing without the tag is touched.
 """
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ import os
 import re
 import shutil
 import signal
+import stat
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Dict, Iterator, List, Optional
 
 from . import extension, statefile
-from ..errors import InputError
+from ..errors import InputError, LabError
 from ..model.fields import IFNAME_RE
 from ..model.naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR, check_state_dir
 from .proc import kill_pids, pids_with_tag, process_name, process_start_time, run
@@ -49,13 +52,15 @@ class Inventory:
     journal: Optional[dict] = None
     #: The record of the controller of a lab across machines run from here.
     controller: Optional[dict] = None
+    #: That controller's SSH control directories (:func:`control_dirs`).
+    control: List[str] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
         return not (self.namespaces or self.interfaces or any(self.extra.values()) or self.pids
                     or self.journal or os.path.isdir(workdir(self.run_id))
                     or os.path.exists(journal_tmp_path(self.run_id))
-                    or self.controller is not None
+                    or self.controller is not None or self.control
                     or os.path.exists(statefile.tmp_path(controller_path(self.run_id))))
 
     def describe(self) -> List[str]:
@@ -76,6 +81,7 @@ class Inventory:
         if self.controller is not None or os.path.exists(
                 statefile.tmp_path(controller_path(self.run_id))):
             out.append(f"controller record {controller_path(self.run_id)}")
+        out += [f"ssh control dir {d}" for d in self.control]
         return out
 
 
@@ -165,6 +171,78 @@ def write_controller(run_id: str, data: dict) -> None:
     statefile.write(controller_path(run_id), data)
 
 
+#: The SSH control directory of a lab across machines (``tempfile.mkdtemp``'s
+#: suffix: eight of ``[a-z0-9_]``); ``nslab capture``'s own (``-capture-``) is not one.
+CONTROL_DIR_RE = re.compile(r"nslab-([a-z0-9]+)-[a-z0-9_]{8}")
+
+
+def control_dirs(run_id: Optional[str] = None) -> Dict[str, List[str]]:
+    """The SSH control directories of labs across machines left in the temporary
+    directory (``{run: [path]}``), of ``run_id`` or of every run: only real
+    directories (not links) owned by this user, named by a run id."""
+    found: Dict[str, List[str]] = {}
+    top = tempfile.gettempdir()
+    try:
+        entries = sorted(os.listdir(top))
+    except OSError:
+        return found
+    for entry in entries:
+        m = CONTROL_DIR_RE.fullmatch(entry)
+        if not m or not RUN_RE.fullmatch(m.group(1)) or run_id not in (None, m.group(1)):
+            continue
+        path = os.path.join(top, entry)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            found.setdefault(m.group(1), []).append(path)
+    return found
+
+
+#: The file in a control directory naming the process that made it (a record
+#: like a journal's: run, pid, pid_start), so that a lab still coming up (no
+#: controller record yet) keeps its directory.
+CONTROL_OWNER = "owner.json"
+
+
+def make_control_dir(run_id: str) -> str:
+    """A new SSH control directory for lab ``run_id`` (mode 0700), with its owner
+    recorded in it (:data:`CONTROL_OWNER`): ``nslab clean`` removes it once that
+    process is gone."""
+    path = tempfile.mkdtemp(prefix=f"nslab-{run_id}-")
+    os.chmod(path, 0o700)
+    me = os.getpid()
+    with open(os.path.join(path, CONTROL_OWNER), "x") as f:  # a new file in a new directory
+        json.dump({"run": run_id, "pid": me, "pid_start": process_start_time(me)}, f)
+    return path
+
+
+def control_dir_owner(path: str) -> Optional[dict]:
+    """The owner record of control directory ``path`` (data; None if unreadable)."""
+    try:
+        data = bounded.load(os.path.join(path, CONTROL_OWNER), 4096)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _remove_control_dir(path: str) -> None:
+    """Remove one control directory (its dead masters' sockets), checked again
+    just before: a real directory of this user's, not a link put in its place."""
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise LabError(f"{path}: not a directory of this user's; left alone")
+    for entry in os.listdir(path):
+        sock = os.path.join(path, entry)
+        if stat.S_ISSOCK(os.lstat(sock).st_mode) and shutil.which("ssh"):
+            # a master still persisting (ControlPersist) ends on its own socket's
+            # `exit` request; the host name only fills in a ControlPath's tokens
+            run(["ssh", "-o", "BatchMode=yes", "-o", f"ControlPath={sock}", "-O", "exit",
+                 "nslab-control"], check=False, timeout=10)
+    shutil.rmtree(path)
+
+
 def remove_controller(run_id: str) -> None:
     statefile.remove(controller_path(run_id))
 
@@ -240,6 +318,8 @@ def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
     for pid, rid in pids_with_tag(run_id).items():
         if RUN_RE.fullmatch(rid):
             inv(rid).pids.append(pid)
+    for rid, paths in control_dirs(run_id).items():
+        inv(rid).control.extend(paths)
     return runs
 
 
@@ -278,6 +358,8 @@ def remove(inv: Inventory) -> List[str]:
     stage("work dir", lambda: shutil.rmtree(workdir(inv.run_id), ignore_errors=True))
     stage("journal", lambda: remove_journal(inv.run_id))
     stage("controller record", lambda: remove_controller(inv.run_id))
+    for path in inv.control:
+        stage(f"ssh control dir {path}", functools.partial(_remove_control_dir, path))
     used = set((journal.get("extensions") or {})) | {n for n, o in inv.extra.items() if o}
     if used:
         live = live_journals(exclude=inv.run_id)
@@ -481,7 +563,8 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
     for rid, inv in sorted(discover(run_id).items()):
         if inv.empty:
             continue
-        owner = next((j for j in (inv.journal, inv.controller) if run_is_live(j)), None)
+        owner = next((j for j in [inv.journal, inv.controller]
+                      + [control_dir_owner(d) for d in inv.control] if run_is_live(j)), None)
         if owner is not None and not force:
             report[rid] = [f"skipped: run is live (pid {owner.get('pid')}); use --force"]
             continue

@@ -7,8 +7,10 @@ runs inside the first, as a user on one machine of a pair would.
 """
 import json
 import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -169,14 +171,32 @@ def _gone(ph, timeout):
     return False
 
 
+def _control_dirs(run):
+    """The SSH control directories of lab ``run`` in the temporary directory
+    (the pseudo-hosts share this machine's)."""
+    top = tempfile.gettempdir()
+    return [e for e in os.listdir(top) if re.fullmatch(rf"nslab-{run}-[a-z0-9_]{{8}}", e)]
+
+
+def _run_of(ph):
+    return next(x.split()[1].split("-")[0] for x in ph.leftovers(0) if x.startswith("netns "))
+
+
 def test_a_killed_controller_leaves_nothing_on_either_host(hosts):
     """SIGKILL of the controller closes its SSH sessions; each agent sees the end
-    of its input and tears its part down."""
+    of its input and tears its part down. What the controller kept on its own
+    machine, the SSH control directory, goes with `nslab clean` there."""
     ph = hosts
     proc = _start_lab(ph)
     assert ph.leftovers(0) and ph.leftovers(1)
+    run = _run_of(ph)
+    [control] = _control_dirs(run)
     _kill_controller(ph, proc)
     assert _gone(ph, 60), (ph.leftovers(0), ph.leftovers(1))
+    res = _nslab(ph, "clean")
+    assert res.returncode == 0 and "ssh control dir" in res.stdout, res.stdout + res.stderr
+    assert _control_dirs(run) == []
+    assert _pids(ph, 0, f"ControlPath=[^ ]*/{control}/") == []  # its persisting masters too
 
 
 def test_crashed_agents_are_cleaned_with_clean_hosts(hosts):
@@ -184,6 +204,7 @@ def test_crashed_agents_are_cleaned_with_clean_hosts(hosts):
     clean --hosts` removes them on every host, by tag, and nothing else."""
     ph = hosts
     proc = _start_lab(ph)
+    run = _run_of(ph)
     for i in (0, 1):
         for pid in _agents(ph, i):
             ph.run(i, ["kill", "-9", str(pid)])
@@ -195,6 +216,7 @@ def test_crashed_agents_are_cleaned_with_clean_hosts(hosts):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "10.99.0.1:" in res.stdout and "10.99.0.2:" in res.stdout and "removed run" in res.stdout
     assert ph.leftovers(0) == [] and ph.leftovers(1) == [], (ph.leftovers(0), ph.leftovers(1))
+    assert _control_dirs(run) == []  # the controller's host is one of them
 
 
 def test_an_unreachable_host_fails_in_one_line_and_builds_nothing(hosts):

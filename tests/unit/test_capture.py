@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -763,11 +764,12 @@ def test_a_controller_record_that_nslab_did_not_write_is_refused(change, says):
 
 
 @pytest.fixture
-def state(tmp_path, monkeypatch):
+def state(tmp_path, tmp_path_factory, monkeypatch):
     from nslab.runtime import clean, extension
     from nslab.runtime.proc import Result
     monkeypatch.setattr(clean, "STATE_DIR", str(tmp_path))
-    monkeypatch.setattr(clean, "run", lambda argv, check=False: Result(argv, 0, "", ""))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tmp")))
+    monkeypatch.setattr(clean, "run", lambda argv, check=False, **kw: Result(argv, 0, "", ""))
     monkeypatch.setattr(clean, "pids_with_tag", lambda run_id=None: {})
     monkeypatch.setattr(extension, "registered", lambda: {})
     return tmp_path
@@ -786,6 +788,55 @@ def test_the_controllers_record_marks_its_lab_live_and_clean_removes_a_dead_ones
     assert clean.live_controllers() == []
     assert clean.clean() == {"nl0a0b": [f"controller record {state}/nl0a0b.controller.json"]}
     assert os.listdir(state) == []
+
+
+def test_a_dead_controllers_ssh_control_dir_is_cleaned_and_a_live_ones_kept(state, monkeypatch):
+    """A controller killed leaves its SSH control directory (``$TMPDIR/nslab-<run>-
+    XXXXXXXX``, its masters' sockets): `nslab clean` removes it by its name once
+    the process recorded in it is gone, before and after the controller's record
+    exists; nothing else in the temporary directory is touched."""
+    import socket
+    from nslab.runtime import clean
+    from nslab.runtime.proc import Result, process_start_time
+    ran = []
+    monkeypatch.setattr(clean, "run", lambda argv, check=False, **kw: ran.append(argv) or
+                        Result(argv, 0, "", ""))
+    monkeypatch.setattr(clean.shutil, "which", lambda name: f"/usr/bin/{name}")
+    tmp = tempfile.gettempdir()
+    live = clean.make_control_dir("nl0a0b")
+    assert oct(os.stat(live).st_mode & 0o777) == "0o700"
+    dead = clean.make_control_dir("nl0c0d")
+    with open(os.path.join(dead, clean.CONTROL_OWNER), "w") as f:
+        json.dump({"run": "nl0c0d", "pid": os.getpid(), "pid_start": -1.0}, f)  # it died
+    with socket.socket(socket.AF_UNIX) as sock:  # a master's socket, left behind
+        sock.bind(os.path.join(dead, "9136"))
+    others = ["nslab-nl0e0f-capture-abcdefgh", "nslab-nl0e0f-abcdefghi", "nslab-export-abcdefgh",
+              "nslab-NL0E0F-abcdefgh"]
+    for name in others:
+        os.mkdir(os.path.join(tmp, name))
+    victim = tempfile.mkdtemp()
+    os.symlink(victim, os.path.join(tmp, "nslab-nl0e0f-abcdefgh"))  # a link in its place
+    assert clean.clean(dry_run=True) == {
+        "nl0a0b": [f"skipped: run is live (pid {os.getpid()}); use --force"],
+        "nl0c0d": [f"ssh control dir {dead}"]}
+    assert clean.clean() == {
+        "nl0a0b": [f"skipped: run is live (pid {os.getpid()}); use --force"],
+        "nl0c0d": [f"ssh control dir {dead}"]}
+    assert not os.path.exists(dead) and os.path.isdir(live) and os.path.isdir(victim)
+    # a master still persisting was asked to exit over its own socket, not looked for by name
+    assert [a for a in ran if a[0] == "ssh"] == [["ssh", "-o", "BatchMode=yes", "-o", f"ControlPath={dead}/9136", "-O", "exit",
+                    "nslab-control"]]
+    assert sorted(os.listdir(tmp)) == sorted(others + [os.path.basename(live),
+                                                       os.path.basename(victim),
+                                                       "nslab-nl0e0f-abcdefgh"])
+    # with the controller's record as well (the lab was up), and its owner file unreadable
+    me = {"run": "nl0a0b", "pid": os.getpid(), "pid_start": process_start_time(os.getpid())}
+    clean.write_controller("nl0a0b", dict(me, pid_start=-1.0))
+    with open(os.path.join(live, clean.CONTROL_OWNER), "w") as f:
+        f.write("{")
+    assert clean.clean() == {"nl0a0b": [f"controller record {state}/nl0a0b.controller.json",
+                                        f"ssh control dir {live}"]}
+    assert not os.path.exists(live) and os.listdir(state) == []
 
 
 FAKE_SSH = """#!/bin/sh
