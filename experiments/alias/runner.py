@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import subprocess
 import sys
 import time
@@ -180,7 +179,9 @@ class AliasRunner:
         # How the senders were limited, read at the senders (two-box mode: the
         # one sampler is there already).
         senders = None if self.remote else start_sampler(self.client, SERVER_IFACE, sender=True)
-        start = math.ceil(time.time() + self.lead(n if mode == "alias" else 1))
+        # to the millisecond (iperf takes a fractional --txstart-time): a whole
+        # second's rounding left each point up to 1 s idle, 0.5 s on average
+        start = round(time.time() + self.lead(n if mode == "alias" else 1), 3)
         for proc in (sampler, senders):
             if proc is not None:
                 sample_at(proc, [start + warm, start + dur - cool])

@@ -298,3 +298,34 @@ def test_a_sample_is_read_as_the_sampler_writes_it():
     assert from_sampler({**raw, "limits": {}}).limits == {}
     del raw["limits"]
     assert from_sampler(raw).limits == {}
+
+
+def test_a_later_round_measures_only_the_ends_of_the_range_for_undecided_claims(tmp_path):
+    """Each alias claim names the points it is judged on: the small-N plateau
+    and the largest N of the alias sweep, and N=254 of both modes for the -P
+    control. A later round of the default sweep (13 N, two modes) measures only
+    those of the claims still undecided, not the N in between."""
+    import dataclasses
+
+    from nslab.store.reporting import Claim
+    run = tmp_path / "alias" / "nlc947"
+    shutil.copytree(data("alias_run"), run)
+    found = {c.claim: c for c in write_report(str(run)).claims}
+    assert len(found) == 4 and all(c.reads for c in found.values()), found
+    cfg = AliasConfig.preset("full")
+    study = AliasStudy()
+    pts = study.points(cfg)
+    assert len({(p["mode"], p["n"]) for p in pts}) == 25
+
+    def open_(title: str) -> Claim:
+        return dataclasses.replace(found[title], verdict="undecided")
+    rises = open_("Throughput rises with the number of aliases (posts: +7.6 %, +7.8 %)")
+    summed = open_("The posts' rise comes from how iperf's reports were summed")
+    control = open_("The rise comes from more TCP connections, not from the aliases")
+    got = {(p["mode"], p["n"]) for p in study.needed(cfg, pts, [rises, summed])}
+    assert got == {("alias", n) for n in (1, 2, 4, 8, 16, 254)}
+    assert {(p["mode"], p["n"]) for p in study.needed(cfg, pts, [control])} == {
+        ("alias", 254), ("parallel", 254)}
+    assert len(study.needed(cfg, pts, [rises])) == 6 * cfg.repeat
+    unsaid = Claim("a claim that does not say what it reads", "", "undecided", "")
+    assert study.needed(cfg, pts, [rises, unsaid]) == pts
