@@ -665,9 +665,11 @@ class Rfc2544Runner:
         step = cfg.resolution * line
         occ: List[Optional[float]] = []
 
+        def behind(m: Dict[str, Any], seconds: Optional[float]) -> bool:
+            return fell_behind(m.get("dut_queue_frames"), step, cfg.warmup + (seconds or cfg.trial))
+
         def passed(m: Dict[str, Any], seconds: Optional[float]) -> bool:
-            return (m["loss_pct"] <= cfg.loss_tolerance and not fell_behind(
-                m.get("dut_queue_frames"), step, cfg.warmup + (seconds or cfg.trial)))
+            return m["loss_pct"] <= cfg.loss_tolerance and not behind(m, seconds)
 
         def ok(fps: float, seconds: Optional[float] = None) -> bool:
             # A pass stands however the host disturbed it (search_disturbed),
@@ -685,9 +687,8 @@ class Rfc2544Runner:
             probes[-1]["gen_slowdown_pct"] = m["interference"]["gen"]["slowdown_pct"]
             probes[-1]["dut_top"] = m["interference"]["dut"]["top"]
             probes[-1]["gen_top"] = m["interference"]["gen"]["top"]
-            behind = fell_behind(m.get("dut_queue_frames"), step, cfg.warmup + (seconds or cfg.trial))
             probes[-1]["dut_queue_frames"] = m.get("dut_queue_frames")
-            probes[-1]["fell_behind"] = behind
+            probes[-1]["fell_behind"] = behind(m, seconds)
             # an invalid trial's occupancy (a disturbed host, a saturated
             # generator) is not the DUT's: none from it
             occ.append(None if m["invalid"] or not self.baseline_ok else m["dut_occupancy_pct"])
