@@ -176,10 +176,32 @@ def write_controller(run_id: str, data: dict) -> None:
 CONTROL_DIR_RE = re.compile(r"nslab-([a-z0-9]+)-[a-z0-9_]{8}")
 
 
+#: A control directory whose owner record is not there yet, younger than this,
+#: is a lab being started (between ``mkdtemp`` and the record's rename): left alone.
+CONTROL_GRACE_S = 60.0
+
+
+def _pid_ns() -> str:
+    """This process's PID namespace (``pid:[4026531836]``): a pid in an owner
+    record means something only there."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def _private_dir(st: os.stat_result) -> bool:
+    """A real directory of this user's that nobody else can write to."""
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
+
+
 def control_dirs(run_id: Optional[str] = None) -> Dict[str, List[str]]:
     """The SSH control directories of labs across machines left in the temporary
-    directory (``{run: [path]}``), of ``run_id`` or of every run: only real
-    directories (not links) owned by this user, named by a run id."""
+    directory (``{run: [path]}``), of ``run_id`` or of every run: only private
+    directories of this user's (not links, writable by nobody else) named by a
+    run id, and not those of a lab being started (no owner record yet, younger
+    than :data:`CONTROL_GRACE_S`) or of a controller in another PID namespace
+    that shares this temporary directory (its pid cannot be checked here)."""
     found: Dict[str, List[str]] = {}
     top = tempfile.gettempdir()
     try:
@@ -195,51 +217,68 @@ def control_dirs(run_id: Optional[str] = None) -> Dict[str, List[str]]:
             st = os.lstat(path)
         except OSError:
             continue
-        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
-            found.setdefault(m.group(1), []).append(path)
+        if not _private_dir(st):
+            continue
+        owner = control_dir_owner(path)
+        if owner is None and time.time() - st.st_mtime < CONTROL_GRACE_S:
+            continue
+        if owner is not None and owner.get("pid_ns") != _pid_ns():
+            continue
+        found.setdefault(m.group(1), []).append(path)
     return found
 
 
 #: The file in a control directory naming the process that made it (a record
-#: like a journal's: run, pid, pid_start), so that a lab still coming up (no
-#: controller record yet) keeps its directory.
+#: like a journal's: run, pid, pid_start, and its PID namespace), so that a lab
+#: still coming up (no controller record yet) keeps its directory.
 CONTROL_OWNER = "owner.json"
 
 
 def make_control_dir(run_id: str) -> str:
     """A new SSH control directory for lab ``run_id`` (mode 0700), with its owner
-    recorded in it (:data:`CONTROL_OWNER`): ``nslab clean`` removes it once that
-    process is gone."""
-    path = tempfile.mkdtemp(prefix=f"nslab-{run_id}-")
-    os.chmod(path, 0o700)
+    recorded in it (:data:`CONTROL_OWNER`, complete or absent: written aside
+    and renamed): ``nslab clean`` removes it once that process is gone."""
     me = os.getpid()
-    with open(os.path.join(path, CONTROL_OWNER), "x") as f:  # a new file in a new directory
-        json.dump({"run": run_id, "pid": me, "pid_start": process_start_time(me)}, f)
+    record = {"run": run_id, "pid": me, "pid_start": process_start_time(me),
+              "pid_ns": _pid_ns()}
+    path = tempfile.mkdtemp(prefix=f"nslab-{run_id}-")  # mode 0700
+    tmp = os.path.join(path, CONTROL_OWNER + ".tmp")
+    with open(tmp, "x") as f:  # a new file in a new directory
+        json.dump(record, f)
+    os.replace(tmp, os.path.join(path, CONTROL_OWNER))
     return path
 
 
 def control_dir_owner(path: str) -> Optional[dict]:
-    """The owner record of control directory ``path`` (data; None if unreadable)."""
+    """The owner record of control directory ``path`` (data; None if it is not a
+    regular file or does not parse)."""
+    owner = os.path.join(path, CONTROL_OWNER)
     try:
-        data = bounded.load(os.path.join(path, CONTROL_OWNER), 4096)
+        if not stat.S_ISREG(os.lstat(owner).st_mode):
+            return None
+        data = bounded.load(owner, 4096)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
 def _remove_control_dir(path: str) -> None:
-    """Remove one control directory (its dead masters' sockets), checked again
-    just before: a real directory of this user's, not a link put in its place."""
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise LabError(f"{path}: not a directory of this user's; left alone")
+    """Remove one control directory, checked again just before (a private
+    directory of this user's, not a link put in its place). A master still
+    persisting there (``ControlPersist``) is asked to exit over its own socket
+    first; one that does not answer is logged, and the directory goes anyway."""
+    if not _private_dir(os.lstat(path)):
+        raise LabError(f"{path}: not a private directory of this user's; left alone")
     for entry in os.listdir(path):
         sock = os.path.join(path, entry)
-        if stat.S_ISSOCK(os.lstat(sock).st_mode) and shutil.which("ssh"):
-            # a master still persisting (ControlPersist) ends on its own socket's
-            # `exit` request; the host name only fills in a ControlPath's tokens
+        try:
+            if not stat.S_ISSOCK(os.lstat(sock).st_mode) or not shutil.which("ssh"):
+                continue
+            # the host name only fills in a ControlPath's tokens; this one has none
             run(["ssh", "-o", "BatchMode=yes", "-o", f"ControlPath={sock}", "-O", "exit",
                  "nslab-control"], check=False, timeout=10)
+        except (OSError, LabError) as exc:
+            log.warning("ssh master at %s: %s; its directory goes anyway", sock, exc)
     shutil.rmtree(path)
 
 

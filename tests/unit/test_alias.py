@@ -329,3 +329,22 @@ def test_a_later_round_measures_only_the_ends_of_the_range_for_undecided_claims(
     assert len(study.needed(cfg, pts, [rises])) == 6 * cfg.repeat
     unsaid = Claim("a claim that does not say what it reads", "", "undecided", "")
     assert study.needed(cfg, pts, [rises, unsaid]) == pts
+
+
+def test_the_control_claim_stays_when_every_parallel_point_was_left_out(tmp_path):
+    """With no valid -P point, the control claim is not dropped: it is made,
+    undecided, and reads the top of the range of both modes again."""
+    import json
+    run = tmp_path / "alias" / "nlc948"
+    shutil.copytree(data("alias_run"), run)
+    lines = []
+    for line in (run / "records.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["params"]["mode"] == "parallel":
+            rec["measurements"]["invalid"] = ["the receiver's window closed early"]
+        lines.append(json.dumps(rec))
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    found = {c.claim: c for c in write_report(str(run)).claims}
+    control = found["The rise comes from more TCP connections, not from the aliases"]
+    assert control.verdict == "undecided" and "left out" in control.why
+    assert control.reads == [{"mode": "parallel", "n": 254}, {"mode": "alias", "n": 254}]

@@ -794,48 +794,68 @@ def test_a_dead_controllers_ssh_control_dir_is_cleaned_and_a_live_ones_kept(stat
     """A controller killed leaves its SSH control directory (``$TMPDIR/nslab-<run>-
     XXXXXXXX``, its masters' sockets): `nslab clean` removes it by its name once
     the process recorded in it is gone, before and after the controller's record
-    exists; nothing else in the temporary directory is touched."""
+    exists, even when its master does not answer. Left alone: a live one, one
+    being made (no owner record yet), one of a controller in another PID
+    namespace, one others can write to, a link in its place, other names."""
     import socket
+    import time
+    from nslab.errors import CommandError
     from nslab.runtime import clean
     from nslab.runtime.proc import Result, process_start_time
     ran = []
-    monkeypatch.setattr(clean, "run", lambda argv, check=False, **kw: ran.append(argv) or
-                        Result(argv, 0, "", ""))
+
+    def fake_run(argv, check=False, **kw):
+        if argv[0] != "ssh":
+            return Result(argv, 0, "", "")
+        ran.append(argv)
+        raise CommandError(argv, None, "", "timed out after 10 s")  # a master that never answers
+    monkeypatch.setattr(clean, "run", fake_run)
     monkeypatch.setattr(clean.shutil, "which", lambda name: f"/usr/bin/{name}")
     tmp = tempfile.gettempdir()
+    old = time.time() - 2 * clean.CONTROL_GRACE_S
+
+    def owned(run, **change):
+        path = clean.make_control_dir(run)
+        rec = json.load(open(os.path.join(path, clean.CONTROL_OWNER)))
+        with open(os.path.join(path, clean.CONTROL_OWNER), "w") as f:
+            json.dump(dict(rec, **change), f)
+        return path
     live = clean.make_control_dir("nl0a0b")
-    assert oct(os.stat(live).st_mode & 0o777) == "0o700"
-    dead = clean.make_control_dir("nl0c0d")
-    with open(os.path.join(dead, clean.CONTROL_OWNER), "w") as f:
-        json.dump({"run": "nl0c0d", "pid": os.getpid(), "pid_start": -1.0}, f)  # it died
+    assert oct(os.stat(live).st_mode & 0o777) == "0o700" and os.listdir(live) == ["owner.json"]
+    dead = owned("nl0c0d", pid_start=-1.0)  # its controller died
     with socket.socket(socket.AF_UNIX) as sock:  # a master's socket, left behind
         sock.bind(os.path.join(dead, "9136"))
+    foreign = owned("nl0e1f", pid_start=-1.0, pid_ns="pid:[1]")
+    young = tempfile.mkdtemp(prefix="nslab-nl0e2f-")  # mkdtemp'd, owner not written yet
+    shared = tempfile.mkdtemp(prefix="nslab-nl0e3f-")
+    os.chmod(shared, 0o770)
+    os.utime(shared, (old, old))
     others = ["nslab-nl0e0f-capture-abcdefgh", "nslab-nl0e0f-abcdefghi", "nslab-export-abcdefgh",
               "nslab-NL0E0F-abcdefgh"]
     for name in others:
         os.mkdir(os.path.join(tmp, name))
     victim = tempfile.mkdtemp()
+    os.utime(victim, (old, old))
     os.symlink(victim, os.path.join(tmp, "nslab-nl0e0f-abcdefgh"))  # a link in its place
-    assert clean.clean(dry_run=True) == {
-        "nl0a0b": [f"skipped: run is live (pid {os.getpid()}); use --force"],
-        "nl0c0d": [f"ssh control dir {dead}"]}
-    assert clean.clean() == {
-        "nl0a0b": [f"skipped: run is live (pid {os.getpid()}); use --force"],
-        "nl0c0d": [f"ssh control dir {dead}"]}
-    assert not os.path.exists(dead) and os.path.isdir(live) and os.path.isdir(victim)
-    # a master still persisting was asked to exit over its own socket, not looked for by name
-    assert [a for a in ran if a[0] == "ssh"] == [["ssh", "-o", "BatchMode=yes", "-o", f"ControlPath={dead}/9136", "-O", "exit",
+    skipped = {"nl0a0b": [f"skipped: run is live (pid {os.getpid()}); use --force"]}
+    assert clean.clean(dry_run=True) == dict(skipped, nl0c0d=[f"ssh control dir {dead}"])
+    assert clean.clean() == dict(skipped, nl0c0d=[f"ssh control dir {dead}"])
+    # its master was asked to exit over its own socket (not looked for by name),
+    # and the directory went though it did not answer
+    assert ran == [["ssh", "-o", "BatchMode=yes", "-o", f"ControlPath={dead}/9136", "-O", "exit",
                     "nslab-control"]]
-    assert sorted(os.listdir(tmp)) == sorted(others + [os.path.basename(live),
-                                                       os.path.basename(victim),
-                                                       "nslab-nl0e0f-abcdefgh"])
+    assert sorted(os.listdir(tmp)) == sorted(others + [os.path.basename(p) for p in (
+        live, victim, foreign, young, shared)] + ["nslab-nl0e0f-abcdefgh"])
+    assert clean.clean() == skipped
     # with the controller's record as well (the lab was up), and its owner file unreadable
     me = {"run": "nl0a0b", "pid": os.getpid(), "pid_start": process_start_time(os.getpid())}
     clean.write_controller("nl0a0b", dict(me, pid_start=-1.0))
     with open(os.path.join(live, clean.CONTROL_OWNER), "w") as f:
         f.write("{")
-    assert clean.clean() == {"nl0a0b": [f"controller record {state}/nl0a0b.controller.json",
-                                        f"ssh control dir {live}"]}
+    assert clean.clean() == {"nl0a0b": [f"controller record {state}/nl0a0b.controller.json"]}
+    assert os.path.isdir(live)  # no owner to read, made a moment ago: maybe a lab coming up
+    os.utime(live, (old, old))
+    assert clean.clean() == {"nl0a0b": [f"ssh control dir {live}"]}
     assert not os.path.exists(live) and os.listdir(state) == []
 
 
