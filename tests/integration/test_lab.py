@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -11,6 +12,8 @@ import pytest
 from nslab import Lab
 from nslab.runtime.clean import discover
 from nslab.errors import CapabilityError, CommandError
+from nslab.run.bench import quiesce
+from nslab.traffic import interference
 from nslab.traffic.iperf import run_client, start_server, wait_listening
 from nslab.model.topo import Topology
 from nslab.topologies import pair, single
@@ -31,6 +34,57 @@ def iperf_mbps(lab, a="h1", b="h2", seconds=3):
     start_server(lab[b])
     wait_listening(lab[b])
     return run_client(lab[a], lab[b].ip, time=seconds).total_bps / 1e6
+
+
+def _steal_jiffies():
+    with open("/proc/stat") as f:
+        vals = [int(v) for v in f.readline().split()[1:]]
+    return sum(vals), vals[7] if len(vals) > 7 else 0
+
+
+class _Bed:
+    """What else the machine did during one run, to name in a failure: other
+    tasks' share of the CPUs (scheduler accounting), steal time, and the
+    longest stall of a 10 ms ticker (a paused VM or process stalls it)."""
+
+    def __enter__(self):
+        self.watch = interference.Watch(range(os.cpu_count() or 1))
+        self.a, self.jiffies = self.watch.snapshot(), _steal_jiffies()
+        self.stall_ms, self._stop = 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+        self._thread.start()
+        return self
+
+    def _tick(self):
+        last = time.monotonic()
+        while not self._stop.wait(0.01):
+            now = time.monotonic()
+            self.stall_ms = max(self.stall_ms, (now - last - 0.01) * 1000)
+            last = now
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        b, (total, steal) = self.watch.snapshot(), _steal_jiffies()
+        dt = total - self.jiffies[0]
+        top = ", ".join(f"{name} {ms:.0f} ms" for name, ms in interference.top_others(self.a, b))
+        self.text = (f"others {interference.others_share(self.a, b, os.cpu_count() or 1):.0f} % "
+                     f"of the CPUs ({top or 'none'}), "
+                     f"steal {100 * (steal - self.jiffies[1]) / max(dt, 1):.0f} %, "
+                     f"longest stall {self.stall_ms:.0f} ms")
+
+
+def best_of(lab, seconds, floor, tries=3):
+    """iperf runs h1 -> h2, each on a quiet machine (:func:`quiesce` first),
+    until one reaches ``floor`` Mbit/s or ``tries`` ran: the rates, and for
+    each what else the machine did meanwhile."""
+    runs = []
+    while len(runs) < tries and (not runs or max(r for r, _ in runs) < floor):
+        quiesce(timeout=5)
+        with _Bed() as bed:
+            mbps = iperf_mbps(lab, seconds=seconds)
+        runs.append((mbps, bed.text))
+    return runs
 
 
 @needs("iperf", "ping")
@@ -62,24 +116,27 @@ def test_ovs_switch_passes_tcp_on_this_datapath(make_lab):
 @needs("iperf")
 def test_1gbit_shaped_link_gives_line_rate_tcp(make_lab):
     lab = make_lab(pair(bw="1Gbit"))
-    mbps = iperf_mbps(lab, seconds=4)
+    runs = best_of(lab, seconds=4, floor=870)
     # htb counts IP bytes: TCP carries at most 1448/1500 of 1 Gbit/s = 965 Mbit/s.
-    # The cap is the property; the floor, 90 % of it, only says the shaper does
-    # not cripple the link (measured 949-956 here; CI load has cost up to 3 %).
-    assert 870 <= mbps <= 965, mbps
+    # The cap is the property and holds for every run; the floor, 90 % of it,
+    # only says the shaper does not cripple the link (measured 949-956 here),
+    # so it asks it of the best of up to 3 runs: one Debian 13 CI run got 756
+    # on another machine, which 2-CPU hogs at real-time priority here (50 %
+    # duty, both CPUs) did not reproduce (948-956), so each run says what else
+    # the machine did meanwhile.
+    assert all(r <= 965 for r, _ in runs) and max(r for r, _ in runs) >= 870, runs
 
 
 @needs("iperf")
 def test_framing_overhead_lowers_tcp_to_what_real_gbe_carries(make_lab):
     lab = make_lab(pair(bw="1Gbit", framing=True))
-    runs = [iperf_mbps(lab, seconds=3) for _ in range(2)]
+    runs = best_of(lab, seconds=3, floor=847)
     # 1448/1538 of 1 Gbit/s = 941 Mbit/s is the most TCP carries on real GbE:
     # the cap is the property and holds for every run (unframed, TCP gets
     # 949-956 here); the floor, 90 % of it, only says the shaper does not
-    # cripple the link (913 measured in CI), so it asks it of the better run:
-    # a CI run once got 749 while the kernel was still tearing down the
-    # previous tests' namespaces in the background.
-    assert max(runs) <= 945 and 847 <= max(runs), runs
+    # cripple the link (913 measured in CI), so it asks it of the best run
+    # (a CI run once got 749; see the test above).
+    assert all(r <= 945 for r, _ in runs) and max(r for r, _ in runs) >= 847, runs
 
 
 @needs("ovs-vsctl", "iperf")
