@@ -42,8 +42,12 @@ def test_watch_shows_a_link_rising_and_falling(make_lab):
                     f"{NSLAB} watch {lab.run_id} --interval 0.5 --count 60"], check=True)
     try:
         srv = lab["h2"].popen(["iperf", "-s", "-B", "10.0.0.2"], name="iperf-server")
-        time.sleep(1.5)
-        idle = tx_of_h1(pane(name))
+        # The first rate row needs the CLI up and two samples: polled, not a
+        # fixed sleep (a slow machine may take longer than one).
+        deadline, idle = time.monotonic() + 20, None
+        while idle is None and time.monotonic() < deadline:
+            time.sleep(0.25)
+            idle = tx_of_h1(pane(name))
         assert idle is not None and idle < 1e6, pane(name)
         client = lab["h1"].popen(["iperf", "-c", "10.0.0.2", "-t", "4"], name="iperf-client")
         during = []

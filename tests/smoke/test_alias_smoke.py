@@ -30,10 +30,15 @@ def test_alias_sweep_end_to_end(tmp_path):
     recs = [json.loads(l) for l in open(os.path.join(run_dir, "records.jsonl"))]
     assert {(r["params"]["mode"], r["params"]["n"]) for r in recs} == \
         {("alias", 1), ("alias", 8), ("parallel", 8)}  # -P 1 is the alias N=1 point
+    # A 1 Gbit/s link: the receiver window sees line-rate TCP, all streams up.
+    # The cap holds for every point; the floor (89 %: the shaper does not
+    # cripple the link; 953-958 measured) for the best of the three single 2 s
+    # points, as in test_lab's shaped-link tests (one CI run on another
+    # machine got 756 through the same shaper).
+    rates = [r["measurements"]["receiver_bps"] for r in recs]
+    assert all(b < 1000e6 for b in rates) and max(rates) > 850e6, rates
     for r in recs:
         m = r["measurements"]
-        # A 1 Gbit/s link: the receiver window sees line-rate TCP, all streams up.
-        assert 850e6 < m["receiver_bps"] < 1000e6, m
         assert m["sockets_at_window_start"] == r["params"]["n"]
         assert m["clients_finished"] >= 1 and not m["late_start"]
         assert os.path.exists(os.path.join(run_dir, r["raw"][0]))

@@ -216,7 +216,9 @@ def test_a_remote_background_process_is_stopped_when_its_lifeline_closes(tmp_pat
     assert p.wait(timeout=10) == 7 and p.stdout.read().strip() == "int"
     assert time.monotonic() - t0 < 1.0  # SIGINT was enough: no grace period spent
     p = start(0.2, "sh", "-c", f"trap '' INT TERM; rm -f {marker}; while :; do sleep 0.05; done")
-    time.sleep(0.3)
+    deadline = time.monotonic() + 10
+    while marker.exists() and time.monotonic() < deadline:  # its traps are set
+        time.sleep(0.02)
     p.stdin.close()
     assert p.wait(timeout=10) == 137  # SIGKILL after INT and TERM were ignored
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
