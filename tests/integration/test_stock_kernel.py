@@ -227,5 +227,9 @@ def test_a_study_file_adds_netem_mid_trial_and_takes_it_away(tmp_path):
         assert v["latency-ping.max_ms"] >= 45 and v["latency-ping.p90_ms"] > 40, (v, ev)
         raw = run / next(p for p in r["raw"] if p.endswith("-ping.txt"))
         rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", raw.read_text())]
-        # (the first round trip of a fresh lab also resolves the neighbour)
-        assert max(rtts[1:10]) < 10 and min(rtts[-10:]) >= 45, (rtts[:10], rtts[-10:], ev)
+        # (the first round trip of a fresh lab also resolves the neighbour;
+        # before the event none has the 50 ms the delay adds, and they are
+        # fast: their median, as one emulated-CPU hiccup may take a few ms)
+        before = rtts[1:10]
+        assert all(x < 45 for x in before) and sorted(before)[len(before) // 2] < 10 \
+            and min(rtts[-10:]) >= 45, (rtts[:10], rtts[-10:], ev)
