@@ -177,14 +177,20 @@ def claims(records: List[AliasRecord], summary: Summary,
         d = difference(eg[1], eg[0])
         chk = judge(d, 0.0, math.inf, "an excess that grows with N, i.e. above", 100, " points",
                     need=MORE)
+        # its own ends: the top N with a receiver figure to divide by
+        own = [{"mode": "alias", "n": n} for n in sorted(
+            set(range(1, SMALL_N + 1))
+            | {r.params.n for r in records if r.params.mode == "alias" and r.params.n >= eg[2]})]
         out.append(Claim(summed,
                          f"clients' sum over the receiver's figure, N={eg[2]} minus "
                          f"N<={SMALL_N}: {d.fmt(100, 2, ' points', sign=True)} (clients' "
                          f"reports from iperf {iperf})", chk.verdict, chk.why,
-                         "seeds 000, 001 (the posts' method)", reads=ends))
+                         "seeds 000, 001 (the posts' method)", reads=own))
     elif any(r.params.mode == "alias" for r in records):
-        # measured, but no valid point at one end: the claim stays, undecided
-        out.append(Claim(summed, "nothing to compare", "undecided", no_ends,
+        # measured, but nothing to compare at one end: the claim stays, undecided
+        out.append(Claim(summed, "nothing to compare", "undecided",
+                         no_ends if groups is None else
+                         f"no receiver figure to divide by at N<={SMALL_N} or at the largest N",
                          "seeds 000, 001 (the posts' method)", reads=ends))
     par = samples(records, "parallel", "receiver_bps")
     common = sorted(set(par) & set(rec))

@@ -31,12 +31,13 @@ def test_alias_sweep_end_to_end(tmp_path):
     assert {(r["params"]["mode"], r["params"]["n"]) for r in recs} == \
         {("alias", 1), ("alias", 8), ("parallel", 8)}  # -P 1 is the alias N=1 point
     # A 1 Gbit/s link: the receiver window sees line-rate TCP, all streams up.
-    # The cap holds for every point; the floor (89 %: the shaper does not
-    # cripple the link; 953-958 measured) for the best of the three single 2 s
-    # points, as in test_lab's shaped-link tests (one CI run on another
-    # machine got 756 through the same shaper).
+    # The cap holds for every point; the floor (850 Mbit/s, 88 % of TCP's 965
+    # through the shaper: it does not cripple the link; 953-958 measured) for
+    # the best of the three single 2 s points, as in test_lab's shaped-link
+    # tests (one CI run on another machine got 756 through the same shaper);
+    # every point, many streams too, still carries at least half of it.
     rates = [r["measurements"]["receiver_bps"] for r in recs]
-    assert all(b < 1000e6 for b in rates) and max(rates) > 850e6, rates
+    assert all(425e6 < b < 1000e6 for b in rates) and max(rates) > 850e6, rates
     for r in recs:
         m = r["measurements"]
         assert m["sockets_at_window_start"] == r["params"]["n"]

@@ -28,10 +28,12 @@ def test_ecmp_policies_end_to_end(tmp_path):
             # L3 hashing: one (src, dst) pair, so one link for all three streams.
             assert m["split"] == "3+0"
     # ... so their SUM is one link's: the cap holds for both trials, the floor
-    # (85 %; 964-967 measured) for the better of the two single 2 s trials (see
-    # the alias smoke test).
+    # (850 Mbit/s, 88 % of TCP's 965 on the link; 964-967 measured) for the
+    # better of the two single 2 s trials, and half of it for both (see the
+    # alias smoke test).
     one_link = [r["measurements"]["sum_bps"] / 1e6 for r in recs if r["params"]["policy"] == 0]
-    assert len(one_link) == 2 and all(x < 1000 for x in one_link) and max(one_link) > 850, one_link
+    assert len(one_link) == 2 and all(425 < x < 1000 for x in one_link) \
+        and max(one_link) > 850, one_link
     assert (run / "report.md").exists() and (run / "ecmp.png").exists()
 
 

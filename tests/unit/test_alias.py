@@ -366,7 +366,31 @@ def test_every_claim_stays_when_every_point_was_left_out(tmp_path):
     (run / "records.jsonl").write_text("\n".join(lines) + "\n")
     found = {c.claim: c for c in write_report(str(run)).claims}
     assert len(found) == 4, found
-    assert all(c.verdict == "undecided" and ("left out" in c.why or "no valid point" in c.why)
-               for c in found.values()), found
+    ends = "no valid point at N<=16 or at the largest N"
+    assert [c.why for c in found.values()] == [ends] * 3 + [
+        "every point of one mode at every N was left out"], found
+    assert all(c.verdict == "undecided" for c in found.values())
     summed = found["The posts' rise comes from how iperf's reports were summed"]
     assert summed.measured == "nothing to compare" and summed.reads is None
+
+
+def test_points_left_out_by_host_interference_say_so_in_every_claim(tmp_path):
+    """The same, with the points left out for host interference (``host.disturbed``,
+    as a CPU hog on the bed leaves them): each claim's reason names it."""
+    import json
+    run = tmp_path / "alias" / "nlc94a"
+    shutil.copytree(data("alias_run"), run)
+    lines = []
+    for line in (run / "records.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        rec["host"] = {"disturbed": True, "other_pct": {"0": 24.6, "1": 25.1}, "reruns": 1,
+                       "source": "task scan: share of all CPUs", "threshold_pct": 10.0,
+                       "top": [["python3", 2458.0]], "worst_cpu": 1, "worst_pct": 25.1}
+        lines.append(json.dumps(rec))
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    found = write_report(str(run)).claims
+    assert len(found) == 4 and all(c.verdict == "undecided" for c in found), found
+    for c in found:
+        assert c.why.endswith("host interference: other tasks took up to 25 % of the CPUs during "
+                              f"{len(lines)} of {len(lines)} points (measured again, then left "
+                              "out; at worst most to python3 (2458 ms))"), c.why
