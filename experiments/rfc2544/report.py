@@ -640,11 +640,11 @@ def _occupancy_claims(c: _ClaimInputs, rows: List[Dict[str, Any]], paper: Dict[f
     title = "bridge: occupancy vs load follows the paper's Table 3"
     pairs = [(x["cpu_pct"], paper[x["fps"]][4]) for x in rows
              if x["fps"] in paper and paper[x["fps"]][4] is not None and x["cpu_ok"]]
-    if len(pairs) < 2:
-        why = baseline_why(c.recs, "bridge")
-        return [Claim(title, knee_text, "undecided", str(why), c.src,
-                      c.paper_says.get("occupancy", ""), reads("loss", [("bridge", 64)]))
-                ] if why else []
+    if len(pairs) < 2:  # the claim stays, saying why it has too little to compare
+        why = baseline_why(c.recs, "bridge") or few_loads_why(table3(c.recs, "bridge"), paper,
+                                                             len(pairs))
+        return [Claim(title, knee_text, "undecided", why, c.src,
+                      c.paper_says.get("occupancy", ""), reads("loss", [("bridge", 64)]))]
     ours, theirs = [p[0] for p in pairs], [float(p[1]) for p in pairs]
     d = paired_difference(ours, theirs)
     r2 = r_squared(ours, theirs)
@@ -655,6 +655,23 @@ def _occupancy_claims(c: _ClaimInputs, rows: List[Dict[str, Any]], paper: Dict[f
                   + (f", R^2 {r2:.2f}" if r2 is not None else ""),
                   chk.verdict, chk.why + " (paired t over the loads)", c.src,
                   c.paper_says.get("occupancy", ""), reads("loss", [("bridge", 64)]))]
+
+
+def few_loads_why(every: List[Dict[str, Any]], paper: Dict[float, Any], pairs: int) -> str:
+    """Why fewer than two of the sweep's loads (``every``: :func:`table3`'s rows,
+    left out or not) can be set beside Table 3's occupancy: how many of the
+    trials at the paper's loads were left out, and the most frequent reason."""
+    at = [x for x in every if x["fps"] in paper and paper[x["fps"]][4] is not None]
+    text = (f"{pairs} of the paper's loads left to set beside Table 3 (a paired t "
+            "needs 2)")
+    if not at:
+        return text + ": the sweep measured none of them"
+    out = Counter(x["invalid"][0] for x in at if x["invalid"])
+    if out:
+        why, n = out.most_common(1)[0]
+        text += (f": {sum(out.values())} of the {len(at)} trials at them left out ({n} of "
+                 f"them: {why})")
+    return text
 
 
 def _latency_knee_claim(c: _ClaimInputs, dut: str, knee_text: str) -> Claim:

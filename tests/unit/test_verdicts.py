@@ -222,6 +222,44 @@ def test_invalid_loads_are_left_out_of_the_verdicts(tmp_path):
     assert "excluded: the generator/sink CPU" in open(rep.files["md"]).read()
 
 
+def test_the_occupancy_claim_stays_when_one_load_of_the_paper_is_left(tmp_path):
+    """A sweep with one valid load at the paper's rates cannot be set beside
+    Table 3 (a paired t needs two): the claim stays, undecided, naming what was
+    left out and why (it dropped out of the table, 18 claims where a run has 19)."""
+    import json
+    import shutil
+
+    from tests.conftest import data
+    shutil.copytree(data("rfc2544_run"), tmp_path / "r")
+    paper = {float(r[0]) for r in load_published("rfc2544")["table3_bridge_overload_64B"]["rows"]
+             if r[4] is not None}
+    path = tmp_path / "r" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    kept = None
+    why = "host interference: the DUT CPU ran 97 % slower than its fastest in this run"
+    for rec in lines:
+        if rec["params"]["test"] == "loss" and rec["params"]["dut"] == "bridge":
+            for t in rec["measurements"]["trials"]:
+                if kept is None and float(t["target_fps"]) in paper:
+                    kept = t["target_fps"]
+                else:
+                    t["invalid"] = [why]
+    assert kept is not None
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    recs = RFC_SCHEMA.load(str(tmp_path / "r"))
+    at = [x for x in rfc_report.table3(recs, "bridge") if x["fps"] in paper]
+    got = {c.claim: c for c in rfc_report.claims(recs, ["bridge"], load_published("rfc2544"), {})}
+    fit = got["bridge: occupancy vs load follows the paper's Table 3"]
+    assert fit.verdict == "undecided"
+    assert fit.why.startswith(f"1 of the paper's loads left to set beside Table 3 (a paired t "
+                              f"needs 2): {len(at) - 1} of the {len(at)} trials at them left out "
+                              f"({len(at) - 1} of them: {why}); host interference left out")
+    # and with none measured at the paper's loads at all
+    assert rfc_report.few_loads_why([], {1000.0: [0, 0, 0, 0, 5.0]}, 0) == (
+        "0 of the paper's loads left to set beside Table 3 (a paired t needs 2): the sweep "
+        "measured none of them")
+
+
 def test_ecmp_trials_with_an_unknown_split_are_left_out():
     from nslab.experiments.ecmp.model import trial_invalid
     assert trial_invalid(3, 0, 3) == []
