@@ -126,6 +126,16 @@ def published_rise(pub: Optional[Dict[str, Any]]) -> str:
     return f"from N<={SMALL_N} to {top}: " + ", ".join(parts)
 
 
+def ends_points(records: List[AliasRecord], top: int) -> List[Dict[str, Any]]:
+    """The alias points a claim between the small-N plateau and ``top`` is
+    judged on: N <= SMALL_N, and ``top`` with any larger N measured (none of
+    whose repeats was valid). A later sampling round measures only these
+    again, not the N in between."""
+    return [{"mode": "alias", "n": n} for n in sorted(
+        set(range(1, SMALL_N + 1))
+        | {r.params.n for r in records if r.params.mode == "alias" and r.params.n >= top})]
+
+
 def claims(records: List[AliasRecord], summary: Summary,
            iperf: str = "of unknown version",
            pub: Optional[Dict[str, Any]] = None) -> List[Claim]:
@@ -151,12 +161,7 @@ def claims(records: List[AliasRecord], summary: Summary,
                 Claim(rises, "nothing to compare", "undecided", no_ends, src, posts)]
     else:
         small, large, top = groups
-        # the points these claims are judged on: the small-N plateau and the top
-        # (and any larger N none of whose repeats was valid); a later sampling
-        # round measures only these again, not the N in between
-        ends = [{"mode": "alias", "n": n} for n in sorted(
-            set(range(1, SMALL_N + 1))
-            | {r.params.n for r in records if r.params.mode == "alias" and r.params.n >= top})]
+        ends = ends_points(records, top)
         base = f"N<={SMALL_N} ({len(small)} values) vs N={top} ({len(large)})"
         rise = relative_difference(large, small)
         chk = judge(rise, -OVERHEAD_MARGIN, math.inf, "a loss of at most", 100, " %", need=MORE)
@@ -177,10 +182,8 @@ def claims(records: List[AliasRecord], summary: Summary,
         d = difference(eg[1], eg[0])
         chk = judge(d, 0.0, math.inf, "an excess that grows with N, i.e. above", 100, " points",
                     need=MORE)
-        # its own ends: the top N with a receiver figure to divide by
-        own = [{"mode": "alias", "n": n} for n in sorted(
-            set(range(1, SMALL_N + 1))
-            | {r.params.n for r in records if r.params.mode == "alias" and r.params.n >= eg[2]})]
+        # its own top: the largest N with a receiver figure to divide by
+        own = ends_points(records, eg[2])
         out.append(Claim(summed,
                          f"clients' sum over the receiver's figure, N={eg[2]} minus "
                          f"N<={SMALL_N}: {d.fmt(100, 2, ' points', sign=True)} (clients' "

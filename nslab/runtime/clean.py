@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Dict, Iterator, List, Optional
+from typing import Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
 
 from . import extension, statefile
 from ..errors import InputError, LabError
@@ -54,6 +54,8 @@ class Inventory:
     controller: Optional[dict] = None
     #: That controller's SSH control directories (:func:`control_dirs`).
     control: List[str] = field(default_factory=list)
+    #: The owner records found in them (read once, when they were found).
+    control_owners: List[dict] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
@@ -195,14 +197,16 @@ def _private_dir(st: os.stat_result) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
 
 
-def control_dirs(run_id: Optional[str] = None) -> Dict[str, List[str]]:
+def control_dirs(run_id: Optional[str] = None
+                 ) -> Dict[str, List[Tuple[str, Optional[dict]]]]:
     """The SSH control directories of labs across machines left in the temporary
-    directory (``{run: [path]}``), of ``run_id`` or of every run: only private
+    directory, with the owner record of each (``{run: [(path, owner or None)]}``),
+    of ``run_id`` or of every run: only private
     directories of this user's (not links, writable by nobody else) named by a
     run id, and not those of a lab being started (no owner record yet, younger
     than :data:`CONTROL_GRACE_S`) or of a controller in another PID namespace
     that shares this temporary directory (its pid cannot be checked here)."""
-    found: Dict[str, List[str]] = {}
+    found: Dict[str, List[Tuple[str, Optional[dict]]]] = {}
     top = tempfile.gettempdir()
     try:
         entries = sorted(os.listdir(top))
@@ -224,7 +228,7 @@ def control_dirs(run_id: Optional[str] = None) -> Dict[str, List[str]]:
             continue
         if owner is not None and owner.get("pid_ns") != _pid_ns():
             continue
-        found.setdefault(m.group(1), []).append(path)
+        found.setdefault(m.group(1), []).append((path, owner))
     return found
 
 
@@ -357,8 +361,11 @@ def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
     for pid, rid in pids_with_tag(run_id).items():
         if RUN_RE.fullmatch(rid):
             inv(rid).pids.append(pid)
-    for rid, paths in control_dirs(run_id).items():
-        inv(rid).control.extend(paths)
+    for rid, dirs in control_dirs(run_id).items():
+        for path, owner in dirs:
+            inv(rid).control.append(path)
+            if owner is not None:
+                inv(rid).control_owners.append(owner)
     return runs
 
 
@@ -602,8 +609,8 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
     for rid, inv in sorted(discover(run_id).items()):
         if inv.empty:
             continue
-        owner = next((j for j in [inv.journal, inv.controller]
-                      + [control_dir_owner(d) for d in inv.control] if run_is_live(j)), None)
+        owner = next((j for j in [inv.journal, inv.controller, *inv.control_owners]
+                      if run_is_live(j)), None)
         if owner is not None and not force:
             report[rid] = [f"skipped: run is live (pid {owner.get('pid')}); use --force"]
             continue
