@@ -128,9 +128,9 @@ def published_rise(pub: Optional[Dict[str, Any]]) -> str:
 
 def ends_points(records: List[AliasRecord], top: int) -> List[Dict[str, Any]]:
     """The alias points a claim between the small-N plateau and ``top`` is
-    judged on: N <= SMALL_N, and ``top`` with any larger N measured (none of
-    whose repeats was valid). A later sampling round measures only these
-    again, not the N in between."""
+    judged on: N <= SMALL_N, and ``top`` with any larger N measured (which
+    gave that claim no value: no valid repeat, or no receiver figure). A later
+    sampling round measures only these again, not the N in between."""
     return [{"mode": "alias", "n": n} for n in sorted(
         set(range(1, SMALL_N + 1))
         | {r.params.n for r in records if r.params.mode == "alias" and r.params.n >= top})]

@@ -254,10 +254,20 @@ def test_the_occupancy_claim_stays_when_one_load_of_the_paper_is_left(tmp_path):
     assert fit.why.startswith(f"1 of the paper's loads left to set beside Table 3 (a paired t "
                               f"needs 2): {len(at) - 1} of the {len(at)} trials at them left out "
                               f"({len(at) - 1} of them: {why}); host interference left out")
-    # and with none measured at the paper's loads at all
-    assert rfc_report.few_loads_why([], {1000.0: [0, 0, 0, 0, 5.0]}, 0) == (
+    # a later sampling round can ask for the sweep again
+    assert fit.reads == [{"test": "loss", "dut": "bridge", "frame": 64}]
+    # with none measured at the paper's loads, or only one and nothing left out
+    paper1 = {1000.0: [0, 0, 0, 0, 5.0]}
+    assert rfc_report.few_loads_why([], paper1, 0) == (
         "0 of the paper's loads left to set beside Table 3 (a paired t needs 2): the sweep "
         "measured none of them")
+    row = {"fps": 1000.0, "invalid": [], "cpu_ok": True}
+    assert rfc_report.few_loads_why([row], paper1, 1) == (
+        "1 of the paper's loads left to set beside Table 3 (a paired t needs 2): the sweep "
+        "measured only 1 trial(s) at them")
+    # kept without an occupancy figure: baseline_why says why, not this
+    assert rfc_report.few_loads_why([dict(row, cpu_ok=False)], paper1, 0) == (
+        "0 of the paper's loads left to set beside Table 3 (a paired t needs 2)")
 
 
 def test_ecmp_trials_with_an_unknown_split_are_left_out():
@@ -502,8 +512,44 @@ def test_the_latency_claim_stays_when_only_a_duts_nominal_trials_were_left_out(t
     recs = RFC_SCHEMA.load(str(tmp_path / "r"))
     claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
     assert claim.verdict == "undecided" and claim.measured == "no valid latency trial"
+    # counted at its own size (the 1518-byte trial is its own claim's)
     assert claim.why.startswith("every latency trial of the router at 1,000 fps was left out "
-                                f"(3 of 3: {slow})"), claim.why
+                                f"(2 of 2: {slow})"), claim.why
+
+
+def test_the_latency_claim_is_made_per_frame_size_whatever_was_left_out_at_another(tmp_path):
+    """Latency at 64 and 1518 bytes (the captured run), the router's 1,000 fps
+    trial left out at 1518 only: the 64-byte claim is judged, the 1518-byte
+    one stays, undecided, with the reason of its own size. Before, one DUT
+    with no valid trial at some size turned every size's claim into a single
+    undecided "(64 bytes)" one, counting every size's trials."""
+    import json
+    pub = load_published("rfc2544")
+    _latency_run(tmp_path, {"bridge": [(50.1, 68.0), (50.3, 60.3), (50.2, 66.1)],
+                            "router": [(55.0, 71.1), (55.4, 72.3), (55.1, 70.0)]})
+    path = tmp_path / "r" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    slow = "host interference: the DUT CPU ran 72 % slower than its fastest in this run"
+    hit = 0
+    for rec in lines:
+        p = rec["params"]
+        if p["test"] == "latency" and p["dut"] == "router" and p["frame"] == 1518:
+            for t in rec["measurements"]["trials"]:
+                if t["target_fps"] == 1000:
+                    t["invalid"] = [slow]
+                    hit += 1
+    assert hit == 1
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    recs = RFC_SCHEMA.load(str(tmp_path / "r"))
+    got = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}
+    judged = got["A router adds about 5 us of latency over a bridge (64 bytes)"]
+    assert judged.measured.startswith("router minus bridge at 1,000 fps: +6.3 us")
+    gone = got["A router adds about 5 us of latency over a bridge (1518 bytes)"]
+    assert gone.verdict == "undecided" and gone.measured == "no valid latency trial"
+    assert gone.why.startswith(f"every latency trial of the router at 1,000 fps was left out "
+                               f"(1 of 1: {slow})"), gone.why
+    assert gone.reads == [{"test": "latency", "dut": "bridge", "frame": 1518},
+                          {"test": "latency", "dut": "router", "frame": 1518}]
 
 
 def test_a_sweep_left_out_says_how_many_trials_and_its_most_frequent_reason(tmp_path):
