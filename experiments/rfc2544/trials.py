@@ -1,0 +1,400 @@
+"""One RFC 2544 trial on a running test bed: generator -- DUT -- sink.
+
+CPU model: the generator and the sink run on CPU0; Receive Packet Steering
+sends the DUT's receive processing (forwarding, its egress shaper) to CPU1,
+and the sink's back to CPU0, so CPU1's busy time is the DUT's occupancy. A
+DUT "cost" knob, a chain of N never-matching u32 filters on the DUT's ingress,
+adds per-packet work to emulate a slower machine (the paper's 1.3 GHz Duron):
+without it a veth DUT costs under 1 us per packet here and a single-core
+generator cannot overload it below line rate.
+
+Loss is counted with kernel counters (frames the generator put on the wire,
+frames the DUT sent, frames the sink's interface received, backlog drops on
+the DUT's CPU), latency from timestamps in every frame (one clock for all
+namespaces), both over the trial after a warm-up. A trial the host disturbed
+(other tasks on a bed CPU, or the host slowing one) is measured again.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import random
+import subprocess
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from nslab.errors import LabError
+from nslab.model.shaping import frame_rate
+from nslab.traffic.counters import (busy_pct_from_idle, idle_seconds, node_link_stats,
+                                    process_cpu_seconds, qdisc_drops, softnet_drops,
+                                    softnet_queues)
+from nslab.traffic.interference import Watch, account
+from nslab.traffic.pktgen import pktgen_path
+from nslab.traffic.speed import SpeedWatch
+
+from .bed import DUT_CPU, GEN_CPU, napi_on
+from .config import Rfc2544Config
+from .model import disturbed, loads, trial_invalid
+
+if TYPE_CHECKING:  # pragma: no cover
+    from nslab.runtime.lab import Lab
+
+log = logging.getLogger(__name__)
+
+PORT = 9
+#: u32 classifier instances one ingress qdisc can hold (cls_u32 hands out 11-bit ids).
+U32_PRIOS = 2047
+#: Trials excluded for host interference in a row after which no trial is
+#: re-run until one comes out clean.
+PERSISTENT = 3
+
+
+class TrialBed:
+    """One DUT's test bed, and a trial on it (the study's tests, the
+    calibration and the runner build on this: :mod:`.runner`)."""
+
+    def __init__(self, lab: Lab, cfg: Rfc2544Config, dut: str, store: Any) -> None:
+        from nslab.topologies.rfc2544 import roles
+        self.lab, self.cfg, self.dut, self.store = lab, cfg, dut, store
+        self.gen, self.sink, self.dutn = lab["gen"], lab["sink"], lab["dut"]
+        self.sink_ip, self.dut_in = roles(dut)
+        self.dut_out = "dut-eth1" if dut == "router" else "dut-eth2"
+        self.pg = pktgen_path()
+        self.baseline_busy = 0.0
+        self.ceiling_pps: Dict[int, float] = {}
+        self.ovs_pid: Optional[int] = None
+        self._ceiling_path = False
+        self.filters = 0
+        self._pool: Any = None
+        self._bed_path = False
+        self._bed_mac = ""
+        self._nh_mac: Optional[str] = None
+        self._awake = False
+        self._ovs_affinity: Dict[int, Any] = {}
+        #: the scheduler's counters on both of the bed's CPUs (host interference)
+        self.watch = Watch([GEN_CPU, DUT_CPU])
+        #: how fast both CPUs run (what the host gives this guest)
+        self.speed = SpeedWatch([GEN_CPU, DUT_CPU])
+        self._excluded_streak = 0
+        self.baseline_ok = True
+        #: the throughput searches' dither (:func:`~.model.rate_search`)
+        self._rng = random.Random()
+
+    # -- the generator's send path ------------------------------------------------
+    def gen_args(self, iface: str = "gen-eth0", dst_mac: Optional[str] = None) -> List[str]:
+        """nslab-pktgen's send-path options: the configured ``--mode``; on a
+        shaped link the qdisc is kept (AF_XDP and PACKET_QDISC_BYPASS would
+        put frames past the link's shaper), and the raw paths get the
+        interface and the next hop's MAC."""
+        mode = self.cfg.generator
+        args = ["--mode", mode]
+        if mode == "udp":
+            return args
+        if self.cfg.line_bps() is not None:
+            args += ["--qdisc", "keep"]
+        if dst_mac is None:
+            dst_mac = self._next_hop_mac()
+        return args + ["--iface", iface, "--dst-mac", dst_mac]
+
+    def _live_possible(self) -> bool:
+        """May this bed's generator send XDP live frames (unshaped links, and
+        the live path asked for or auto)?"""
+        return self.cfg.line_bps() is None and self.cfg.generator in ("live", "auto")
+
+    def _next_hop_mac(self) -> str:
+        """The MAC the generator's frames go to: the router's ingress, or the sink
+        behind a bridge (the DUTs learn or forward it)."""
+        if self._nh_mac:
+            return self._nh_mac
+        from nslab.model.fields import MAC_RE
+        node, intf = (self.dutn, self.dut_in) if self.dut == "router" else (self.sink, "sink-eth0")
+        mac = node.run(["cat", f"/sys/class/net/{intf}/address"]).stdout.strip()
+        if not MAC_RE.fullmatch(mac):
+            raise LabError(f"{node.name}: {intf} reports MAC {mac!r}")
+        self._nh_mac = mac
+        return mac
+
+    # -- the latency floor of the test bed ----------------------------------------
+    @contextlib.contextmanager
+    def keep_awake(self, awake: bool = True) -> Iterator[None]:
+        """Keep both CPUs out of their idle state (``awake``; else do nothing):
+        one lowest-priority (SCHED_IDLE) spinner per CPU, which any real work
+        preempts at once. On a VM an idle vCPU takes tens of microseconds to
+        wake for a frame (the host noise probe sees the same lateness), which
+        at 1,000 fps is the whole latency floor; it is the bed's, not the DUT's."""
+        if not awake:
+            yield
+            return
+        procs = [self.gen.popen(["taskset", "-c", str(cpu), "chrt", "-i", "0", "sh", "-c",
+                                 "while :; do :; done"], name=f"keep-awake-cpu{cpu}",
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for cpu in (GEN_CPU, DUT_CPU)]
+        self._awake = True
+        try:
+            time.sleep(0.1)
+            yield
+        finally:
+            self._awake = False
+            for p in procs:
+                p.stop()
+
+    def earlier_setup(self, key: str) -> Optional[Dict[str, Any]]:
+        """``key`` of an earlier lab's setup in this run (e.g. its calibration)."""
+        if self.store is None:
+            return None
+        for setup in (self.store.provenance().get("setups") or {}).values():
+            if setup.get(key):
+                return setup[key]
+        return None
+
+    def _disturbed(self, m: Dict[str, Any]) -> Optional[str]:
+        """Why other tasks disturbed a trial after its re-runs (None: they did not)."""
+        return disturbed(m.get("interference"), self.cfg.interference_pct, self.cfg.slowdown_pct)
+
+    def _uncost(self) -> None:
+        self.dutn.run(["tc", "qdisc", "del", "dev", self.dut_in, "ingress"], check=False)
+
+    def _rps(self, node, intf: str, mask: int) -> None:
+        node.run(["tee", f"/sys/class/net/{intf}/queues/rx-0/rps_cpus"], input=f"{mask:x}\n")
+
+    def _cost(self, n: int) -> None:
+        self.dutn.run(["tc", "qdisc", "add", "dev", self.dut_in, "handle", "ffff:", "ingress"])
+        from nslab.model.render import line, text
+        # One u32 instance per priority, at most U32_PRIOS of them (the kernel
+        # numbers them in 11 bits: a CI run's 2048th filter was refused); beyond
+        # that, further filters join the existing priorities' lists, which every
+        # frame walks just the same.
+        lines = [line("filter", "add", "dev", self.dut_in, "parent", "ffff:", "protocol", "ip",
+                      "prio", (i - 1) % U32_PRIOS + 1, "u32", "match", "u32", "0xdeadbeef",
+                      "0xffffffff", "at", 0, "flowid", "1:1") for i in range(1, n + 1)]
+        self.dutn.run(["tc", "-batch", "-"], input=text(lines), timeout=300)
+
+    def measure_ceiling(self, size: int) -> float:
+        """The generator's own ceiling on its CPU: as fast as it can, over a private
+        unshaped veth in the generator's namespace whose receive side is steered to
+        the other CPU (the frames are dropped there: nothing owns their address)."""
+        if size in self.ceiling_pps:
+            return self.ceiling_pps[size]
+        if not self._ceiling_path:
+            self.gen.run(["ip", "-batch", "-"], input="\n".join([  # constants only
+                "link add name gceil0 type veth peer name gceil1",
+                "link set dev gceil0 up", "link set dev gceil1 up",
+                "addr add 10.255.0.1/30 dev gceil0",
+                "neigh replace 10.255.0.2 lladdr 02:00:00:00:00:99 dev gceil0 nud permanent"]) + "\n")
+            self.gen.run(["ethtool", "-K", "gceil0", "tso", "off", "gso", "off"], check=False)
+            self._rps(self.gen, "gceil1", 1 << DUT_CPU)
+            if self._live_possible():
+                napi_on(self.gen, "gceil1", DUT_CPU)
+            self._ceiling_path = True
+        res = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", "10.255.0.2",
+                            "--port", str(PORT), "--size", str(size), "--rate", "0",
+                            "--duration", "1",
+                            *self.gen_args("gceil0", "02:00:00:00:00:99")], timeout=30)
+        pps = json.loads(res.stdout)["pps"]
+        self.ceiling_pps[size] = pps
+        return pps
+
+    # -- one trial ------------------------------------------------------------
+    def _start_sink(self, duration: float, warmup: float = 0.0):
+        """The sink on the generator's CPU, listening before this returns."""
+        sink = self.sink.popen(["taskset", "-c", str(GEN_CPU), self.pg, "recv", "--port", str(PORT),
+                                "--duration", f"{duration:.3f}", "--warmup", f"{warmup:.3f}"],
+                               name="pktgen-recv")
+        if "ready" not in sink.readline():
+            raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
+        return sink
+
+    def trial(self, size: int, fps: float, seconds: Optional[float] = None,
+              tag: str = "", stands: Optional[Callable[[Dict[str, Any]], bool]] = None
+              ) -> Dict[str, Any]:
+        """Offer ``fps`` frames/s of ``size`` bytes for warm-up + trial; count
+        everything. A trial during which other tasks took more than
+        ``interference_pct`` of the DUT's or the generator's CPU (or the host
+        slowed one) is measured again (up to ``interference_reruns`` times);
+        still disturbed, it is kept with that reason among its ``invalid``
+        ones, so no figure comes from it. ``stands``: an outcome that holds
+        however the host disturbed the trial (a search's pass): such a trial
+        is not measured again, and is marked ``stands``."""
+        reruns = 0
+        # After PERSISTENT excluded trials in a row the host is busy for good:
+        # no more re-runs (each would triple a trial's time for nothing) until
+        # a trial comes out clean again.
+        allowed = 0 if self._excluded_streak >= PERSISTENT else self.cfg.interference_reruns
+        while True:
+            m = self._trial_once(size, fps, seconds)
+            why = self._disturbed(m)
+            held = why is not None and stands is not None and stands(m)
+            if why is None or held or reruns >= allowed:
+                break
+            reruns += 1
+            log.info("trial at %.0f fps: %s; measuring it again (%d of %d)", fps, why, reruns,
+                     allowed)
+        m["interference_reruns"] = reruns
+        if why is None:
+            self._excluded_streak = 0
+        else:
+            if held:
+                m["stands"] = True
+            else:
+                self._excluded_streak += 1
+            m["invalid"] = list(m["invalid"]) + [f"{why} ({reruns + 1} tries)"]
+        return m
+
+    def _trial_once(self, size: int, fps: float, seconds: Optional[float] = None) -> Dict[str, Any]:
+        cfg = self.cfg
+        seconds = seconds or cfg.trial
+        total = cfg.warmup + seconds
+        sink = self._start_sink(total + 1.5, cfg.warmup)
+        speed0 = self.speed.read()
+        cpre = self._counters()
+        gen = self.gen.popen(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
+                              "--port", str(PORT), "--size", str(size), "--rate", f"{fps:.3f}",
+                              "--duration", f"{total:.3f}", *self.gen_args()], name="pktgen-send")
+        t_start = time.monotonic()
+        time.sleep(cfg.warmup)
+        c0 = self._counters()
+        time.sleep(max(0.0, seconds - (time.monotonic() - t_start - cfg.warmup)))
+        c1 = self._counters()
+        g = gen.wait(timeout=total + 30)
+        time.sleep(0.5)  # RFC 2544 waits for frames in flight before the final count
+        c2 = self._counters()
+        speed1 = self.speed.read()
+        sink.stop()  # it prints its counts on the way out; no need to wait out its duration
+        s = sink.wait(timeout=30)
+        gj = json.loads(g.stdout.strip().splitlines()[-1])
+        sj = json.loads(s.stdout.strip().splitlines()[-1])
+        window = c1["t"] - c0["t"]
+        # The counters' own windows, from when each read came back; the CPU
+        # figures use ``window`` (read at once, in this process).
+        wins = {k: c1["t_read"][k] - c0["t_read"][k] for k in ("gen", "sink")}
+        wins["dut"] = c1["t_read"].get("dut", c1["t"]) - c0["t_read"].get("dut", c0["t"])
+        # Loss as RFC 2544 counts it: every frame put on the wire during the whole
+        # trial against every frame the sink's interface received, after a drain.
+        sent_all = c2["gen_tx"] - cpre["gen_tx"]
+        recv_all = c2["sink_rx"] - cpre["sink_rx"]
+        lost = max(0, sent_all - recv_all)
+        offered = c1["gen_tx"] - c0["gen_tx"]
+        received = c1["sink_rx"] - c0["sink_rx"]
+        dut_busy = busy_pct_from_idle(c0["idle"], c1["idle"], window, DUT_CPU)
+        occ = max(0.0, dut_busy - self.baseline_busy)
+        fwd_pps = (c1["dut_tx"] - c0["dut_tx"]) / wins["dut"]
+        inter = account(c0["sched"], c1["sched"], [GEN_CPU, DUT_CPU])
+        m = {
+            "frame": size, "target_fps": fps, "window_s": window,
+            "counter_windows_s": {k: round(v, 4) for k, v in wins.items()},
+            "offered_fps": offered / wins["gen"],
+            "offered_bps": offered / wins["gen"] * size * 8,
+            "received_fps": max(0, received) / wins["sink"],
+            "throughput_bps": max(0, received) / wins["sink"] * size * 8,
+            "frames_sent": sent_all, "frames_received": recv_all,
+            "lost": lost, "loss_pct": 100.0 * lost / sent_all if sent_all else 0.0,
+            "dut_forwarded_fps": fwd_pps,
+            "dut_backlog_drops": c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU],
+            "dut_queue_frames": (c1["queue"][DUT_CPU] if len(c1["queue"]) > DUT_CPU
+                                 else None),
+            "ovs_vswitchd_busy_pct": (100.0 * (c1["ovs_cpu"] - c0["ovs_cpu"]) / window
+                                      if self.ovs_pid else None),
+            "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
+            "gen_qdisc_drops": c1["gen_qdrops"] - c0["gen_qdrops"],
+            "gen_sent": gj["sent"], "gen_errors": gj["errors"], "gen_pps": gj["pps"],
+            "gen_path": gj.get("path"),
+            "latency_us": sj["latency_us"], "latency_samples": sj["in_window"],
+            "dut_busy_pct": dut_busy, "dut_occupancy_pct": occ,
+            "baseline_ok": self.baseline_ok,
+            "us_per_packet": ((occ / 100.0) * 1e6 / fwd_pps if fwd_pps > 0 and not self._awake
+                              else None),
+            "cpus_kept_awake": self._awake,
+            "gen_cpu_busy_pct": busy_pct_from_idle(c0["idle"], c1["idle"], window, GEN_CPU),
+            "sink_backlog_drops": c1["softnet"][GEN_CPU] - c0["softnet"][GEN_CPU],
+            "interference": {
+                role: dict(inter[cpu].as_dict(),
+                           slowdown_pct=round(self.speed.slowdown(cpu, speed0, speed1), 1))
+                for role, cpu in (("dut", DUT_CPU), ("gen", GEN_CPU))},
+        }
+        ceiling = self.ceiling_pps.get(size)
+        m["generator_limited"] = bool(ceiling and fps > 0.9 * ceiling)
+        m["invalid"] = trial_invalid(m, self.line_fps(size))
+        return m
+
+    def _counters(self) -> Dict[str, Any]:
+        """One snapshot of every counter a trial needs. The namespaces' counters
+        are read concurrently (one tool call each), so a snapshot takes as long
+        as its slowest read, not their sum."""
+        from concurrent.futures import ThreadPoolExecutor
+        c: Dict[str, Any] = {"t": time.monotonic(), "idle": idle_seconds(),
+                             "sched": self.watch.snapshot(), "softnet": softnet_drops(),
+                             "queue": softnet_queues()}
+        jobs = {"gen": lambda: node_link_stats(self.gen, "gen-eth0"),
+                "sink": lambda: node_link_stats(self.sink, "sink-eth0"),
+                "gen_q": lambda: qdisc_drops(self.gen, "gen-eth0")}
+        if self.dut != "ovs":
+            jobs["dut"] = lambda: node_link_stats(self.dutn, self.dut_out)
+            jobs["dut_q"] = lambda: qdisc_drops(self.dutn, self.dut_out)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="counters")
+        def timed(f: Any) -> Tuple[Any, float]:
+            got = f()
+            return got, time.monotonic()
+        futures = {k: self._pool.submit(timed, f) for k, f in jobs.items()}
+        done = {k: f.result(timeout=30) for k, f in futures.items()}
+        got = {k: v for k, (v, _) in done.items()}
+        # when each read came back: a read takes tens of ms (a process in the
+        # node's namespace), so a window of counters runs from read to read
+        c["t_read"] = {k: t for k, (_, t) in done.items()}
+        # veth counts a frame the next hop's backlog refused as the sender's
+        # tx_dropped, not tx_packets: offered = both.
+        c["gen_tx"] = got["gen"]["tx_packets"] + got["gen"]["tx_dropped"]
+        c["sink_rx"] = got["sink"]["rx_packets"]
+        c["gen_qdrops"] = got["gen_q"]
+        if self.dut == "ovs":
+            from nslab.runtime.proc import run
+            c["dut_tx"] = int(run(["cat", f"/sys/class/net/{self.dut_out}/statistics/tx_packets"]).stdout)
+            c["dut_qdrops"] = 0
+            c["ovs_cpu"] = process_cpu_seconds(self.ovs_pid) if self.ovs_pid else 0.0
+        else:
+            c["dut_tx"] = got["dut"]["tx_packets"]
+            c["dut_qdrops"] = got["dut_q"]
+        return c
+
+    def burst(self, size: int, frames: int) -> Dict[str, Any]:
+        """One back-to-back trial: a burst of ``frames`` frames at line rate (the
+        generator paces at line rate into its shaped link, whose shaper puts
+        them on the wire with minimum gaps), then, after a drain, how many
+        the sink's interface received."""
+        line = self.line_fps(size)
+        seconds = frames / line
+        sink = self._start_sink(seconds + 60)
+        try:
+            c0 = self._counters()
+            g = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
+                              "--port", str(PORT), "--size", str(size), "--rate", f"{line:.3f}",
+                              "--count", str(frames), "--duration", f"{seconds + 10:.3f}",
+                              *self.gen_args()], timeout=seconds + 40)
+            time.sleep(0.5)  # frames in flight and in the DUT's queues
+            c1 = self._counters()
+        finally:
+            sink.stop()
+        s = sink.wait(timeout=10)
+        gj = json.loads(g.stdout.strip().splitlines()[-1])
+        sj = json.loads(s.stdout.strip().splitlines()[-1])
+        sent = c1["gen_tx"] - c0["gen_tx"]
+        recv = c1["sink_rx"] - c0["sink_rx"]
+        return {
+            "frames_requested": frames, "frames_sent": sent, "frames_received": recv,
+            "lost": max(0, sent - recv), "gen_sent": gj["sent"], "gen_errors": gj["errors"],
+            "gen_pps": gj["pps"], "sink_socket_received": sj["received"],
+            "gen_qdisc_drops": c1["gen_qdrops"] - c0["gen_qdrops"],
+            "dut_backlog_drops": (c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU]
+                                  if not self.ovs_pid else None),
+            "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
+        }
+
+    def line_fps(self, size: int) -> float:
+        """Frames/s the link allows; unshaped links: the generator's ceiling."""
+        bps = self.cfg.line_bps()
+        return frame_rate(bps, size) if bps else self.measure_ceiling(size)
+
+    def loads(self, size: int) -> List[float]:
+        return loads(size, self.line_fps(size), self.cfg.paper_rates, self.cfg.quick_loads,
+                     self.cfg.loads_pct)
