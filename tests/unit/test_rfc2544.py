@@ -11,7 +11,8 @@ from nslab.errors import CapabilityError, InputError
 from nslab.experiments.rfc2544.config import Rfc2544Config
 from nslab.experiments.rfc2544.model import PAPER_FPS, loads, theory_table
 from nslab.experiments.rfc2544.records import SCHEMA, BackToBack, Throughput
-from nslab.experiments.rfc2544.report import back_to_back_rows, table3, write_report
+from nslab.experiments.rfc2544.report import write_report
+from nslab.experiments.rfc2544.tables import back_to_back_rows, table3
 from nslab.experiments.rfc2544.study import Rfc2544Study
 from nslab.traffic.pktgen import pktgen_path
 from nslab.store.published import load_published

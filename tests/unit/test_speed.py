@@ -109,7 +109,7 @@ def test_an_undecided_claim_says_how_many_of_its_trials_host_interference_left_o
     one that straddles its band) also says how many of the trials it reads
     were left out for host interference, and the worst; a decided claim and
     one whose reason names the interference already are left as they are."""
-    from nslab.experiments.rfc2544.report import host_noted
+    from nslab.experiments.rfc2544.claims import host_noted
     from nslab.experiments.rfc2544.records import SCHEMA
     from nslab.store.reporting import Claim
     n = 0
@@ -216,7 +216,7 @@ def test_a_trial_whose_outcome_stands_is_not_measured_again():
 
 
 def test_a_standing_probe_is_not_counted_as_left_out(tmp_path):
-    from nslab.experiments.rfc2544.report import host_noted
+    from nslab.experiments.rfc2544.claims import host_noted
     from nslab.experiments.rfc2544.records import SCHEMA
     from nslab.store.reporting import Claim
 

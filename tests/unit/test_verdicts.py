@@ -9,7 +9,9 @@ from nslab.experiments.alias import report as alias_report
 from nslab.experiments.alias.records import AliasRecord
 from nslab.experiments.ecmp import report as ecmp_report
 from nslab.experiments.ecmp.records import EcmpRecord
+from nslab.experiments.rfc2544 import claims as rfc_claims
 from nslab.experiments.rfc2544 import report as rfc_report
+from nslab.experiments.rfc2544 import tables as rfc_tables
 from nslab.experiments.rfc2544.model import knee_index, next_filters, paper_knee
 from nslab.experiments.rfc2544.records import SCHEMA as RFC_SCHEMA, RfcRecord
 from nslab.store.published import load_published
@@ -143,7 +145,7 @@ def test_rfc2544_equivalence_and_the_calibrated_knee():
     pub = load_published("rfc2544")
     recs = [_throughput("bridge", 64, [66000, 66500, 65800], [96, 97, 95]),
             _throughput("router", 64, [65900, 66300, 66100], [97, 96, 98])]
-    got = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}
+    got = {c.claim: c for c in rfc_claims.claims(recs, ["bridge", "router"], pub, {})}
     same = got["Bridge and router forward about the same at 64 bytes"]
     assert same.verdict == "agrees" and "two one-sided" in same.why
     assert got["The bridge saturates at ~66 kfps of 64-byte frames (Table 3)"].verdict == "agrees"
@@ -154,7 +156,7 @@ def test_rfc2544_a_real_difference_is_a_disagreement():
     pub = load_published("rfc2544")
     recs = [_throughput("bridge", 64, [66000, 66500, 65800], [96, 97, 95]),
             _throughput("router", 64, [52000, 52500, 51800], [97, 96, 98])]
-    got = {c.claim: c.verdict for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}
+    got = {c.claim: c.verdict for c in rfc_claims.claims(recs, ["bridge", "router"], pub, {})}
     assert got["Bridge and router forward about the same at 64 bytes"] == "disagrees"
 
 
@@ -213,9 +215,9 @@ def test_invalid_loads_are_left_out_of_the_verdicts(tmp_path):
                     t["invalid"] = ["the generator/sink CPU was 99 % busy"]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     recs = RFC_SCHEMA.load(str(tmp_path / "r"))
-    rows = rfc_report.table3(recs, "bridge")
+    rows = rfc_tables.table3(recs, "bridge")
     assert any(x["invalid"] for x in rows)
-    got = {c.claim: c for c in rfc_report.claims(recs, ["bridge"], load_published("rfc2544"), {})}
+    got = {c.claim: c for c in rfc_claims.claims(recs, ["bridge"], load_published("rfc2544"), {})}
     fit = got["bridge: occupancy vs load follows the paper's Table 3"]
     assert "excluded by the fidelity guard" in fit.measured
     rep = rfc_report.write_report(str(tmp_path / "r"))
@@ -247,8 +249,8 @@ def test_the_occupancy_claim_stays_when_one_load_of_the_paper_is_left(tmp_path):
     assert kept is not None
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     recs = RFC_SCHEMA.load(str(tmp_path / "r"))
-    at = [x for x in rfc_report.table3(recs, "bridge") if x["fps"] in paper]
-    got = {c.claim: c for c in rfc_report.claims(recs, ["bridge"], load_published("rfc2544"), {})}
+    at = [x for x in rfc_tables.table3(recs, "bridge") if x["fps"] in paper]
+    got = {c.claim: c for c in rfc_claims.claims(recs, ["bridge"], load_published("rfc2544"), {})}
     fit = got["bridge: occupancy vs load follows the paper's Table 3"]
     assert fit.verdict == "undecided"
     assert fit.why.startswith(f"1 of the paper's loads left to set beside Table 3 (a paired t "
@@ -258,15 +260,15 @@ def test_the_occupancy_claim_stays_when_one_load_of_the_paper_is_left(tmp_path):
     assert fit.reads == [{"test": "loss", "dut": "bridge", "frame": 64}]
     # with none measured at the paper's loads, or only one and nothing left out
     paper1 = {1000.0: [0, 0, 0, 0, 5.0]}
-    assert rfc_report.few_loads_why([], paper1, 0) == (
+    assert rfc_claims.few_loads_why([], paper1, 0) == (
         "0 of the paper's loads left to set beside Table 3 (a paired t needs 2): the sweep "
         "measured none of them")
     row = {"fps": 1000.0, "invalid": [], "cpu_ok": True}
-    assert rfc_report.few_loads_why([row], paper1, 1) == (
+    assert rfc_claims.few_loads_why([row], paper1, 1) == (
         "1 of the paper's loads left to set beside Table 3 (a paired t needs 2): the sweep "
         "measured only 1 trial(s) at them")
     # kept without an occupancy figure: baseline_why says why, not this
-    assert rfc_report.few_loads_why([dict(row, cpu_ok=False)], paper1, 0) == (
+    assert rfc_claims.few_loads_why([dict(row, cpu_ok=False)], paper1, 0) == (
         "0 of the paper's loads left to set beside Table 3 (a paired t needs 2)")
 
 
@@ -295,11 +297,11 @@ def test_the_bed_floor_is_shown_beside_latency_once_per_run():
         "bridge": {"bed_floor": {"idle_us": [13, 14, 12], "awake_us": [9, 9, 10]}},
         "router": {"bed_floor": {"idle_us": [13, 14, 12], "awake_us": [9, 9, 10],
                                  "reused": True}}}}
-    assert rfc_report.bed_text(prov) == ("; the bed alone (generator -> sink, no DUT): 9 us "
+    assert rfc_tables.bed_text(prov) == ("; the bed alone (generator -> sink, no DUT): 9 us "
                                          "with CPUs kept awake")
     prov["config"]["keep_awake"] = False
-    assert "13 us" in rfc_report.bed_text(prov) and "awake" not in rfc_report.bed_text(prov)
-    assert rfc_report.bed_text({}) == ""
+    assert "13 us" in rfc_tables.bed_text(prov) and "awake" not in rfc_tables.bed_text(prov)
+    assert rfc_tables.bed_text({}) == ""
 
 
 def _reading(fps: float, offered: float, loss: float, busy: float) -> dict:
@@ -457,12 +459,12 @@ def test_the_routers_extra_latency_stays_on_each_trials_mean(tmp_path):
     nominal = [t for r in recs if r.params.test == "latency" and r.params.frame == 64
                for t in r.measurements.trials if t.target_fps == 1000]
     assert len(nominal) == 6 and all(t.latency_us.p50 for t in nominal)  # the records keep them
-    claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
+    claim = {c.claim: c for c in rfc_claims.claims(recs, ["bridge", "router"], pub, {})}[title]
     assert claim.verdict == "undecided" and "+11.7 us" in claim.measured
 
 
 def test_claims_on_the_calibrated_cost_are_undecided_when_the_calibration_was_not_confirmed():
-    from nslab.experiments.rfc2544.report import calibration_why, on_the_calibration
+    from nslab.experiments.rfc2544.claims import calibration_why, on_the_calibration
     from nslab.store.reporting import Claim
     reading = {"filters": 500, "capacity_fps": 82367.0, "invalid": [
         "host interference: the DUT CPU ran 30 % slower than its fastest in this run (over "
@@ -510,7 +512,7 @@ def test_the_latency_claim_stays_when_only_a_duts_nominal_trials_were_left_out(t
                     t["invalid"] = [slow]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     recs = RFC_SCHEMA.load(str(tmp_path / "r"))
-    claim = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}[title]
+    claim = {c.claim: c for c in rfc_claims.claims(recs, ["bridge", "router"], pub, {})}[title]
     assert claim.verdict == "undecided" and claim.measured == "no valid latency trial"
     # counted at its own size (the 1518-byte trial is its own claim's)
     assert claim.why.startswith("every latency trial of the router at 1,000 fps was left out "
@@ -541,7 +543,7 @@ def test_the_latency_claim_is_made_per_frame_size_whatever_was_left_out_at_anoth
     assert hit == 1
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     recs = RFC_SCHEMA.load(str(tmp_path / "r"))
-    got = {c.claim: c for c in rfc_report.claims(recs, ["bridge", "router"], pub, {})}
+    got = {c.claim: c for c in rfc_claims.claims(recs, ["bridge", "router"], pub, {})}
     judged = got["A router adds about 5 us of latency over a bridge (64 bytes)"]
     assert judged.measured.startswith("router minus bridge at 1,000 fps: +6.3 us")
     gone = got["A router adds about 5 us of latency over a bridge (1518 bytes)"]
@@ -569,6 +571,6 @@ def test_a_sweep_left_out_says_how_many_trials_and_its_most_frequent_reason(tmp_
                                 "host interference: the DUT CPU ran 80 % slower (1 tries)"]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert n > 2
-    why = rfc_report.invalid_why(RFC_SCHEMA.load(str(tmp_path / "r")), "loss", "bridge")
+    why = rfc_tables.invalid_why(RFC_SCHEMA.load(str(tmp_path / "r")), "loss", "bridge")
     assert why == (f"every loss trial was left out ({n} of {n}; {n - 1} of them: host "
                    "interference: the DUT CPU ran 80 % slower (1 tries))")
