@@ -3,8 +3,15 @@ PY      ?= /usr/bin/python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-# the 20 slowest tests are listed at the end of each tier (where CI time goes)
+# the 20 slowest tests are listed at the end of each run of pytest; `make test` ends
+# with one table of every tier and the ten slowest tests overall (scripts/tiers.py)
 PYTEST_ARGS ?= --durations=20
+# The unit tier needs no root and no lab: it runs on every CPU (pytest-xdist).
+UNIT_WORKERS ?= auto
+# Where each tier's JUnit XML and time go (scripts/tiers.py); TIER names them.
+CI_DIR  ?= results/ci
+TIER    ?= host
+TIERS   := $(PY) scripts/tiers.py
 # The stock kernel the kernel tier boots (unpacked into .cache/kernel, never
 # installed): a metapackage or an exact package, e.g. linux-image-6.1.0-56-amd64.
 KERNEL_PKG ?= linux-image-amd64
@@ -19,16 +26,19 @@ IN_DEBIAN13 := scripts/in-debian13.sh make --no-print-directory VENV=$(DEBIAN13_
 # The tiers make namespaces and labs: never two at once, even under make -j.
 .NOTPARALLEL:
 
-.PHONY: setup system venv demo test test-host test-debian13 test-kernel kernel-setup debian13-setup unit clean-lab help
+.PHONY: setup system venv demo check test test-tiers test-host test-debian13 test-kernel kernel-setup \
+        debian13-setup unit clean-lab help
 
 help:
 	@echo "make demo         set up everything missing, then run the quick reproduction of the four studies"
 	@echo "make test         set up everything missing, then run the whole suite: the host tier, the"
 	@echo "                  Debian 13 tier, then the stock-kernel tier (QEMU guests on Debian 12's and"
 	@echo "                  Debian 13's kernels, two boxes with real NIC drivers)"
+	@echo "make check        no root, no labs: ruff, mypy, import contracts, the unit tier and the"
+	@echo "                  docs build, on every CPU (the inner loop; a few minutes)"
 	@echo "make test-host    the unit, integration and smoke tiers on this machine's kernel"
-	@echo "make test-debian13  the host tier again (but tests marked once), inside a Debian 13"
-	@echo "                    root (.cache/debian13)"
+	@echo "make test-debian13  inside a Debian 13 root (.cache/debian13): the unit tier, and the"
+	@echo "                    integration and smoke tests marked versioned (a tool's version differs)"
 	@echo "make test-kernel  the stock-kernel tier only"
 
 system:
@@ -54,19 +64,38 @@ setup: system venv
 demo: setup
 	$(BIN)/nslab reproduce --quick
 
-test: test-host test-debian13 test-kernel
+# Every tier, then one table: each tier's tests and minutes, the ten slowest tests.
+test:
+	@$(TIERS) reset
+	@$(MAKE) --no-print-directory test-tiers; rc=$$?; $(TIERS) summary; exit $$rc
 
+test-tiers: test-host test-debian13 test-kernel
+
+# The unit tier (no root: on every CPU), then the integration and smoke tiers (root,
+# labs: one test at a time, since they measure rates and CPUs).
 test-host: setup
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@mkdir -p $(CI_DIR)
+	@$(TIERS) run "$(TIER): unit" --junit $(CI_DIR)/junit-$(TIER)-unit.xml -- \
+	  $(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS) \
+	  --junitxml=$(CI_DIR)/junit-$(TIER)-unit.xml
+	@$(TIERS) run "$(TIER): labs" --junit $(CI_DIR)/junit-$(TIER)-labs.xml -- \
+	  $(BIN)/python -m pytest tests/integration tests/smoke $(PYTEST_ARGS) \
+	  --junitxml=$(CI_DIR)/junit-$(TIER)-labs.xml
+
+# The inner loop: no root, no lab (the unit tier holds ruff, mypy, import-linter and
+# the strict docs build).
+check: venv
+	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) -q -p no:cacheprovider
 
 # Made (debootstrap) only when missing or when setup-system.sh or the script changed.
 debian13-setup: system
 	@scripts/setup-debian13.sh
 
 # `make test-host` inside the root: the project set up there by the README's commands.
-# Tests marked `once` (slow; nslab's own logic, not a tool's version) skip there.
+# Integration and smoke tests not marked `versioned` skip there (nslab's own logic:
+# they ran in the host tier); the unit tier runs whole.
 test-debian13: debian13-setup
-	$(IN_DEBIAN13) test-host PYTEST_ARGS="$(PYTEST_ARGS)" NSLAB_TIER=debian13
+	$(IN_DEBIAN13) test-host PYTEST_ARGS="$(PYTEST_ARGS)" NSLAB_TIER=debian13 TIER=debian13
 
 kernel-setup: setup debian13-setup
 	@KERNEL_PKG=$(KERNEL_PKG) scripts/setup-kernel.sh
@@ -77,7 +106,7 @@ test-kernel: kernel-setup
 	$(BIN)/python scripts/kernel-tier.py --kernels $(KERNEL_DISTS) $(if $(PYTEST_ARGS),-- $(PYTEST_ARGS))
 
 unit: venv
-	$(BIN)/python -m pytest tests/unit $(PYTEST_ARGS)
+	$(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS)
 
 clean-lab: venv
 	$(BIN)/nslab clean

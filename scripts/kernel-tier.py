@@ -40,6 +40,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tiers  # noqa: E402 - scripts/tiers.py, beside this script
 #: Kernels the guest tier boots by default (links made by setup-kernel.sh).
 KERNELS = "bookworm,trixie"
 #: Userlands other than this machine's, by kernel: (guest root, venv in the checkout,
@@ -116,14 +118,17 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
     os.makedirs(out, exist_ok=True)
     if os.path.exists(os.path.join(out, "junit-guest.xml")):  # an earlier run's (--out reused)
         os.unlink(os.path.join(out, "junit-guest.xml"))
+    # Only the modules that hold a selected test: pytest imports every module it
+    # collects, and under TCG importing one costs seconds (collected here, natively).
+    files = selected_files(marks)
     cmd = " ".join([
         "PYTHONDONTWRITEBYTECODE=1", "NSLAB_STOCK_KERNEL=1", f"NSLAB_RESULTS={out}/results",
         py, "-m", "pytest", "-m", f"'{marks}'",
         "-p", "no:cacheprovider",
         "--basetemp=/tmp/nslab-pytest", f"--junitxml={out}/junit-guest.xml",
-        "-o", "console_output_style=classic", *extra, "tests/integration", "tests/smoke",
+        "-o", "console_output_style=classic", *extra, *files,
     ])
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     res = vm.run(vm.Guest("kernel-tier", cmd, out, cwd=ROOT, timeout=timeout, kernel=vmlinuz,
                           root=root, binds=binds))
     print(res.stdout[-6000:], end="" if res.stdout.endswith("\n") else "\n")
@@ -143,11 +148,27 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
         for line in trouble:
             print(f"guest tier {name}: console: {line}", flush=True)
     done.append((what, status, f"{out}/junit-guest.xml", trouble))
+    tiers.record(f"guest {name}", time.monotonic() - t0, 0 if res.ok else 1,
+                 f"{out}/junit-guest.xml", started)
     return 0 if res.ok else 1
 
 
+def selected_files(marks: str) -> list:
+    """The test modules (under tests/integration and tests/smoke) that hold a
+    test marked ``marks``, found by collecting on this machine."""
+    res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marks,
+                          "-p", "no:cacheprovider", "tests/integration", "tests/smoke"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    files = sorted({line.split("::", 1)[0] for line in res.stdout.splitlines()
+                    if "::" in line and line.startswith("tests/")})
+    if not files:
+        raise SystemExit(f"kernel tier: no test marked {marks!r} collected: "
+                         f"{(res.stdout + res.stderr)[-2000:]}")
+    return files
+
+
 def vm_tier(out: str, extra: list, vmlinuz: str, done: list) -> int:
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     junit = os.path.join(out, "junit-vm.xml")
     if os.path.exists(junit):  # an earlier run's (--out reused)
         os.unlink(junit)
@@ -157,6 +178,7 @@ def vm_tier(out: str, extra: list, vmlinuz: str, done: list) -> int:
     status = f"exit {rc} after {time.monotonic() - t0:.0f} s"
     print(f"two-box tier: {status}", flush=True)
     done.append(("two-box tier", status, junit, []))
+    tiers.record("two boxes", time.monotonic() - t0, rc, junit, started)
     return rc
 
 

@@ -28,7 +28,9 @@ Markers (registered here): ``root`` (skipped without root), ``slow``,
 ``make test-kernel`` on every stock kernel), ``guest`` (a flow that runs here
 and again in the stock-kernel guest of the last kernel, Debian 13's by
 default), ``vm`` (starts QEMU guests itself; run by ``make test-kernel``),
-``once`` (slow, checks nslab's own logic: skipped in the Debian 13 tier).
+``versioned`` (exercises a tool or library whose version differs between
+Debian 12 and 13: the Debian 13 tier runs the unit tier and these; every
+other integration and smoke test runs once, in the host tier).
 """
 from __future__ import annotations
 
@@ -44,7 +46,8 @@ from ..model.topo import Topology
 from . import caps as capsmod
 
 STOCK_KERNEL_ENV = "NSLAB_STOCK_KERNEL"
-#: Set to ``debian13`` by ``make test-debian13``: tests marked ``once`` skip there.
+#: Set to ``debian13`` by ``make test-debian13``: there, integration and smoke tests
+#: not marked ``versioned`` skip (they ran in the host tier).
 TIER_ENV = "NSLAB_TIER"
 MARKERS = {
     "root": "needs root and real network tooling (skipped without root)",
@@ -56,9 +59,11 @@ MARKERS = {
              "last kernel of KERNEL_DISTS (Debian 13's, with its userland, by default)",
     "vm": "starts QEMU guests (two boxes, real NIC drivers): run by `make test-kernel`",
     "needs": "needs(*tools_or_capabilities): skip (or fail on a stock kernel) when missing",
-    "once": "slow, and what it checks is nslab's own logic, not a tool's version (the tools it "
-            "drives run in other tests of every tier): runs in the host tier, skipped in the "
-            "Debian 13 tier (NSLAB_TIER=debian13) to keep the whole suite within its time",
+    "versioned": "exercises a tool or library whose version differs between Debian 12 and 13 "
+                 "(FRR, OVS, iperf, iproute2, ethtool, dumpcap, OpenSSH, Python and mininet, "
+                 "the C toolchain): runs in the host tier and again in the Debian 13 tier "
+                 "(NSLAB_TIER=debian13), where the integration and smoke tests without it "
+                 "skip: what they check is nslab's own logic, run once, in the host tier",
 }
 
 
@@ -99,10 +104,19 @@ def pytest_configure(config: "pytest.Config") -> None:
         config.addinivalue_line("markers", f"{name}: {text}")
 
 
+def once_here(item: "pytest.Item") -> bool:
+    """True for a test that runs once, in the host tier, and skips here: in the
+    Debian 13 tier, an integration or smoke test not marked ``versioned``."""
+    if os.environ.get(TIER_ENV) != "debian13" or item.get_closest_marker("versioned"):
+        return False
+    where = str(getattr(item, "path", item.fspath)).replace(os.sep, "/")
+    return "/tests/integration/" in where or "/tests/smoke/" in where
+
+
 def pytest_runtest_setup(item: "pytest.Item") -> None:
-    if item.get_closest_marker("once") is not None and os.environ.get(TIER_ENV) == "debian13":
-        pytest.skip("runs once, in the host tier (marked once: nslab's own logic, not a "
-                    "tool's version)")
+    if once_here(item):
+        pytest.skip("runs once, in the host tier (not marked versioned: what it checks is "
+                    "nslab's own logic, not a tool's version)")
     wanted: Tuple[str, ...] = ()
     if item.get_closest_marker("root") is not None:
         wanted += ("root",)

@@ -102,7 +102,7 @@ def test_a_clos_split_over_two_hosts_converges_over_vxlan(hosts):
     assert ph.leftovers(0) == [] and ph.leftovers(1) == []
 
 
-@pytest.mark.once  # nslab's placement and ECMP study; SSH, VXLAN and FRR run in the other tests
+# Runs once, in the host tier (not versioned): nslab's placement and ECMP study; SSH, VXLAN and FRR run in the other tests
 def test_the_ecmp_study_runs_unchanged_across_the_hosts(hosts):
     ph = hosts
     results = os.path.join(ph.dir, "ecmp-results")

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.root
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
 
-@pytest.mark.once  # nslab's journal and clean; tests/integration/test_lab.py kills labs in every tier
+# Runs once, in the host tier (not versioned): nslab's journal and clean; tests/integration/test_lab.py kills labs in every tier
 @needs("iperf", "ovs-vsctl")
 def test_twenty_random_sigkills_leave_nothing_tagged_and_spare_the_rest(tmp_path, bystanders):
     def frr_tmp():

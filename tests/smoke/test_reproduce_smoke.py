@@ -20,7 +20,7 @@ def records(path):
     return [json.loads(l) for l in open(path)] if os.path.exists(path) else []
 
 
-@pytest.mark.once  # nslab's journal and resume; the ECMP study runs in test_ecmp_smoke
+# Runs once, in the host tier (not versioned): nslab's journal and resume; the ECMP study runs in test_ecmp_smoke
 @needs("frr")
 def test_reproduce_interrupted_and_resumed(tmp_path):
     p = subprocess.Popen([NSLAB, "--results", str(tmp_path), "reproduce", "--quick", "--only",

@@ -20,7 +20,7 @@ def run_quick(tmp_path, *args):
     return run, [json.loads(line) for line in open(run / "records.jsonl")]
 
 
-@pytest.mark.once  # nslab's trials and report; tc, u32 and the generator run in the 2047-priorities
+# Runs once, in the host tier (not versioned): nslab's trials and report; tc, u32 and the generator run in the 2047-priorities
 # and live-frames tests
 def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
     run, recs = run_quick(tmp_path, "--frame-sizes", "64", "--tests", "latency,loss")
@@ -71,7 +71,7 @@ def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
     assert not os.path.exists(CpuSplitLock.PATH)  # nothing left once the holder is done
 
 
-@pytest.mark.once  # nslab's search; back-to-back runs at 64 B in the 2047-priorities test
+# Runs once, in the host tier (not versioned): nslab's search; back-to-back runs at 64 B in the 2047-priorities test
 def test_back_to_back_bridge_end_to_end(tmp_path):
     run, records = run_quick(tmp_path, "--dut", "bridge", "--tests", "back-to-back",
                              "--frame-sizes", "64,1518")
@@ -121,7 +121,7 @@ def test_a_dut_cost_beyond_the_kernels_2047_u32_priorities_applies(tmp_path):
     assert '"dut_cost_filters": 2100' in (run / "provenance.json").read_text()
 
 
-@pytest.mark.once  # nslab's interference accounting and verdicts
+# Runs once, in the host tier (not versioned): nslab's interference accounting and verdicts
 def test_a_hog_on_the_dut_cpu_is_seen_and_its_trials_rerun_or_excluded_flipping_nothing(tmp_path):
     """A neighbour that takes half of the DUT's CPU in bursts of 2-40 ms
     (nslab.traffic.noisegen's dut-bursts profile): the idle baseline says so instead

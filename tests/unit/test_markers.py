@@ -1,6 +1,7 @@
-"""The markers of nslab.runtime.testing, run by pytest itself (pytester): a test
-marked ``once`` runs in the host tier and is skipped, saying why, in the Debian 13
-tier (``make test-debian13`` sets NSLAB_TIER=debian13)."""
+"""The markers of nslab.runtime.testing, run by pytest itself (pytester): in the
+Debian 13 tier (``make test-debian13`` sets NSLAB_TIER=debian13) an integration or
+smoke test runs only when marked ``versioned`` (it exercises a tool whose version
+differs there) and is skipped, saying why, otherwise; unit tests always run."""
 import pytest
 
 pytest_plugins = ["pytester"]
@@ -8,8 +9,8 @@ pytest_plugins = ["pytester"]
 SUITE = """
 import pytest
 
-@pytest.mark.once
-def test_marked_once():
+@pytest.mark.versioned
+def test_marked_versioned():
     pass
 
 def test_plain():
@@ -17,16 +18,22 @@ def test_plain():
 """
 
 
-@pytest.mark.parametrize("tier, outcome", [(None, dict(passed=2)),
-                                           ("debian13", dict(passed=1, skipped=1))])
-def test_once_runs_in_the_host_tier_and_skips_in_the_debian13_tier(pytester, monkeypatch,
-                                                                   tier, outcome):
+@pytest.mark.parametrize("tier, where, outcome", [
+    (None, "integration", dict(passed=2)),
+    ("debian13", "integration", dict(passed=1, skipped=1)),
+    ("debian13", "smoke", dict(passed=1, skipped=1)),
+    ("debian13", "unit", dict(passed=2)),
+])
+def test_only_versioned_tests_run_again_in_the_debian13_tier(pytester, monkeypatch, tier,
+                                                              where, outcome):
     if tier is None:
         monkeypatch.delenv("NSLAB_TIER", raising=False)
     else:
         monkeypatch.setenv("NSLAB_TIER", tier)
-    pytester.makepyfile(SUITE)
-    res = pytester.runpytest("-p", "nslab.runtime.testing", "--strict-markers", "-rs")
+    d = pytester.path / "tests" / where  # no __init__.py: not this repository's tests package
+    d.mkdir(parents=True)
+    d.joinpath("test_suite.py").write_text(SUITE)
+    res = pytester.runpytest("-p", "nslab.runtime.testing", "--strict-markers", "-rs", str(d))
     res.assert_outcomes(**outcome)
-    if tier:
-        res.stdout.fnmatch_lines(["*runs once, in the host tier*"])
+    if outcome.get("skipped"):
+        res.stdout.fnmatch_lines(["*runs once, in the host tier (not marked versioned*"])

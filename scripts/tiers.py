@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Where `make test`'s time goes: each tier's wall time, its tests, and the
+slowest tests overall, in one table printed at the end.
+
+    scripts/tiers.py run NAME [--junit FILE] -- CMD [ARG...]
+        run CMD, then record NAME's wall time, exit status and JUnit XML
+    scripts/tiers.py summary
+        the table: every tier recorded since `scripts/tiers.py reset`, its
+        tests (passed, failed, skipped) and minutes; then the ten slowest tests
+    scripts/tiers.py reset
+        forget earlier records (`make test` starts with it)
+
+Records are JSON files in ``$NSLAB_TIERS`` (default ``results/ci/tiers`` in
+the checkout), one per tier, written when the tier ends (also when it fails).
+``scripts/kernel-tier.py`` records its parts (each guest kernel, the two
+boxes) with :func:`record`. A test's time is what its JUnit XML says
+(set-up, call and teardown: a module's shared guest boot or lab is
+counted in its first test).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from typing import Dict, List, Optional, Tuple
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def records_dir() -> str:
+    return os.environ.get("NSLAB_TIERS") or os.path.join(ROOT, "results", "ci", "tiers")
+
+
+def record(name: str, seconds: float, rc: int, junit: Optional[str] = None,
+           started: Optional[float] = None) -> None:
+    """Write tier ``name``'s record (overwrites an earlier one of that name)."""
+    d = records_dir()
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, name.replace("/", "_") + ".json")
+    data = {"name": name, "seconds": round(seconds, 1), "rc": rc,
+            "junit": os.path.abspath(junit) if junit else None,
+            "started": started if started is not None else time.time() - seconds}
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+def load() -> List[Dict]:
+    d = records_dir()
+    out = []
+    for n in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+        if n.endswith(".json"):
+            try:
+                with open(os.path.join(d, n)) as f:
+                    out.append(json.load(f))
+            except (OSError, ValueError):
+                continue
+    return sorted(out, key=lambda r: r.get("started") or 0)
+
+
+def cases(junit: Optional[str]) -> List[Tuple[str, str, float]]:
+    """(test id, outcome, seconds) of each test case in a JUnit XML file."""
+    if not junit or not os.path.exists(junit):
+        return []
+    try:
+        root = ET.parse(junit).getroot()
+    except ET.ParseError:
+        return []
+    out = []
+    for case in root.iter("testcase"):
+        module = (case.get("classname") or "").replace(".", "/")
+        test = f"{module}.py::{case.get('name')}" if module else str(case.get("name"))
+        kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+        out.append((test, {"failure": "failed"}.get(kind, kind), float(case.get("time") or 0)))
+    return out
+
+
+def summary(slowest: int = 10) -> List[str]:
+    recs = load()
+    if not recs:
+        return [f"no tier records in {records_dir()}"]
+    lines = ["", "make test: where the time went", "",
+             f"{'tier':<26} {'result':<9} {'passed':>7} {'failed':>7} {'skipped':>8} "
+             f"{'minutes':>8}"]
+    every: List[Tuple[float, str, str]] = []
+    total = 0.0
+    for r in recs:
+        cs = cases(r.get("junit"))
+        n = {k: sum(1 for _, o, _ in cs if o == k) for k in ("passed", "failed", "error",
+                                                             "skipped")}
+        total += float(r["seconds"])
+        res = "ok" if r.get("rc") == 0 else f"exit {r.get('rc')}"
+        lines.append(f"{r['name']:<26} {res:<9} {n['passed']:>7} {n['failed'] + n['error']:>7} "
+                     f"{n['skipped']:>8} {float(r['seconds']) / 60:>8.1f}")
+        every += [(s, r["name"], t) for t, o, s in cs if o != "skipped"]
+    lines.append(f"{'all tiers':<26} {'':<9} {'':>7} {'':>7} {'':>8} {total / 60:>8.1f}")
+    if every:
+        lines += ["", f"the {min(slowest, len(every))} slowest tests (set-up and teardown "
+                      "included; a module's shared lab or guest boot counts in its first test):"]
+        for s, tier, t in sorted(every, reverse=True)[:slowest]:
+            lines.append(f"  {s:7.1f} s  {tier:<18} {t}")
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("name")
+    run.add_argument("--junit")
+    run.add_argument("cmd", nargs=argparse.REMAINDER)
+    sub.add_parser("summary")
+    sub.add_parser("reset")
+    args = ap.parse_args()
+    if args.what == "reset":
+        d = records_dir()
+        for n in os.listdir(d) if os.path.isdir(d) else []:
+            if n.endswith(".json"):
+                os.unlink(os.path.join(d, n))
+        return 0
+    if args.what == "summary":
+        print("\n".join(summary()), flush=True)
+        return 0
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        ap.error("run: no command")
+    if args.junit and os.path.exists(args.junit):  # an earlier run's
+        os.unlink(args.junit)
+    t0, started = time.monotonic(), time.time()
+    try:
+        rc = subprocess.call(cmd)
+    except KeyboardInterrupt:
+        rc = 130
+    record(args.name, time.monotonic() - t0, rc, args.junit, started)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
