@@ -13,7 +13,8 @@ from nslab.topologies.clos import clos, expected_routes
 
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
-pytestmark = [pytest.mark.root, needs("frr")]
+# versioned: every test drives FRR (8.4 on Debian 12, 10.3 on Debian 13)
+pytestmark = [pytest.mark.root, pytest.mark.versioned, needs("frr")]
 
 
 def frr_tmp():

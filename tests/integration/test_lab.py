@@ -103,6 +103,7 @@ def test_bridge_switch_ping_and_tcp(make_lab):
 
 
 @pytest.mark.guest
+@pytest.mark.versioned  # OVS, ethtool, iperf
 @needs("iperf", "ping", "ovs-vsctl")
 def test_ovs_switch_passes_tcp_on_this_datapath(make_lab):
     lab = make_lab(single(k=2, switch="ovs"))
@@ -119,6 +120,7 @@ def test_ovs_switch_passes_tcp_on_this_datapath(make_lab):
     assert iperf_mbps(lab, seconds=2) > 100
 
 
+@pytest.mark.versioned  # iperf and tc (iproute2)
 @needs("iperf")
 def test_1gbit_shaped_link_gives_line_rate_tcp(make_lab):
     lab = make_lab(pair(bw="1Gbit"))
@@ -222,7 +224,8 @@ CRASHER = textwrap.dedent("""
 
 @pytest.mark.guest
 @needs("iperf", "ovs-vsctl")
-@pytest.mark.parametrize("switch", ["bridge", "ovs"])
+@pytest.mark.parametrize("switch", ["bridge",
+                                    pytest.param("ovs", marks=pytest.mark.versioned)])  # OVS
 def test_sigkill_then_clean_removes_only_tagged_objects(tmp_path, switch, bystanders):
     # bystanders: objects the lab did not create, with names close to the lab's.
     crasher = subprocess.Popen([sys.executable, "-c", CRASHER, switch], stdout=subprocess.PIPE,
@@ -286,6 +289,7 @@ MN_LOAD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.versioned  # Debian's Python and mininet
 @needs("mn")
 def test_topology_files_load_in_plain_mininet_without_nslab():
     """The system Python (Mininet's, without nslab) loads topologies/basic.py as `mn --custom`.
@@ -300,6 +304,7 @@ def test_topology_files_load_in_plain_mininet_without_nslab():
     assert res.stdout.strip() == "['h1', 'h2', 'h3'] ['s1'] 3"
 
 
+@pytest.mark.versioned  # Debian's mininet, iperf and ping output
 @needs("iperf", "ping")
 def test_mininet_cli_runs_on_lab_namespaces_without_broad_kills(tmp_path):
     """Mininet's own CLI drives the lab; its iperf uses our tagged runner
@@ -367,6 +372,7 @@ def test_every_link_end_is_up_when_the_lab_says_up(make_lab):
     lab["h1"].run(["ping", "-c", "1", "-W", "2", "10.0.0.40"])
 
 
+@pytest.mark.versioned  # iproute2's `ip -j route`
 def test_route_tables_read_by_netlink_match_ip_json_in_each_namespace(make_lab):
     """Lab.route_tables (one thread, a netlink dump per namespace: what ECMP
     readiness polls) gives what `ip -j route show` gives in each node."""

@@ -332,6 +332,7 @@ def _status(url):
         return exc.code
 
 
+@pytest.mark.versioned  # Python's asyncio server and SIGINT (3.11 vs 3.13)
 def test_web_page_and_scraper_share_one_sampler_and_sigint_stops_it(make_lab, tmp_path):
     """A page (its event stream) and a scraper on `nslab watch --web`: the page
     gets one event per reading, and the readings counted on /metrics are the

@@ -73,6 +73,7 @@ print(json.dumps(out))
     return path
 
 
+@pytest.mark.versioned  # OpenSSH, VXLAN by iproute2, FRR
 def test_a_clos_split_over_two_hosts_converges_over_vxlan(hosts):
     ph = hosts
     res = ph.run(0, [PY, _converge_script(ph)], timeout=300)
@@ -182,6 +183,7 @@ def _run_of(ph):
     return next(x.split()[1].split("-")[0] for x in ph.leftovers(0) if x.startswith("netns "))
 
 
+@pytest.mark.versioned  # OpenSSH: its sessions end with the controller
 def test_a_killed_controller_leaves_nothing_on_either_host(hosts):
     """SIGKILL of the controller closes its SSH sessions; each agent sees the end
     of its input and tears its part down. What the controller kept on its own

@@ -24,6 +24,7 @@ def _j(node, *argv):
     return json.loads(node.run(["ip", "-j", *argv]).stdout or "[]")
 
 
+@pytest.mark.versioned  # read back with iproute2's `ip -j`
 def test_links_addresses_routes_bridge_and_sysctls_are_as_planned():
     t = Topology(name="nl", auto_ip=False)
     t.add_host("h1", loopback="10.255.0.1/32",

@@ -32,6 +32,7 @@ def send_and_count(lab, *send_args, sink_seconds=10.0, sink="udp", sink_args=())
     return json.loads(g.stdout), json.loads(sink.wait(timeout=10).stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.versioned  # nslab-pktgen built by gcc against linux-libc-dev
 @pytest.mark.parametrize("mode, sink", [("udp", "udp"), ("packet", "udp"), ("xdp", "udp"),
                                         ("udp", "xdp"), ("live", "xdp")])
 def test_every_path_delivers_an_exact_burst_in_order(make_lab, mode, sink):
@@ -93,7 +94,8 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     assert largest["frames"] < largest["slots"], (largest, s, ss)
 
 
-@pytest.mark.parametrize("mode", ["auto", "packet"])
+@pytest.mark.parametrize("mode", [pytest.param("auto", marks=pytest.mark.versioned),  # tc, pktgen
+                                  "packet"])
 def test_the_shaper_of_a_shaped_link_is_kept(make_lab, mode):
     """On a 10 Mbit/s link a 64-byte frame takes 67.2 us with framing: 14,881 fps.
     Offered 40,000 fps with the qdisc kept, the shaper holds the rate."""

@@ -69,6 +69,7 @@ def uplink_topology():
 
 
 @pytest.mark.guest
+@pytest.mark.versioned  # OVS, iperf, ethtool, iproute2 on the restored NIC
 @needs("iperf", "ovs-vsctl")
 def test_alias_study_across_the_uplink_and_exact_restore(stand_in_nic):
     before = stand_in_nic

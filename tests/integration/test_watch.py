@@ -49,13 +49,21 @@ def test_watch_shows_a_link_rising_and_falling(make_lab):
             time.sleep(0.25)
             idle = tx_of_h1(pane(name))
         assert idle is not None and idle < 1e6, pane(name)
-        client = lab["h1"].popen(["iperf", "-c", "10.0.0.2", "-t", "4"], name="iperf-client")
+        # 2 s of traffic: a refresh every 0.5 s (plus the sampling), so at least
+        # three readings cover it, two of them wholly, each well above 100 Mbit/s
+        client = lab["h1"].popen(["iperf", "-c", "10.0.0.2", "-t", "2"], name="iperf-client")
         during = []
         while client.popen.poll() is None:
             during.append(tx_of_h1(pane(name)))
             time.sleep(0.25)
-        time.sleep(2)  # two refreshes after the traffic stopped
-        after = tx_of_h1(pane(name))
+        # down within two seconds (four refreshes) of the traffic stopping:
+        # polled, the last look at the deadline
+        deadline = time.monotonic() + 2
+        while True:
+            after = tx_of_h1(pane(name))
+            if (after is not None and after < 1e6) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         srv.stop()
         assert max(v or 0 for v in during) > 100e6, during
         assert after is not None and after < 1e6, after

@@ -13,6 +13,7 @@ import pytest
 
 from nslab.runtime.testing import needs
 from nslab.topologies import pair
+from nslab.traffic.iperf import wait_listening
 
 pytestmark = pytest.mark.root
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
@@ -113,14 +114,17 @@ def test_web_page_shows_a_link_rising_and_falling(make_lab, browser, tmp_path):
             time.sleep(0.2)
         assert link_bps(browser, "link0") < 1e6
         srv = lab["h2"].popen(["iperf", "-s", "-B", "10.0.0.2"], name="iperf-server")
-        time.sleep(0.5)
-        client = lab["h1"].popen(["iperf", "-c", "10.0.0.2", "-t", "4"], name="iperf-client")
+        wait_listening(lab["h2"])
+        # 2 s of traffic: a reading every 0.5 s (plus the sampling), so at least
+        # three cover it, two of them wholly, each well above 100 Mbit/s
+        client = lab["h1"].popen(["iperf", "-c", "10.0.0.2", "-t", "2"], name="iperf-client")
         during, shot = [], False
         while client.popen.poll() is None:
             during.append(link_bps(browser, "link0") or 0)
             if during[-1] > 100e6 and not shot:
-                browser.save_screenshot(str(tmp_path / "watch-busy.png"))
+                # the label of that very reading, before the (slower) screenshot
                 busy_label, shot = label_text(browser, "link0"), True
+                browser.save_screenshot(str(tmp_path / "watch-busy.png"))
             time.sleep(0.25)
         srv.stop()
         assert max(during) > 100e6, during

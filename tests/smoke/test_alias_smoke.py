@@ -20,6 +20,7 @@ def netns_list():
     return {line.split()[0] for line in out.splitlines() if line.strip()}
 
 
+@pytest.mark.versioned  # iperf and ss (iproute2)
 @needs("iperf", "ss")
 def test_alias_sweep_end_to_end(tmp_path):
     res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "alias", "--aliases", "1,8",

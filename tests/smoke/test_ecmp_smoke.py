@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.root, pytest.mark.slow]
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
 
+@pytest.mark.versioned  # FRR, iperf, tcpdump
 @needs("iperf", "tcpdump")
 @needs("frr")
 def test_ecmp_policies_end_to_end(tmp_path):

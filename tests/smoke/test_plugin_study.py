@@ -53,6 +53,7 @@ def test_a_plugin_study_runs_through_run_and_reproduce(tmp_path, tiny_registered
     assert "Study 1: IP aliases" in report and "Not run." in report  # the others are listed
 
 
+@pytest.mark.versioned  # importlib.metadata (Python 3.11 vs 3.13)
 def test_a_plugin_that_fails_to_import_is_reported_not_skipped(tmp_path):
     dist = tmp_path / "site" / "broken-0.1.dist-info"
     dist.mkdir(parents=True)

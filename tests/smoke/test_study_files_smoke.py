@@ -55,6 +55,7 @@ def tagged_namespaces():
     return {l.split()[0] for l in out.splitlines() if l.startswith("nl")}
 
 
+@pytest.mark.versioned  # iperf, tc, ping, nslab-pktgen
 def test_a_minimal_study_file_end_to_end(tmp_path):
     path = tmp_path / "minimal.yaml"
     path.write_text(MINIMAL)
@@ -82,6 +83,7 @@ def test_a_minimal_study_file_end_to_end(tmp_path):
     assert tagged_namespaces() == before
 
 
+@pytest.mark.versioned  # FRR (and its BFD)
 @needs("frr")
 def test_the_failover_study_at_a_tiny_preset(tmp_path):
     res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "ecmp-failover", "--quick",
