@@ -148,7 +148,13 @@ def build_topology(loaded: Loaded, options: Dict[str, Any]) -> Topology:
         data = dict(spec.inline or {})
         data.setdefault("name", loaded.spec.name)
         return Topology.from_dict(data)
-    except (InputError, TopologyError, ValueError, TypeError) as exc:
+    except TopologyError as exc:
+        if spec.inline and exc.loc:  # the line of the inline topology's own field
+            loc = ("topology", "inline") + exc.loc
+            raise InputError(f"{loaded.path}:{line_of(loaded.doc, loc)}: topology.inline."
+                             f"{str(exc).splitlines()[0]}") from None
+        raise loaded.fail(("topology",), str(exc).splitlines()[0]) from None
+    except (InputError, ValueError, TypeError) as exc:
         raise loaded.fail(("topology",), str(exc).splitlines()[0] if str(exc) else
                           type(exc).__name__) from None
 

@@ -4,7 +4,8 @@ one of these before anything is built.
 Each type says what is allowed (never what is forbidden): names by the lab's
 name rule, interface names by a subset of the kernel's rule, addresses and
 prefixes with :mod:`ipaddress`, routes as structured data, rates and delays as
-numbers with units, sysctls restricted to the per-namespace ``net.`` tree.
+numbers with units, sysctls restricted to an allow-list of keys each
+namespace holds for itself and discards with it (:mod:`nslab.model.sysctls`).
 Rendering into text formats (``ip -batch`` lines, FRR configs) happens later,
 from these values only (see :mod:`nslab.model.render`).
 
@@ -22,6 +23,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from typing_extensions import Annotated
 
 from ..errors import InputError, TopologyError
+from . import sysctls
 from .shaping import parse_rate, parse_time_ms
 
 
@@ -290,7 +292,8 @@ ControllerTarget = Annotated[str, BeforeValidator(_controller),
 
 
 # -- sysctls -------------------------------------------------------------------------
-#: A key in the per-namespace ``net.`` tree: dotted segments of plain characters.
+#: A key in the per-namespace ``net.`` tree: dotted segments of plain characters
+#: (and then one of :mod:`nslab.model.sysctls`' allow-list).
 SYSCTL_KEY_RE = re.compile(r"^net(\.[A-Za-z0-9_-]{1,64}){1,6}$")
 SYSCTL_VALUE_RE = re.compile(r"^[A-Za-z0-9 _.,:+-]{1,256}$")
 
@@ -304,6 +307,8 @@ def _sysctl_key(value: Any) -> str:
     if not SYSCTL_KEY_RE.fullmatch(value):
         raise ValueError(f"{value!r} is not a sysctl key (dotted names of letters, digits, "
                          "'_' and '-')")
+    if not sysctls.allowed(value):  # per namespace and undone with it: nothing else
+        raise ValueError(sysctls.refusal(value))
     return value
 
 

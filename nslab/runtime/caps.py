@@ -245,13 +245,31 @@ def require(names: List[str], what: str = "this topology") -> Dict[str, Capabili
             raise CapabilityError(f"{what} needs {n}, which this machine lacks{fix}")
     return caps
 
+#: The congestion controls the kernel has registered (built in or loaded).
+AVAILABLE_CC = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+
+
 def check_sysctls(by_node: Dict[str, Dict[str, str]]) -> None:
     """Refuse, before anything is built, a sysctl the running kernel does not
     isolate per network namespace (absent or read-only in a fresh one): set in
-    a node, it would change the host. ``by_node``: ``{node: {key: value}}``."""
+    a node, it would change the host. A file's keys are on an allow-list
+    already (:mod:`nslab.model.sysctls`); this is the running kernel's word on
+    them. A congestion control the kernel has not loaded is refused too:
+    setting it would make the kernel load a module, a change to the host that
+    outlives the lab. ``by_node``: ``{node: {key: value}}``."""
     wanted = {(name, k) for name, values in by_node.items() for k in values}
     if not wanted:
         return
+    for name, values in sorted(by_node.items()):
+        cc = values.get("net.ipv4.tcp_congestion_control")
+        if cc is not None:
+            with open(AVAILABLE_CC) as f:
+                loaded = f.read().split()
+            if str(cc) not in loaded:
+                loc = ("nodes", name, "sysctls", "net.ipv4.tcp_congestion_control")
+                raise TopologyError(f"{field_path(loc)}: {cc} is not a congestion control this "
+                                    f"kernel has loaded ({', '.join(loaded)}); nslab loads no "
+                                    f"kernel module for a file (modprobe tcp_{cc} first)", loc)
     known = netns_sysctls()
     for name, key in sorted(wanted):
         mode = known.get(sysctl_template(key))

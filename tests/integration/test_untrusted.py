@@ -12,15 +12,16 @@ from nslab.errors import InputError
 from nslab.topologies import pair
 
 pytestmark = pytest.mark.root
-#: Refusals that depend on the running kernel (which keys it namespaces) run
-#: again in every stock-kernel guest (marked kernel); the others are decided
-#: before any kernel.
-KERNEL_DEPENDENT = {"rmem.yaml", "backlog.yaml"}
+#: Refusals that depend on the running kernel run again in every stock-kernel
+#: guest (marked kernel); the others are decided before any kernel (sysctls
+#: off the allow-list of nslab.model.sysctls among them).
+KERNEL_DEPENDENT: set = set()
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 #: Host-wide keys a hostile file tries to reach, read before and after.
 WATCHED = ["kernel.domainname", "kernel.core_pattern", "net.core.rmem_max",
-           "net.core.netdev_max_backlog", "vm.swappiness"]
+           "net.core.netdev_max_backlog", "vm.swappiness",
+           "net.ipv6.neigh.default.gc_thresh3"]
 
 FILES = {
     "inject.yaml": """
@@ -58,6 +59,22 @@ FILES = {
           h2: {sysctls: {net.core.netdev_max_backlog: 10}}
         links: [[h1, h2]]
         """,
+    # issue 51: writable in a fresh namespace, yet host-wide: a one-way static
+    # key of the kernel's (after `modprobe nf_conntrack`), and a table shared
+    # by every namespace
+    "lwtunnel.yaml": """
+        nodes:
+          h1:
+            sysctls: {net.netfilter.nf_hooks_lwtunnel: 1}
+          h2: {}
+        links: [[h1, h2]]
+        """,
+    "gc_thresh.yaml": """
+        nodes:
+          h1: {}
+          h2: {sysctls: {net.ipv6.neigh.default.gc_thresh3: 16}}
+        links: [[h1, h2]]
+        """,
     "intf.yaml": """
         nodes: {h1: {}, h2: {}}
         links:
@@ -69,7 +86,9 @@ EXPECT = {"inject.yaml": (3, "nodes.h1.loopback"),
           "core_pattern.yaml": (2, "nodes.h1.sysctls['kernel.core_pattern']"),
           "rmem.yaml": (4, "nodes.h2.sysctls['net.core.rmem_max']"),
           "backlog.yaml": (3, "nodes.h2.sysctls['net.core.netdev_max_backlog']"),
-          "intf.yaml": (3, "links.0.params1.intf")}
+          "intf.yaml": (3, "links.0.params1.intf"),
+          "lwtunnel.yaml": (3, "nodes.h1.sysctls['net.netfilter.nf_hooks_lwtunnel']"),
+          "gc_thresh.yaml": (3, "nodes.h2.sysctls['net.ipv6.neigh.default.gc_thresh3']")}
 
 
 def host_state():
@@ -113,14 +132,30 @@ def test_a_node_cannot_set_a_host_wide_sysctl_at_run_time(make_lab):
     assert host_state()["sysctls"] == before
 
 
-@pytest.mark.kernel  # which keys a kernel namespaces
 def test_refused_from_python_too():
+    # a key off the allow-list is refused as the topology is made, before any
+    # lab: nothing is built, and the kernel is not even asked
     from nslab.model.topo import Topology
     t = Topology()
-    t.add_host("h1", sysctls={"net.core.rmem_max": 1})
+    before = host_state()
+    with pytest.raises(InputError, match="not on the allow-list of sysctls"):
+        t.add_host("h1", sysctls={"net.core.rmem_max": 1})
+    assert host_state() == before
+
+
+@pytest.mark.kernel  # which congestion controls a kernel has built in
+def test_a_congestion_control_the_kernel_would_load_a_module_for_is_refused():
+    from nslab.model.topo import Topology
+    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        loaded = f.read().split()
+    name = next(n for n in ("lp", "veno", "yeah", "illinois", "westwood") if n not in loaded)
+    t = Topology()
+    t.add_host("h1", sysctls={"net.ipv4.tcp_congestion_control": name})
     t.add_host("h2")
     t.add_link("h1", "h2")
-    before = host_state()
-    with pytest.raises(InputError, match="on this kernel"):
+    with open("/proc/modules") as f:
+        modules = f.read()
+    with pytest.raises(InputError, match=f"{name} is not a congestion control this kernel has"):
         Lab(t).start()
-    assert host_state() == before
+    with open("/proc/modules") as f:  # no module loaded for it
+        assert (f"tcp_{name} " in f.read()) == (f"tcp_{name} " in modules)
