@@ -1,8 +1,10 @@
-"""Writing files as root in a folder that may come from anyone.
+"""Writing and reading files as root in a folder that may come from anyone,
+and showing what came from it on a terminal.
 
 A lab folder (topologies, study files, earlier results) can ship symbolic
-links: ``results/alias/nl3f2a/report.md -> /etc/passwd``. nslab runs as root,
-so every file it writes goes through this module:
+links: ``results/alias/nl3f2a/report.md -> /etc/passwd``, FIFOs, device nodes
+(a tarball unpacked by root keeps them), files of any size. nslab runs as
+root, so every file it writes goes through this module:
 
 * no component of the path may be a symbolic link (checked as the kernel
   walks it, ``..`` included), except a distribution's own: a root-owned link
@@ -14,17 +16,24 @@ so every file it writes goes through this module:
 * a run directory is created with an exclusive ``mkdir``: an existing one
   (or a link of that name) is never reused for a new run.
 
+and every file it reads from a folder too (:func:`open_regular`,
+:func:`read_bytes`, :func:`read_lines`): opened without following a link
+(``O_NOFOLLOW``), first as a bare reference (``O_PATH``: no FIFO is waited
+on and no device's driver opens), checked to be a regular file (``fstat``),
+then read with a size bound, line by line where the file is a list of
+records. Text that came from a file, a file name or another process reaches
+the terminal through :func:`printable` (control characters escaped).
+
 The checks are made on the path as it is when nslab writes: they stop a
 folder's pre-placed links, not another local user racing nslab in a folder
 that user can write (see ``docs/security.md``).
 """
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import tempfile
-from typing import IO, Callable, List, Optional, Union
+from typing import IO, Callable, Iterator, List, Optional, Tuple, Union
 
 from .errors import InputError
 
@@ -118,12 +127,118 @@ def make_fresh_dir(path: str, mode: int = 0o755) -> str:
     return full
 
 
-def _check_regular(fd: int, path: str) -> None:
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` is, in words (for a refusal)."""
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return f"of type {stat.filemode(mode)[0]}"
+
+
+def _reference(path: str, dir_fd: Optional[int]) -> Tuple[int, os.stat_result]:
+    """A bare reference (``O_PATH | O_NOFOLLOW``) to ``path`` and its status:
+    opening one waits on no FIFO and runs no device driver's ``open``, and a
+    link is the link itself, never its target. ``FileNotFoundError`` passes."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        return fd, os.fstat(fd)
+    except BaseException:
         os.close(fd)
-        raise UnsafePathError(f"{path}: not a regular file of nslab's own "
-                              f"(type {stat.filemode(st.st_mode)}, {st.st_nlink} links)")
+        raise
+
+
+def _reopen(ref: int, st: os.stat_result, path: str, flags: int,
+            dir_fd: Optional[int]) -> int:
+    """The file ``ref`` refers to, opened with ``flags``: through
+    ``/proc/self/fd`` (the very file checked, whatever its name holds by
+    now); without ``/proc``, by name and checked to be the same file."""
+    try:
+        return os.open(f"/proc/self/fd/{ref}", flags | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self/fd"):
+            raise
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    now = os.fstat(fd)
+    if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+        os.close(fd)
+        raise UnsafePathError(f"{path}: replaced while nslab opened it; not read")
+    return fd
+
+
+def open_regular(path: str, *, dir_fd: Optional[int] = None, one_link: bool = False) -> int:
+    """A read-only descriptor of the regular file ``path``.
+
+    Nothing but a regular file is ever opened: a link at ``path`` is not
+    followed (``O_NOFOLLOW``), and a FIFO, a device node, a socket or a
+    directory is refused before it is opened for reading (a bare ``O_PATH``
+    reference is checked with ``fstat`` first, so no FIFO is waited on and no
+    driver runs, ``/dev/watchdog`` included); the file is opened
+    ``O_NONBLOCK``. With ``one_link``, a file with another hard link is
+    refused too. Raises :class:`UnsafePathError` (one line naming ``path`` and
+    what it is); ``FileNotFoundError`` and other ``OSError`` pass through.
+    """
+    ref, st = _reference(path, dir_fd)
+    try:
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{printable(path)}: {_kind(st.st_mode)}, not a regular file: "
+                                  "nslab reads regular files only")
+        if one_link and st.st_nlink != 1:
+            raise UnsafePathError(f"{printable(path)}: a file with {st.st_nlink} hard links: "
+                                  "nslab reads only files of the folder's own")
+        return _reopen(ref, st, path, os.O_RDONLY | os.O_NONBLOCK, dir_fd)
+    finally:
+        os.close(ref)
+
+
+def _bytes(n: int) -> str:
+    """``16 MiB``, ``4,096 bytes``: a size limit in words."""
+    if n >= 1 << 20 and n % (1 << 20) == 0:
+        return f"{n >> 20} MiB"
+    return f"{n:,} bytes"
+
+
+def read_bytes(path: str, limit: int, *, dir_fd: Optional[int] = None) -> bytes:
+    """The whole of the regular file ``path`` (:func:`open_regular`), at most
+    ``limit`` bytes: a larger file is refused (:class:`~nslab.errors.InputError`)
+    by its size before anything is read, or once ``limit`` bytes were read
+    (a file that grows, or one whose size the kernel does not say)."""
+    fd = open_regular(path, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_size > limit:
+            raise InputError(f"{printable(path)}: larger than {_bytes(limit)}")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise InputError(f"{printable(path)}: larger than {_bytes(limit)}")
+    return data
+
+
+def read_lines(path: str, limit: int, line_limit: int) -> Iterator[Tuple[int, bytes]]:
+    """``(number, line)`` of each line of the regular file ``path``
+    (:func:`open_regular`), newline included, read one at a time: never the
+    whole file at once. A file over ``limit`` bytes is refused before its
+    first line (by its size) or when the lines read pass it; a line over
+    ``line_limit`` bytes is refused naming its number, after reading no more
+    than ``line_limit + 1`` bytes of it (:class:`~nslab.errors.InputError`)."""
+    fd = open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_size > limit:
+            raise InputError(f"{printable(path)}: larger than {_bytes(limit)}")
+        total = 0
+        number = 0
+        while True:
+            line = f.readline(line_limit + 1)
+            if not line:
+                return
+            number += 1
+            total += len(line)
+            if total > limit:
+                raise InputError(f"{printable(path)}: larger than {_bytes(limit)}")
+            if len(line) > line_limit and not line.endswith(b"\n"):
+                raise InputError(f"{printable(path)}:{number}: a line longer than "
+                                 f"{_bytes(line_limit)}; read no further")
+            yield number, line
 
 
 def open_new(path: str, mode: str = "w", *, encoding: Optional[str] = "utf-8",
@@ -147,21 +262,30 @@ def open_new(path: str, mode: str = "w", *, encoding: Optional[str] = "utf-8",
 
 def open_append(path: str, *, encoding: str = "utf-8", perm: int = 0o644) -> IO:
     """Open a file to append to: created if missing; refused if it is a link,
-    not a regular file, or has another hard link."""
+    not a regular file (a FIFO, a device: checked before it is opened, so no
+    driver runs), or has another hard link."""
     check_path(path, leaf=False)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK
     try:
-        # O_NONBLOCK: a FIFO planted there must not hang nslab (it fails at
-        # once, or is refused as not a regular file below)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-                     | os.O_NONBLOCK, perm)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UnsafePathError(f"{path} is a symbolic link; nslab runs as root and does not "
-                                  "write through links") from None
-        if exc.errno == errno.ENXIO:
-            raise UnsafePathError(f"{path}: not a regular file of nslab's own (a FIFO)") from None
-        raise
-    _check_regular(fd, path)
+        ref, st = _reference(path, None)
+    except FileNotFoundError:
+        try:  # a new file: no other can be opened in its place
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         perm)
+        except FileExistsError:  # made meanwhile: opened as an existing one
+            return open_append(path, encoding=encoding, perm=perm)
+    else:
+        try:
+            if stat.S_ISLNK(st.st_mode):
+                raise UnsafePathError(f"{printable(path)} is a symbolic link; nslab runs as root "
+                                      "and does not write through links")
+            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                what = "a file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
+                raise UnsafePathError(f"{printable(path)}: not a regular file of nslab's own "
+                                      f"({what}, {st.st_nlink} links)")
+            fd = _reopen(ref, st, path, flags, None)
+        finally:
+            os.close(ref)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "a", encoding=encoding)
 
@@ -191,18 +315,12 @@ def write_atomic(path: str, data: Union[str, bytes], *, perm: int = 0o644) -> st
 
 def _open_regular(name: str, dir_fd: Optional[int] = None) -> Optional[int]:
     """A read-only descriptor of ``name`` if it is a regular file with one
-    link (never a link, a FIFO or a device: nothing is followed or blocks);
+    link (:func:`open_regular`: a link, a FIFO or a device is never opened);
     ``None`` otherwise."""
     try:
-        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
-    except OSError:
+        return open_regular(name, dir_fd=dir_fd, one_link=True)
+    except (OSError, UnsafePathError):
         return None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _read_fd(fd: int, most: Optional[int]) -> bytes:
@@ -273,13 +391,12 @@ def copy_tree(src: str, dst: str, *, limit: Optional[int] = None,
 
 def tree_is_safe(path: str) -> Optional[str]:
     """Whether nslab may write into the existing directory ``path``: ``None``
-    if so, else why not (one line). Safe means: no link in the path or
-    anywhere below it, everything owned by the current user (root) and
-    writable by nobody else."""
+    if so, else why not (one line, :func:`printable`). Safe means: no link in
+    the path or anywhere below it, nothing but directories and regular files
+    (no FIFO, no device node), everything owned by the current user (root)
+    and writable by nobody else."""
     why = _tree_is_safe(path)
-    if why is None or why.isprintable():
-        return why
-    return why.encode("unicode_escape").decode("ascii")  # a file name with a line break
+    return None if why is None else printable(why)  # a file name with a line break
 
 
 def _tree_is_safe(path: str) -> Optional[str]:
@@ -299,6 +416,8 @@ def _tree_is_safe(path: str) -> Optional[str]:
                 return f"{name}: {exc.strerror}"
             if stat.S_ISLNK(st.st_mode):
                 return f"{name} is a symbolic link"
+            if not stat.S_ISDIR(st.st_mode) and not stat.S_ISREG(st.st_mode):
+                return f"{name} is {_kind(st.st_mode)}, not a regular file"
             if st.st_uid != me:
                 return f"{name} belongs to uid {st.st_uid}, not to uid {me}"
             if st.st_mode & 0o022:
@@ -306,3 +425,27 @@ def _tree_is_safe(path: str) -> Optional[str]:
     if unread:
         return f"{unread[0].filename}: {unread[0].strerror}"
     return None
+
+
+def printable(text: object, *, lines: bool = False) -> str:
+    """``text`` as a terminal may show it: every character a terminal could
+    act on is written as its escape (``\\x1b``, ``\\u202e``): control
+    characters (C0, DEL, C1: colours, cursor moves, titles, a screen
+    clear), format characters (bidirectional overrides, zero widths), line
+    and paragraph separators and every other character Python does not call
+    printable. With ``lines``, line breaks and tabs stay (a log record of
+    several lines). The one helper for whatever came from a file, a file
+    name, another process or a library's message on its way to the
+    terminal: the terminal is an output like HTML."""
+    s = str(text)
+    if s.isprintable():
+        return s
+    out = []
+    for ch in s:
+        if ch.isprintable() or (lines and ch in "\n\t"):
+            out.append(ch)
+        else:
+            o = ord(ch)
+            out.append(f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000
+                       else f"\\U{o:08x}")
+    return "".join(out)

@@ -22,7 +22,7 @@ from nslab.errors import LabError, ReadinessError
 from nslab.model.fields import BgpOptions
 from nslab.runtime.node import LabLike, LabNode
 from nslab.runtime.proc import run, wait_path
-from nslab.safeio import write_atomic
+from nslab.safeio import read_bytes, write_atomic
 
 from . import analysis
 from .trialcap import TrialCaptures
@@ -381,8 +381,11 @@ class FileRunner:
                 raw.append(apath)
                 sent = next((int(l.split()[1]) for l in res.stdout.splitlines()
                              if l.startswith("sent ")), 0)
-                with open(apath) as fh:
-                    o = outage(parse_arrivals(fh.read()), sent, f.rate)
+                # the receiver's file: a regular file, at most ~64 bytes a probe
+                # (duplicates included) of what the flow could send in the trial
+                text = read_bytes(apath, int(64 * f.rate * duration) + (1 << 20)).decode(
+                    "utf-8", "replace")
+                o = outage(parse_arrivals(text), sent, f.rate)
                 flows[f.id] = {"outage": o}
                 if not sent:
                     invalid.append(f"probe {f.id} sent nothing")

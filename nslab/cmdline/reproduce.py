@@ -21,8 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .cliutil import limit_option
 from ..errors import InputError
 from ..store.reporting import MarkdownText
-from ..store.results import ResultStore
-from ..safeio import make_fresh_dir, tree_is_safe, write_atomic
+from ..store.results import RECORDS, ResultStore, iter_records
+from ..safeio import make_fresh_dir, read_bytes, tree_is_safe, write_atomic
 from ..run.study import PRESETS, report_of, results_dir_of, run_study
 from ..run.registry import studies
 from ..model.topo import explain
@@ -52,13 +52,8 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
     for s in names:
         if s not in registered:
             raise InputError(f"unknown study {s!r} (registered: {', '.join(registered)})")
-    if resume and not os.path.isdir(resume):
-        raise InputError(f"{resume}: no such reproduction directory")
     if resume:
-        why = tree_is_safe(resume)
-        if why is not None:
-            raise InputError(f"--resume {resume}: not a reproduction directory of nslab's own "
-                             f"({why}); start a new one instead")
+        check_resumable(resume)
     root = resume or _fresh_root(results)
     write_atomic(os.path.join(root, "mode"), mode + "\n")
     for i, name in enumerate(names, 1):
@@ -70,6 +65,18 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
         run_study(study, cfg, root, resume=prev)
         echo(f"== {name} done in {time.monotonic() - t0:.0f} s")
     return write_report(root)["html"]
+
+
+def check_resumable(resume: str) -> None:
+    """Refuse, in one line, a directory to resume that nslab cannot prove is
+    its own (:func:`~nslab.safeio.tree_is_safe`): checked before any file in
+    it is read, its ``mode`` included."""
+    if not os.path.isdir(resume):
+        raise InputError(f"{resume}: no such reproduction directory")
+    why = tree_is_safe(resume)
+    if why is not None:
+        raise InputError(f"--resume {resume}: not a reproduction directory of nslab's own "
+                         f"({why}); start a new one instead")
 
 
 def _fresh_root(results: str, tries: int = 16) -> str:
@@ -95,11 +102,15 @@ def _demote(md: str, base: str) -> str:
                                lambda m: f"![{m.group(1)}]({base}/{m.group(2)})", md))
 
 
+#: The most of a ``mode`` file read (it holds a preset's name).
+MODE_BYTES = 64
+
+
 def _saved_mode(root: str) -> Optional[str]:
-    """The preset a reproduction directory was started with (its ``mode`` file)."""
+    """The preset a reproduction directory was started with (its ``mode``
+    file: a regular file of at most :data:`MODE_BYTES`, else one line)."""
     try:
-        with open(os.path.join(root, "mode")) as f:
-            return f.read().strip()
+        return read_bytes(os.path.join(root, "mode"), MODE_BYTES).decode("utf-8", "replace").strip()
     except FileNotFoundError:
         return None
 
@@ -181,7 +192,7 @@ def interference_of_records(run_dir: str) -> Optional[_Interference]:
         nonlocal slowest
         if _number(pct) and pct >= 0:
             slowest = pct if slowest is None else max(slowest, pct)
-    for rec in ResultStore.open(run_dir).records():
+    for rec in iter_records(os.path.join(ResultStore.open(run_dir).path, RECORDS)):
         host = rec.get("host")
         if isinstance(host, dict):
             accounted = True
@@ -258,6 +269,7 @@ def reproduce_cmd(ctx: click.Context, mode: str, only: Optional[str], resume: Op
     """Reproduce every registered study and write one report (HTML + Markdown)."""
     studies = [s.strip() for s in only.split(",") if s.strip()] if only else None
     if resume:
+        check_resumable(resume)  # before its mode is read
         mode = _saved_mode(resume) or mode
     if mode not in PRESETS:
         raise InputError(f"unknown mode {mode!r}")

@@ -5,15 +5,19 @@ topology a lab left beside its journal), read with bounds.
 ``except ValueError`` catches, and a structure a little less deep can still
 exhaust the recursion of whatever walks it next (pydantic, a report). Here a
 document may nest at most :data:`MAX_DEPTH` deep, and a file is read up to a
-size given by its caller; either failure is a :class:`BadJson`, a
-``ValueError``, so the handlers that already skip a torn record or an
-unreadable provenance treat it the same way. YAML has its own bounded loader
-(:mod:`nslab.model.topo_yaml`).
+size given by its caller, if it is a regular file (never through a link,
+never a FIFO or a device: :func:`nslab.safeio.read_bytes`); any failure is
+a :class:`BadJson`, a ``ValueError``, so the handlers that already skip a
+torn record or an unreadable provenance treat it the same way. YAML has its
+own bounded loader (:mod:`nslab.model.topo_yaml`).
 """
 from __future__ import annotations
 
 import json
 from typing import Any, List, Tuple
+
+from ..errors import InputError
+from ..safeio import read_bytes
 
 #: How deep a JSON document may nest (nslab's own records nest about 5 deep).
 MAX_DEPTH = 64
@@ -57,11 +61,13 @@ def loads(text: str) -> Any:
 
 def load(path: str, max_bytes: int = MAX_FILE_BYTES) -> Any:
     """The JSON document in ``path`` (at most ``max_bytes``); :class:`BadJson` if
-    it is malformed, too deep or too large, ``OSError`` if it cannot be read."""
-    with open(path, "rb") as f:
-        raw = f.read(max_bytes + 1)
-    if len(raw) > max_bytes:
-        raise BadJson(f"{path}: larger than {max_bytes:,} bytes")
+    it is malformed, too deep or too large, or not a regular file (a link, a
+    FIFO, a device: :func:`nslab.safeio.read_bytes` opens none of them),
+    ``OSError`` if it cannot be read."""
+    try:
+        raw = read_bytes(path, max_bytes)
+    except InputError as exc:  # too large, or not a regular file
+        raise BadJson(str(exc)) from None
     try:
         return loads(raw.decode("utf-8"))
     except UnicodeDecodeError:

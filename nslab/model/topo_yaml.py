@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Tuple
 import yaml
 
 from ..errors import InputError
+from ..safeio import read_bytes
 
 #: The largest file read (a 1000-host topology written out in full is ~60 KiB;
 #: PyYAML reads ~100 KiB/s, so 4 MiB is ~40 s at worst).
@@ -163,14 +164,13 @@ LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, _con
 
 
 def read_text(path: str) -> str:
-    """The UTF-8 text of ``path``, at most :data:`MAX_BYTES` (read no further)."""
+    """The UTF-8 text of ``path``, at most :data:`MAX_BYTES` (read no further),
+    if it is a regular file: a link, a FIFO or a device is refused, never
+    followed or opened (:func:`nslab.safeio.read_bytes`)."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        raw = read_bytes(path, MAX_BYTES)
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(raw) > MAX_BYTES:
-        raise InputError(f"{path}: larger than {MAX_BYTES // (1024 * 1024)} MiB")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

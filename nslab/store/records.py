@@ -12,15 +12,54 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, Type, TypeVar, Union
+from typing import (Any, Callable, Dict, Generic, Iterator, List, Optional, Tuple, Type, TypeVar,
+                    Union)
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..model import bounded
 from ..errors import InputError
 from ..model.topo import explain
+from ..safeio import read_lines
 
 RECORDS = "records.jsonl"
+#: The most of a records file nslab reads. A run of nslab's stores a few KiB
+#: per point (the longest line seen is 14 KiB, the largest test run's file
+#: 72 KiB): 64 MiB is thousands of runs' worth, and bounds what a folder's
+#: file can make a report or an export hold in memory.
+MAX_FILE_BYTES = 64 * 1024 * 1024
+#: The longest record line read (70 times the longest seen).
+MAX_LINE_BYTES = 1024 * 1024
+
+
+def json_lines(path: str) -> Iterator[Tuple[int, Any, bool]]:
+    """``(line number, value, last)`` of each non-blank line of the records
+    file ``path``, one at a time (never the whole file in memory): ``value``
+    is the line's JSON, or the ``ValueError`` that parsing it raised
+    (malformed, nested too deeply, not UTF-8) for the caller to judge;
+    ``last``: no line follows (a torn last line is a run killed mid-write).
+
+    The one reader of records files: nothing but a regular file is opened (a
+    link, a FIFO or a device is refused before it is opened), a file over
+    :data:`MAX_FILE_BYTES` or a line over :data:`MAX_LINE_BYTES` is refused
+    in one line (:func:`nslab.safeio.read_lines`); a missing file has no lines.
+    """
+    prev: Optional[Tuple[int, Any]] = None
+    try:
+        for number, raw in read_lines(path, MAX_FILE_BYTES, MAX_LINE_BYTES):
+            if not raw.strip():
+                continue
+            try:
+                value: Any = bounded.loads(raw.decode("utf-8"))
+            except ValueError as exc:  # BadJson, UnicodeDecodeError
+                value = exc
+            if prev is not None:
+                yield prev[0], prev[1], False
+            prev = (number, value)
+    except FileNotFoundError:
+        return
+    if prev is not None:
+        yield prev[0], prev[1], True
 
 #: a point's parameters: a model, or a dict of sweep keys (a study written as a file)
 P = TypeVar("P", bound=Union[BaseModel, Dict[str, Any]])
@@ -99,25 +138,17 @@ class RecordSchema:
         return rec
 
     def load(self, run_dir: str, kind: Optional[str] = "point") -> List[Any]:
-        """Every record of ``run_dir`` (of ``kind``), typed. A torn last line (a
+        """Every record of ``run_dir`` (of ``kind``), typed, read through
+        :func:`json_lines` (bounded, one line at a time). A torn last line (a
         crash while writing) is skipped; any other bad line is an error."""
         path = os.path.join(run_dir, RECORDS)
         out: List[Any] = []
-        try:
-            with open(path) as f:
-                lines = f.readlines()
-        except FileNotFoundError:
-            return out
-        for i, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                raw = bounded.loads(line)
-            except ValueError as exc:
-                if i == len(lines):
+        for i, raw, last in json_lines(path):
+            if isinstance(raw, ValueError):
+                if last:
                     continue  # torn last line: the run was killed mid-write
-                deep = " (nested too deeply)" if "nested" in str(exc) else ""
-                raise InputError(f"{path}:{i}: not a JSON record{deep}") from None
+                deep = " (nested too deeply)" if "nested" in str(raw) else ""
+                raise InputError(f"{path}:{i}: not a JSON record{deep}")
             if not isinstance(raw, dict):
                 raise InputError(f"{path}:{i}: not a JSON record (a {type(raw).__name__})")
             if kind is not None and raw.get("kind", "point") != kind:

@@ -26,6 +26,7 @@ from ..model import bounded
 from ..errors import InputError
 from ..model.naming import new_run_id
 from ..safeio import copy_tree, make_dirs, make_fresh_dir, open_append, write_atomic
+from .records import json_lines
 
 SCHEMA_VERSION = 1
 RECORDS = "records.jsonl"
@@ -170,7 +171,8 @@ class ResultStore:
         return list(iter_records(os.path.join(self.path, RECORDS), kind))
 
     def done_keys(self, kind: str = "point") -> set:
-        return {point_key(r["params"]) for r in self.records(kind)}
+        return {point_key(r["params"]) for r in iter_records(os.path.join(self.path, RECORDS), kind)
+                if isinstance(r.get("params"), dict)}
 
 
 def is_capture(rel: str) -> bool:
@@ -209,18 +211,11 @@ def copy_to_report_dir(src: str, results_root: str, tries: int = RUN_ID_TRIES,
 
 
 def iter_records(path: str, kind: Optional[str] = None) -> Iterator[Dict[str, Any]]:
-    """Read records; a torn last line (crash mid-write) is skipped, not fatal."""
-    try:
-        f = open(path)
-    except FileNotFoundError:
-        return
-    with f:
-        for line in f:
-            try:
-                rec = bounded.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(rec, dict):
-                continue
-            if kind is None or rec.get("kind") == kind:
-                yield rec
+    """Read records one at a time (:func:`nslab.store.records.json_lines`:
+    bounded, nothing but a regular file opened); a line that is not a JSON
+    object (a torn last line: a crash mid-write) is skipped, not fatal."""
+    for _, rec, _ in json_lines(path):
+        if not isinstance(rec, dict):
+            continue
+        if kind is None or rec.get("kind") == kind:
+            yield rec
