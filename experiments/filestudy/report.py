@@ -91,17 +91,13 @@ def draw_plots(run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
     """Every plot of the file, one panel each, in ``plots.png``/``.svg``.
     Titles, labels and legends come from the file: matplotlib draws them as
     text, never as mathtext (``$\\foo$`` would be parsed, and fail)."""
-    import matplotlib
-
     from nslab.store.plotting import pyplot
-    pyplot()  # Agg, and matplotlib's own defaults whatever the folder's matplotlibrc says
-    with matplotlib.rc_context({"text.parse_math": False}):
-        return _draw_plots(run_dir, loaded, recs)
+    plt = pyplot()  # Agg, matplotlib's own defaults, nothing read from the folder
+    with plt.rc_context({"text.parse_math": False}):
+        return _draw_plots(plt, run_dir, loaded, recs)
 
 
-def _draw_plots(run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
-    import matplotlib.pyplot as plt
-
+def _draw_plots(plt: Any, run_dir: str, loaded: Loaded, recs: List[Any]) -> Dict[str, str]:
     from nslab.store import stats
     from nslab.store.plotting import save_figure
     plots = loaded.spec.plots

@@ -1,10 +1,11 @@
 """Every file nslab reads from a folder is a regular file, opened without
 following a link and without blocking, and read with a size bound (issue 51),
-the files read before any ownership check included. Each test is a hole the
-second red-team pass found: before, a 100 MB records.jsonl took `nslab
-report` and `nslab export` to 3.57 GB, `reproduce --resume` read `mode` (a
-link to /dev/zero) before its ownership check, a FIFO records.jsonl hung
-nslab for good, and the copy of a foreign folder opened a planted node before
+the files read before any ownership check included; and matplotlib reads
+nothing from the current directory. Each test is a hole the second red-team
+pass found: before, a 100 MB records.jsonl took `nslab report` and `nslab
+export` to 3.57 GB, `reproduce --resume` read `mode` (a link to /dev/zero)
+before its ownership check, a FIFO records.jsonl or matplotlibrc hung nslab
+for good, and the copy of a foreign folder opened a planted node before
 leaving it out. (Device nodes need root to make:
 tests/integration/test_folder_devices.py.)"""
 import os
@@ -209,3 +210,19 @@ def test_a_folder_with_a_fifo_is_not_nslabs_own(run):
     os.mkfifo(run / "pipe")
     assert "pipe is a FIFO, not a regular file" in safeio.tree_is_safe(str(run))
 
+
+# -- matplotlibrc ----------------------------------------------------------------------
+@pytest.mark.parametrize("plant", ["fifo", "zero", "text"])
+def test_a_matplotlibrc_in_the_current_folder_is_not_read(run, plant):
+    rc_file = run.parent / "matplotlibrc"
+    if plant == "fifo":
+        os.mkfifo(rc_file)
+    elif plant == "zero":
+        os.symlink("/dev/zero", rc_file)
+    else:
+        rc_file.write_text("evil\x1b]0;PWNED\x07: 1\nlines.linewidth: 42\n")
+    rc, out, err, peak = nslab(["report", str(run)], cwd=run.parent, timeout=90)
+    assert rc == 0, err
+    assert os.path.isfile(run / "plot.png") or any(p.suffix == ".png" for p in run.iterdir())
+    assert "Bad key" not in err and "\x1b" not in err + out and "PWNED" not in err
+    assert peak < PEAK_MIB, f"peaked at {peak:.0f} MiB"
