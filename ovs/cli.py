@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import click
 
+from nslab.cmdline.cliutil import echo
 from nslab.errors import CapabilityError, InputError
 from nslab.model.fields import check_ifname
 from nslab.ovs.bridge import list_bridges
@@ -72,7 +73,7 @@ def status() -> None:
     click.echo(f"datapath for new bridges: {datapath_type()}")
     for b in list_bridges():
         tag = b["external_ids"].get("nslab-run")
-        click.echo(f"  bridge {b['name']}" + (f" (nslab run {tag})" if tag else " (not nslab's)"))
+        echo(f"  bridge {b['name']}" + (f" (nslab run {tag})" if tag else " (not nslab's)"))
 
 
 class PassThrough(click.Command):
@@ -111,7 +112,7 @@ def get_dpid(bridge: str) -> None:
     """Print the bridge's datapath id (16 hex digits)."""
     from nslab.ovs import toolbelt
     _need_ovs()
-    click.echo(toolbelt.get_dpid(bridge))
+    echo(toolbelt.get_dpid(bridge))
 
 
 @ovs_group.command("set-dpid")
@@ -121,7 +122,7 @@ def set_dpid(bridge: str, dpid: str) -> None:
     """Set the datapath id: decimal, 0x-hex or 16 hex digits."""
     from nslab.ovs import toolbelt
     _need_ovs()
-    click.echo(toolbelt.set_dpid(bridge, dpid))
+    echo(toolbelt.set_dpid(bridge, dpid))
 
 
 @ovs_group.command("get-stp")
@@ -129,7 +130,7 @@ def set_dpid(bridge: str, dpid: str) -> None:
 def get_stp(bridge: str) -> None:
     from nslab.ovs import toolbelt
     _need_ovs()
-    click.echo(toolbelt.get_stp(bridge))
+    echo(toolbelt.get_stp(bridge))
 
 
 @ovs_group.command("set-stp")
@@ -146,7 +147,7 @@ def set_stp(bridge: str, state: str) -> None:
 def get_controller(bridge: str) -> None:
     from nslab.ovs import toolbelt
     _need_ovs()
-    click.echo(toolbelt.get_controller(bridge) or "(none)")
+    echo(toolbelt.get_controller(bridge) or "(none)")
 
 
 @ovs_group.command("set-controller")
@@ -201,7 +202,7 @@ def ethtool_cmd(iface: str, speed: Optional[int], duplex: Optional[str], autoneg
         time.sleep(0.5)  # the link renegotiates
         state = parse_ethtool(run(["ethtool", iface], check=False).stdout)
     for k, v in state.items():
-        click.echo(f"{k:8} {v if v is not None else '(not reported)'}")
+        echo(f"{k:8} {v if v is not None else '(not reported)'}")
     wrong = _mismatch(state, speed, duplex)
     if wrong:
         asked = " ".join(x for x in (f"{speed}Mb/s" if speed else "", duplex or "") if x)

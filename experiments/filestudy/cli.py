@@ -7,7 +7,7 @@ from typing import Any, Dict, Tuple
 
 import click
 
-from nslab.cmdline.cliutil import limit_option
+from nslab.cmdline.cliutil import echo, limit_option
 from nslab.cmdline.runcli import parse_set_value
 from nslab.errors import InputError
 from nslab.model.limits import active, fmt
@@ -45,41 +45,41 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
     cfg = cls.Config.preset(preset, **overrides)
     labs, points, seconds = cls.estimate(cfg)  # the file's size was checked when it loaded
     study = cls()
-    click.echo(f"{path}: ok: {cls.title}")
-    click.echo(f"preset {preset}: {points} trials of {cfg.duration:g} s on {labs} lab(s), "
-               f"about {seconds / 60:.1f} min")
+    echo(f"{path}: ok: {cls.title}")
+    echo(f"preset {preset}: {points} trials of {cfg.duration:g} s on {labs} lab(s), "
+         f"about {seconds / 60:.1f} min")
     for key, topo in study.labs(cfg).items():
         n = sum(1 for p in study.points(cfg) if study.lab_key(cfg, p) == key)
-        click.echo(f"  lab {key}: {topo.name}, {len(topo.nodes)} nodes, {len(topo.links)} links: "
-                   f"{n} trials")
+        echo(f"  lab {key}: {topo.name}, {len(topo.nodes)} nodes, {len(topo.links)} links: "
+             f"{n} trials")
     sweep = cls.sweep(cfg)
     for key, values in sweep.items():
-        click.echo(f"  sweep {key}: {', '.join(map(str, values))}")
-    click.echo(f"  repeat {cfg.repeat}; needs: {', '.join(study.needs(cfg))}")
+        echo(f"  sweep {key}: {', '.join(map(str, values))}")
+    echo(f"  repeat {cfg.repeat}; needs: {', '.join(study.needs(cfg))}")
     if cfg.rounds > 1:
         from nslab.run.study import config_of_round
         _, most, longest = cls.estimate(config_of_round(cfg, cfg.rounds - 1))
-        click.echo(f"  sampling: up to {cfg.rounds} rounds (intervals at "
-                   f"{100 - 5 / cfg.rounds:.1f} %), at most {most:,} trials, about "
-                   f"{longest / 60:.1f} min" + (f", no round begun after {cfg.budget_s:g} s"
-                                               if cfg.budget_s else ""))
+        echo(f"  sampling: up to {cfg.rounds} rounds (intervals at "
+             f"{100 - 5 / cfg.rounds:.1f} %), at most {most:,} trials, about "
+             f"{longest / 60:.1f} min" + (f", no round begun after {cfg.budget_s:g} s"
+                                         if cfg.budget_s else ""))
     from .report import not_planned
     for c in cls.loaded.spec.claims:
         why = not_planned(cfg.model_dump(), c)
         if why:
-            click.echo(f"  not made by this preset: {c.claim!r}: {why}")
+            echo(f"  not made by this preset: {c.claim!r}: {why}")
     lim = active()
     biggest = max((t.size() for t in study.labs(cfg).values()), default=(0, 0, 0))
-    click.echo(f"  size: {labs} lab(s), {points // cfg.repeat:,} points, {points:,} trials, "
-               f"~{fmt('duration', seconds)}; largest lab {biggest[0]:,} nodes, "
-               f"{biggest[1]:,} links, {biggest[2]:,} namespaces")
+    echo(f"  size: {labs} lab(s), {points // cfg.repeat:,} points, {points:,} trials, "
+         f"~{fmt('duration', seconds)}; largest lab {biggest[0]:,} nodes, "
+         f"{biggest[1]:,} links, {biggest[2]:,} namespaces")
     if cls.loaded.spec.captures:
         from .captures import planned
         n, most = planned(cls.resolved(cfg).spec, cfg.rounds)
-        click.echo(f"  captures: {len(cls.loaded.spec.captures)} asked, in {n:,} trials, at most "
-                   f"{fmt('captures', most)} (raw/*-capture-*.pcapng)")
-    click.echo(f"  limits: {lim.describe()} (raise with --limit KEY=N)")
-    click.echo(f"run it: nslab run {path}" + (f" --preset {preset}" if preset != "default" else ""))
+        echo(f"  captures: {len(cls.loaded.spec.captures)} asked, in {n:,} trials, at most "
+             f"{fmt('captures', most)} (raw/*-capture-*.pcapng)")
+    echo(f"  limits: {lim.describe()} (raise with --limit KEY=N)")
+    echo(f"run it: nslab run {path}" + (f" --preset {preset}" if preset != "default" else ""))
 
 
 @study_group.command("schema")

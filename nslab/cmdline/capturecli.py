@@ -17,7 +17,7 @@ from ..model.naming import RUN_RE
 from ..traffic import capture as cap
 from ..runtime.caps import require_root
 from ..model.naming import check_run_id
-from .cliutil import install_signals
+from .cliutil import echo, install_signals
 from ..runtime.clean import live_controllers, live_journals, read_controller, read_journal, run_is_live
 from ..traffic.capture import check_filter
 from ..safeio import open_new
@@ -157,9 +157,9 @@ def run_capture(make: Callable[[Optional[IO]], C], start: Callable[[C], None], r
             if fh is not None and os.path.isfile(out) and os.path.getsize(out) == 0:
                 os.unlink(out)  # the empty file made for a capture that never began
             raise
-        click.echo(f"capturing {c.label} {says}"
-                   + (f" (filter {text!r})" if text else "") + " into "
-                   + ("stdout" if out == "-" else out) + "; Ctrl-C to stop", err=True)
+        echo(f"capturing {c.label} {says}"
+             + (f" (filter {text!r})" if text else "") + " into "
+             + ("stdout" if out == "-" else out) + "; Ctrl-C to stop", err=True)
         how = follow(c, run, alive=alive, reader_gone=stdout_closed if out == "-" else None)
         ended = {"done": "ended", "lab gone": f"stopped: lab {run} is gone",
                  "reader gone": "stopped: its reader closed the pipe"}[how]
@@ -171,8 +171,8 @@ def run_capture(make: Callable[[Optional[IO]], C], start: Callable[[C], None], r
 def say_captured(c: CaptureProcess, ended: str) -> None:
     """The last line of a capture: how many packets, of what, and why it ended."""
     n = c.packets
-    click.echo(f"{n if n is not None else '?'} packet{'' if n == 1 else 's'} captured on "
-               f"{c.label} ({ended})", err=True)
+    echo(f"{n if n is not None else '?'} packet{'' if n == 1 else 's'} captured on "
+         f"{c.label} ({ended})", err=True)
 
 
 def stdout_closed() -> bool:

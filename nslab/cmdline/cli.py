@@ -30,14 +30,14 @@ from ..runtime.caps import require_root
 from ..runtime.clean import clean as do_clean
 from ..runtime import lab as lab_mod
 from ..runtime.lab import Lab
-from .cliutil import (RESULTS_ENV, Ctx, current_log, install_signals, limit_option, print_lab,
-                      setup_logging)
+from .cliutil import (RESULTS_ENV, Ctx, current_log, echo, install_signals, limit_option,
+                      print_lab, setup_logging, terminal_safety)
 from .capturecli import capture_cmd
 from ..errors import InputError, LabError
 from .export import export_cmd
 from .reproduce import reproduce_cmd
 from .runcli import report, run_group
-from ..safeio import make_dirs
+from ..safeio import make_dirs, printable
 from ..model.multihost import parse_hosts
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -208,10 +208,10 @@ def topo_check(ctx: click.Context, path: str) -> None:
                          "it (use a YAML topology, or `nslab topo draw` to run and draw it)")
     t = load_topology(path, extra_kwargs(ctx.args))
     nodes, links, namespaces = t.size()
-    click.echo(f"{path}: valid: {nodes} nodes, {links} links, {namespaces} namespaces "
-               f"({', '.join(t.needs())})")
-    click.echo(f"limits per lab: {active().describe(('nodes', 'links', 'namespaces'))} "
-               "(raise with --limit KEY=N)")
+    echo(f"{path}: valid: {nodes} nodes, {links} links, {namespaces} namespaces "
+         f"({', '.join(t.needs())})")
+    echo(f"limits per lab: {active().describe(('nodes', 'links', 'namespaces'))} "
+         "(raise with --limit KEY=N)")
 
 
 @topo.command("list")
@@ -221,7 +221,8 @@ def topo_list() -> None:
         opts = " ".join(f"--{p.replace('_', '-')}" for p in inspect.signature(fn).parameters
                         if not p.startswith("_"))
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        click.echo(f"{name:10} {doc}\n{'':10} options: {opts}")
+        echo(f"{name:10} {doc}")
+        echo(f"{'':10} options: {opts}")
 
 
 @topo.command("draw", context_settings={"ignore_unknown_options": True,
@@ -242,7 +243,7 @@ def topo_draw(ctx: click.Context, topology: str, output: str) -> None:
     from ..store.draw import draw
     from ..run.topoload import extra_kwargs, load_topology
     t = load_topology(topology, extra_kwargs(ctx.args))
-    click.echo(draw(t, output))
+    echo(draw(t, output))
 
 
 @topo.command("export", context_settings={"ignore_unknown_options": True,
@@ -281,7 +282,7 @@ def topo_export(ctx: click.Context, topology: str, fmt: str, output: Optional[st
     text, messages = export_command(t, fmt, output, name=name, image=image, frr_image=frr_image,
                                     interface_names=interface_names, mgmt=not no_mgmt)
     for m in messages:
-        click.echo(m, err=True)
+        echo(m, err=True)
     if text is not None:
         click.echo(text, nl=False)
 
@@ -348,8 +349,8 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
         lab_cm = MultiLab(t, parse_hosts(hosts), placement=t.placement or None, run_id=run_id,
                           ssh_config=ssh_config, remote_nslab=remote_nslab,
                           host_grants=host_grants)
-        click.echo(f"building {t.name} across {', '.join(lab_cm.hosts)} "
-                   f"({len(lab_cm.tunnels)} links become VXLAN tunnels)", err=True)
+        echo(f"building {t.name} across {', '.join(lab_cm.hosts)} "
+             f"({len(lab_cm.tunnels)} links become VXLAN tunnels)", err=True)
     else:
         lab_cm = Lab(t, run_id=run_id, host_grants=host_grants)
     with lab_cm as lab:
@@ -389,9 +390,9 @@ def clean(run_id: Optional[str], dry_run: bool, force: bool, hosts: Optional[str
                (["--force"] if force else [])
         failed = []
         for host, res in clean_hosts(hosts, args, ssh_config, remote_nslab).items():
-            click.echo(f"{host}:")
+            echo(f"{host}:")
             for ln in (res.stdout + res.stderr).strip().splitlines():
-                click.echo(f"  {ln}")
+                echo(f"  {ln}")
             if not res.ok:
                 failed.append(host)
         if failed:
@@ -403,9 +404,9 @@ def clean(run_id: Optional[str], dry_run: bool, force: bool, hosts: Optional[str
         click.echo("nothing to clean")
         return
     for rid, items in report.items():
-        click.echo(f"{'would remove' if dry_run else 'removed'} run {rid}:")
+        echo(f"{'would remove' if dry_run else 'removed'} run {rid}:")
         for item in items:
-            click.echo(f"  {item}")
+            echo(f"  {item}")
 
 
 # -- agent (a lab across hosts) ---------------------------------------------------------
@@ -525,9 +526,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     The current directory may be a lab folder from anyone, and nslab runs as
     root: the ``nslab`` script starts with its own directory on ``sys.path``
     (never the current one), and any ``""``/``"."`` entry a caller's
-    environment put there is dropped before plugins are imported.
+    environment put there is dropped before plugins are imported. Whatever
+    reaches the terminal has its control characters escaped: the error line,
+    warnings and log records (:func:`~nslab.cmdline.cliutil.terminal_safety`).
     """
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+    with terminal_safety():
+        return _main(argv)
+
+
+def _main(argv: Optional[List[str]]) -> int:
     try:
         _register_plugins()
         cli.main(args=argv, prog_name="nslab", standalone_mode=False, obj=None)
@@ -548,7 +556,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except LabError as exc:
         logp = current_log()
         log.debug("error", exc_info=True)
-        click.echo(f"nslab: error: {exc}" + (f" (log: {logp})" if logp else ""), err=True)
+        # one line, whatever the message quotes (a YAML key, a file name)
+        click.echo(f"nslab: error: {printable(exc)}" + (f" (log: {printable(logp)})" if logp
+                                                         else ""), err=True)
         return 2 if isinstance(exc, InputError) else 1
 
 

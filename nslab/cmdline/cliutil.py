@@ -1,19 +1,85 @@
 """Helpers shared by the core CLI and the commands plugins add to it."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
+import warnings
 from types import FrameType
-from typing import Any, List, NoReturn, Optional
+from typing import Any, Iterator, List, NoReturn, Optional, TextIO, Type, Union
 
 from ..errors import InputError
 from ..model.limits import activate
 from ..runtime.node import LabLike
-from ..safeio import make_dirs, open_append
+from ..safeio import make_dirs, open_append, printable
 
 RESULTS_ENV = "NSLAB_RESULTS"
+
+
+def echo(message: Any = "", *, err: bool = False, nl: bool = True, lines: bool = False) -> None:
+    """``click.echo`` of a message that holds something a file, a file name,
+    another process or a library gave: its control characters are escaped
+    (:func:`nslab.safeio.printable`), line breaks included unless ``lines``
+    (a message nslab wrote on several lines itself), so a name cannot
+    retitle the terminal, clear it, overwrite a line or add one. What nslab
+    prints on the terminal goes through here (or through :func:`printable`
+    into a rich table); data written to standard output for another program
+    (an export, a capture) does not."""
+    import click
+    click.echo(printable(message, lines=lines), err=err, nl=nl)
+
+
+class TerminalFormatter(logging.Formatter):
+    """A log formatter whose text is :func:`nslab.safeio.printable`: a log
+    message quotes names, files and other programs' output (a library's
+    warning included), and the log file is read on a terminal too. With
+    ``one_line`` (the terminal's handler), a message's own line breaks are
+    escaped too, so it cannot forge a line; a traceback keeps its lines."""
+
+    def __init__(self, fmt: str, one_line: bool = False) -> None:
+        super().__init__(fmt)
+        self.one_line = one_line
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        text = super().formatMessage(record)
+        return printable(text) if self.one_line else text
+
+    def format(self, record: logging.LogRecord) -> str:
+        return printable(super().format(record), lines=True)
+
+
+def _show_warning(message: Union[Warning, str], category: Type[Warning], filename: str,
+                  lineno: int, file: Optional[TextIO] = None, line: Optional[str] = None) -> None:
+    """``warnings.showwarning`` with the text escaped (:func:`printable`): a
+    library's warning quotes what it was given (matplotlib's "Glyph 27
+    (\\x1b) missing from font" quotes a title's character)."""
+    out = file if file is not None else sys.stderr
+    try:  # the message on one line; the source line Python shows under it stays
+        out.write(printable(warnings.formatwarning(printable(message), category, filename,
+                                                   lineno, line), lines=True))
+    except (OSError, ValueError):  # a closed or gone stderr, as the original ignores
+        pass
+
+
+@contextlib.contextmanager
+def terminal_safety() -> Iterator[None]:
+    """Within it, what reaches the terminal without passing through
+    :func:`echo` is escaped too: Python warnings (:func:`_show_warning`) and
+    log records no handler takes (``logging.lastResort``: a library's
+    warning before :func:`setup_logging`). Both are put back on exit."""
+    shown, last = warnings.showwarning, logging.lastResort
+    resort = logging.StreamHandler(sys.stderr)
+    resort.setLevel(logging.WARNING)
+    resort.setFormatter(TerminalFormatter("%(message)s", one_line=True))
+    warnings.showwarning = _show_warning
+    logging.lastResort = resort
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+        logging.lastResort = last
 
 
 class Ctx:
@@ -41,11 +107,11 @@ def setup_logging(ctx: Any, run_id: str) -> str:
     root = logging.getLogger()
     root.setLevel(logging.DEBUG)
     fh = RunLogHandler(path, encoding="utf-8")
-    fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    fh.setFormatter(TerminalFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root.addHandler(fh)
     sh = logging.StreamHandler(sys.stderr)
     sh.setLevel(logging.DEBUG if ctx.verbose > 1 else logging.INFO if ctx.verbose else logging.WARNING)
-    sh.setFormatter(logging.Formatter("nslab: %(message)s"))
+    sh.setFormatter(TerminalFormatter("nslab: %(message)s", one_line=True))
     root.addHandler(sh)
     return path
 
@@ -141,9 +207,10 @@ def print_lab(lab: LabLike, max_rows: int = LAB_TABLE_ROWS) -> None:
     from rich.table import Table
     from rich.text import Text
     # names come from a file: rich gets them as Text, never as markup
-    # ("[link=...]" would make a terminal hyperlink) or emoji codes
-    t = Table(title=Text(f"lab {lab.run_id}: {lab.topology.name} "
-                         f"(built in {lab.build_seconds:.2f} s)"))
+    # ("[link=...]" would make a terminal hyperlink) or emoji codes, and with
+    # their control characters escaped (rich passes an escape sequence on)
+    t = Table(title=Text(printable(f"lab {lab.run_id}: {lab.topology.name} "
+                                   f"(built in {lab.build_seconds:.2f} s)")))
     for col in ("node", "kind", "interfaces", "enter with"):
         t.add_column(col)
     rows = lab.describe(max_intfs=LAB_TABLE_INTFS)
@@ -152,5 +219,5 @@ def print_lab(lab: LabLike, max_rows: int = LAB_TABLE_ROWS) -> None:
         hidden = len(rows) - head - tail
         rows = rows[:head] + [(f"... {hidden} more", "", "", "")] + rows[-tail:]
     for row in rows:
-        t.add_row(*(Text(str(cell)) for cell in row))
+        t.add_row(*(Text(printable(cell)) for cell in row))
     Console().print(t)

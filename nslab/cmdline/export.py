@@ -48,7 +48,7 @@ from .runcli import study_of_run
 from ..safeio import check_path, copy_tree, make_dirs, make_fresh_dir, write_atomic
 from ..run.study import report_of
 from ..model.topo import explain
-from .cliutil import RESULTS_ENV
+from .cliutil import RESULTS_ENV, echo
 
 log = logging.getLogger(__name__)
 
@@ -476,7 +476,7 @@ def export_cmd(ctx: click.Context, run: str, fmt: str, output: str, table: str) 
         return
     for path in write_tables(tables, fmt, output, run_dir):
         n = len(tables[os.path.basename(path).split(".")[0]].rows)
-        click.echo(f"{path}: {n} rows")
+        echo(f"{path}: {n} rows")
 
 
 __all__ = ["FORMATS", "TABLES", "Table", "claims_table", "encode", "export_cmd", "export_run",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import click
 from pydantic import BaseModel, ConfigDict, Field
 
-from .cliutil import limit_option
+from .cliutil import echo, limit_option
 from ..errors import InputError
 from ..store.reporting import MarkdownText
 from ..store.results import RECORDS, ResultStore, iter_records
@@ -277,11 +277,11 @@ def reproduce_cmd(ctx: click.Context, mode: str, only: Optional[str], resume: Op
     cliutil.install_signals()
     try:
         path = reproduce(mode, ctx.obj.results, resume=resume, studies=studies,
-                         echo=lambda m: click.echo(m, err=True))
+                         echo=lambda m: echo(m, err=True))
     except KeyboardInterrupt:
         if resume or os.path.isdir(os.path.join(ctx.obj.results, "reproduce")):
-            click.echo("nslab: interrupted; measured points are kept; continue with "
-                       "`nslab reproduce --resume <dir>` (the newest results/reproduce/*)", err=True)
+            echo("nslab: interrupted; measured points are kept; continue with "
+                 "`nslab reproduce --resume <dir>` (the newest results/reproduce/*)", err=True)
         raise
-    click.echo(f"report: {path}")
-    click.echo(f"        {path[:-5]}.md")
+    echo(f"report: {path}")
+    echo(f"        {path[:-5]}.md")

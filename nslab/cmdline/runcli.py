@@ -24,7 +24,7 @@ from ..run.study import ConfigError, report_of, run_study
 from ..runtime.grants import HostGrants
 from ..safeio import tree_is_safe
 from ..store.results import PROVENANCE, ResultStore, copy_to_report_dir, is_capture
-from .cliutil import (RESULTS_ENV, install_signals, limit_param, prescan_limits,
+from .cliutil import (RESULTS_ENV, echo, install_signals, limit_param, prescan_limits,
                       setup_logging)
 from ..run.registry import is_study_file
 from .reproduce import write_report
@@ -190,7 +190,7 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
     if cfg is not None and getattr(study, "note", None):
         note = study.note(cfg)
         if note:
-            click.echo(note, err=True)
+            echo(note, err=True)
     root = out or ctx.obj.results
     if hosts and cfg is not None:
         study.check_hosts(cfg)  # before its run directory is made (a resumed run: in run_study)
@@ -214,14 +214,14 @@ def run_study_command(ctx: click.Context, study_cls: Type[Any], preset: str,
                          host_grants=grants if grants is not None else HostGrants(), store=store)
     except KeyboardInterrupt:
         if os.path.isdir(store_dir):
-            click.echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
-                       f"`nslab run {getattr(study, 'invocation', '') or study.name} --resume {store_dir}`", err=True)
+            echo(f"nslab: interrupted; measured points are kept in {store_dir}; resume with "
+                 f"`nslab run {getattr(study, 'invocation', '') or study.name} --resume {store_dir}`", err=True)
         raise
     rep = report_of(study, path)  # the run's one render: run_study stores, renders nothing
-    click.echo(f"results: {path}")
+    echo(f"results: {path}")
     for c in rep.claims:
-        click.echo(f"  [{c.verdict}] {c.claim}: {c.measured}")
-    click.echo(f"report: {rep.files.get('md')} (and .html); plots: {', '.join(rep.figures)}")
+        echo(f"  [{c.verdict}] {c.claim}: {c.measured}")
+    echo(f"report: {rep.files.get('md')} (and .html); plots: {', '.join(rep.figures)}")
 
 
 def _config(cfg_cls: Type[Any], preset: str, overrides: Dict[str, Any]) -> Any:
@@ -274,7 +274,7 @@ def run_group(ctx: click.Context, list_: bool) -> None:
     """Run a study (a registered one: nslab run --list)."""
     if list_ or ctx.invoked_subcommand is None:
         for name, cls in studies().items():
-            click.echo(f"{name:10} {cls.title} ({cls.source}); presets: {', '.join(cls.Config.presets)}")
+            echo(f"{name:10} {cls.title} ({cls.source}); presets: {', '.join(cls.Config.presets)}")
 
 
 def study_of_run(run_dir: str, parent: Optional[str] = None) -> Any:
@@ -326,14 +326,14 @@ def report(ctx: click.Context, run_dir: str) -> None:
         if captures:
             left += (f"; {len(captures)} packet capture{'s' * (len(captures) > 1)} "
                      f"stay in {run_dir}")
-        click.echo(f"{run_dir} may not be nslab's own ({why}): the report goes to a copy, "
-                   f"{out}{left}")
+        echo(f"{run_dir} may not be nslab's own ({why}): the report goes to a copy, "
+             f"{out}{left}")
         run_dir = out
     if os.path.exists(os.path.join(run_dir, "mode")):  # a `nslab reproduce` directory
         for name, path in write_report(run_dir).items():
-            click.echo(f"{name}: {path}")
+            echo(f"{name}: {path}")
         return
     cls = study_of_run(run_dir, parent)
     rep = report_of(cls(), run_dir)
     for name, path in rep.files.items():
-        click.echo(f"{name}: {path}")
+        echo(f"{name}: {path}")

@@ -39,7 +39,7 @@ from ..runtime.node import LabLike
 from ..store.records import RecordSchema
 from ..store.reporting import Claim, StudyReport, claims_only, serves
 from ..store.results import ResultStore, point_key
-from ..safeio import tree_is_safe, write_atomic
+from ..safeio import printable, tree_is_safe, write_atomic
 from ..runtime import caps
 from ..runtime import lab as lab_module
 from ..model.naming import new_run_id
@@ -228,7 +228,8 @@ class Progress:
         if not self.enabled:
             return
         left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
-        line = f"[{self.done}/{self.total}] {desc}: {summary} (~{left:.0f} s left)"
+        # a point's parameters come from a study file: escaped on the terminal
+        line = printable(f"[{self.done}/{self.total}] {desc}: {summary} (~{left:.0f} s left)")
         if self._bar is not None:
             self._bar.console.print(line, markup=False, highlight=False)
             self._bar.advance(self._task)
