@@ -32,6 +32,7 @@ from ..runtime import lab as lab_mod
 from ..runtime.lab import Lab
 from .cliutil import (RESULTS_ENV, Ctx, current_log, echo, install_signals, limit_option,
                       print_lab, setup_logging, terminal_safety)
+from ..run.topoload import CUSTOM_HELP
 from .capturecli import capture_cmd
 from ..errors import InputError, LabError
 from .export import export_cmd
@@ -173,7 +174,20 @@ def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bo
 # -- topo -------------------------------------------------------------------------------
 @cli.group()
 def topo() -> None:
-    """Build topologies by hand (ready ones, YAML or Mininet custom files)."""
+    """Build topologies by hand (ready ones, YAML, or Mininet custom files with --custom)."""
+
+
+def custom_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``--custom FILE``: TOPOLOGY is one of the ``topos`` of a Mininet custom
+    file, which nslab runs (the one way a command runs a Python topology)."""
+    return click.option("--custom", metavar="FILE.py", default=None, help=CUSTOM_HELP)(f)
+
+
+def _custom_log(ctx: click.Context, custom: Optional[str]) -> None:
+    """With ``--custom``, a log file first: a Python error in the file is one
+    line, its traceback in the log."""
+    if custom is not None:
+        setup_logging(ctx.obj, f"topo-{time.strftime('%Y%m%d-%H%M%S')}")
 
 
 @topo.command("schema")
@@ -192,21 +206,23 @@ def topo_schema() -> None:
 @topo.command("check", context_settings={"ignore_unknown_options": True,
                                           "allow_extra_args": True})
 @click.argument("path")
+@custom_option
 @limit_option
 @click.pass_context
-def topo_check(ctx: click.Context, path: str) -> None:
+def topo_check(ctx: click.Context, path: str, custom: Optional[str]) -> None:
     """Validate a YAML topology (or a ready one with its options) without
     building it, and show its size against the limits (no root needed).
+    With --custom FILE, PATH is a topology of that Mininet custom file, and
+    nslab runs the file to get it (as root under sudo).
 
     \b
       nslab topo check examples/two-hosts.yaml
       nslab topo check tree --depth 3 --fanout 4
+      nslab topo check --custom topologies/basic.py nslab_pair
     """
     from ..run.topoload import extra_kwargs, load_topology
-    if path.endswith(".py") or ".py:" in path:
-        raise InputError(f"{path}: a Python topology is a program; `topo check` does not run "
-                         "it (use a YAML topology, or `nslab topo draw` to run and draw it)")
-    t = load_topology(path, extra_kwargs(ctx.args))
+    _custom_log(ctx, custom)
+    t = load_topology(path, extra_kwargs(ctx.args), custom)
     nodes, links, namespaces = t.size()
     echo(f"{path}: valid: {nodes} nodes, {links} links, {namespaces} namespaces "
          f"({', '.join(t.needs())})")
@@ -230,19 +246,24 @@ def topo_list() -> None:
 @click.argument("topology")
 @click.option("-o", "--output", required=True,
               help="The picture: FILE.svg, FILE.png, FILE.pdf or FILE.dot.")
+@custom_option
 @limit_option
 @click.pass_context
-def topo_draw(ctx: click.Context, topology: str, output: str) -> None:
-    """Draw TOPOLOGY (a ready name, .yaml or Mininet file, with its options) with
-    Graphviz: nodes by kind, links with interface names and shaping. No root.
+def topo_draw(ctx: click.Context, topology: str, output: str, custom: Optional[str]) -> None:
+    """Draw TOPOLOGY (a ready name or a .yaml file, with its options) with
+    Graphviz: nodes by kind, links with interface names and shaping. No root
+    needed; but with --custom FILE, TOPOLOGY is a topology of that Mininet
+    custom file, and nslab runs the file (as root under sudo).
 
     \b
       nslab topo draw clos --spines 2 --servers 3 -o clos.svg
       nslab topo draw examples/two-hosts.yaml -o two.png
+      nslab topo draw --custom topologies/basic.py nslab_single -o single.svg
     """
     from ..store.draw import draw
     from ..run.topoload import extra_kwargs, load_topology
-    t = load_topology(topology, extra_kwargs(ctx.args))
+    _custom_log(ctx, custom)
+    t = load_topology(topology, extra_kwargs(ctx.args), custom)
     echo(draw(t, output))
 
 
@@ -264,13 +285,16 @@ def topo_draw(ctx: click.Context, topology: str, output: str) -> None:
               help="keep nslab's interface names, or rename to eth1, eth2... per node.")
 @click.option("--no-mgmt", is_flag=True,
               help="No management network (network-mode: none): only the topology's links.")
+@custom_option
 @limit_option
 @click.pass_context
 def topo_export(ctx: click.Context, topology: str, fmt: str, output: Optional[str],
                 name: Optional[str], image: str, frr_image: str, interface_names: str,
-                no_mgmt: bool) -> None:
-    """Write TOPOLOGY (a ready name with its options, .yaml or Mininet file) for
-    another tool. No root. What carries over and what does not: docs/multi-host.md.
+                no_mgmt: bool, custom: Optional[str]) -> None:
+    """Write TOPOLOGY (a ready name with its options, or a .yaml file) for
+    another tool. No root needed; but with --custom FILE, TOPOLOGY is a
+    topology of that Mininet custom file, and nslab runs the file (as root
+    under sudo). What carries over and what does not: docs/multi-host.md.
 
     \b
       nslab topo export clos --spines 2 --servers 4 -o clos.clab.yml
@@ -278,7 +302,8 @@ def topo_export(ctx: click.Context, topology: str, fmt: str, output: Optional[st
     """
     from ..runtime.clab import export_command
     from ..run.topoload import extra_kwargs, load_topology
-    t = load_topology(topology, extra_kwargs(ctx.args))
+    _custom_log(ctx, custom)
+    t = load_topology(topology, extra_kwargs(ctx.args), custom)
     text, messages = export_command(t, fmt, output, name=name, image=image, frr_image=frr_image,
                                     interface_names=interface_names, mgmt=not no_mgmt)
     for m in messages:
@@ -309,19 +334,22 @@ def hosts_options(f: Callable[..., Any]) -> Callable[..., Any]:
               help="No IPv6 addresses on host and switch links (routers keep them), so they send "
                    "no DAD, MLD or router solicitations, which a bridge floods to every port.")
 @hosts_options
+@custom_option
 @limit_option
 @click.pass_context
 def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[float],
             no_ipv6: bool, hosts: Optional[str], ssh_config: Optional[str],
-            remote_nslab: Optional[str]) -> None:
+            remote_nslab: Optional[str], custom: Optional[str]) -> None:
     """Build TOPOLOGY, print its nodes and how to enter them, tear down on exit.
 
     \b
-    TOPOLOGY is a ready name (see `nslab topo list`), a .yaml file, or a
-    Mininet custom file (file.py or file.py:name). Topology options follow:
+    TOPOLOGY is a ready name (see `nslab topo list`) or a .yaml file; with
+    --custom FILE, a topology of that Mininet custom file, which nslab runs
+    as root. Topology options follow:
       nslab topo up single --k 4 --switch ovs --bw 1000
       nslab topo up pair --bw 100Mbit --framing
       nslab topo up examples/two-hosts.yaml --cli
+      nslab topo up --custom topologies/basic.py nslab_pair
       nslab topo up clos --spines 2 --servers 2 --hosts box1,box2
       nslab topo up single --k 1000 --no-ipv6
 
@@ -334,11 +362,14 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
     from ..run.topoload import extra_kwargs, grants_from_options, load_topology
     opts = extra_kwargs(ctx.args)
     host_grants = grants_from_options(topology, opts)
-    t = load_topology(topology, opts)
+    run_id = new_run_id()
+    if custom is not None:  # a Python error in it: one line, the traceback in the log
+        setup_logging(ctx.obj, run_id)
+    t = load_topology(topology, opts, custom)
     if no_ipv6:
         t = t.without_ipv6()  # also `ipv6: false` in a topology file
-    run_id = new_run_id()
-    setup_logging(ctx.obj, run_id)
+    if custom is None:
+        setup_logging(ctx.obj, run_id)
     install_signals()
     lab_cm: Union[Lab, MultiLab]
     if hosts:

@@ -185,7 +185,13 @@ def prescan_limits(args: List[str]) -> None:
 
 
 def current_log() -> Optional[str]:
-    for h in logging.getLogger().handlers:
+    """The run's log file: nslab's own, the newest (a host's handlers, such as
+    pytest's, may log to a file too), else any log file."""
+    handlers = logging.getLogger().handlers
+    for h in reversed(handlers):
+        if isinstance(h, RunLogHandler):
+            return h.baseFilename
+    for h in handlers:
         if isinstance(h, logging.FileHandler):
             return h.baseFilename
     return None

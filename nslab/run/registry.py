@@ -95,7 +95,7 @@ def topology(name: str) -> Callable[..., Any]:
     found = topologies()
     if name not in found:
         raise InputError(f"unknown topology {name!r} (known: {', '.join(sorted(found))}; "
-                         "or give a .yaml/.py file)")
+                         "or give a .yaml file, or --custom FILE.py NAME)")
     return found[name]
 
 

@@ -1,19 +1,36 @@
 """Topologies from the command line: a registered name with options, a YAML
-file, or a Mininet ``--custom`` Python file."""
+file, or a topology of a Mininet custom file named with ``--custom FILE``.
+
+A Python file is code: nslab runs one only when the command line says it is
+code (``--custom FILE``, Mininet's own option, on every command that takes a
+topology), never because a name ends in ``.py``.
+"""
 from __future__ import annotations
 
-import importlib.util
 import inspect
+import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Dict, List
+import traceback
+import types
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
-from ..errors import InputError
+from ..errors import InputError, LabError
 from ..runtime.grants import HostGrants
 from ..model.topo import Topology
+from ..safeio import read_bytes
 from .registry import topology
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..model.topo import Topology
+
+log = logging.getLogger(__name__)
+
+#: The ``--custom`` option's help, the same on every command that takes a topology.
+CUSTOM_HELP = ("Take TOPOLOGY from FILE, a Mininet custom file (Python with a `topos` dict; "
+               "TOPOLOGY names one of them). nslab RUNS the file, as whoever runs nslab: as "
+               "root under sudo. Only from someone whose code you would run as root.")
+#: The largest custom file read (Mininet's examples are a few KiB).
+CUSTOM_MAX_BYTES = 1024 * 1024
 
 
 def extra_kwargs(args: List[str]) -> Dict[str, Any]:
@@ -75,14 +92,28 @@ def grants_from_options(spec: str, options: Dict[str, Any]) -> HostGrants:
     return HostGrants.of(uplinks, controllers, force is True or str(force).lower() == "true")
 
 
-def load_topology(spec: str, options: Dict[str, Any]) -> Topology:
-    """A topology from a registered name, a YAML file or a Mininet ``--custom`` Python file."""
+def is_python(spec: str) -> bool:
+    """Does ``spec`` name a Python file (``file.py``, ``file.py:name``)?"""
+    return spec.endswith(".py") or ".py:" in spec
+
+
+def load_topology(spec: str, options: Dict[str, Any], custom: Optional[str] = None) -> Topology:
+    """A topology from a registered name, a YAML file, or, with ``custom``
+    (the command line's ``--custom FILE``), the topology ``spec`` of that
+    Mininet custom file, which is run. A ``spec`` naming a Python file
+    without ``custom`` is refused in one line: a Python file runs only when
+    the command line says it is code."""
+    if custom is not None:
+        return _load_custom(custom, spec, options)
     if spec.endswith((".yaml", ".yml")):
         if options:
             raise InputError("a YAML topology takes no options (put them in the file)")
         return Topology.from_yaml(spec)
-    if spec.endswith(".py") or ".py:" in spec:
-        return _load_custom(spec, options)
+    if is_python(spec):
+        path, _, name = spec.partition(":")
+        raise InputError(f"{path}: a Python topology is a program, and nslab runs one (as root "
+                         f"under sudo) only when the command line says so: --custom {path} "
+                         + (name or "NAME (one of its topos)"))
     name, *positional = spec.split(",")
     fn = topology(name)
     if positional:  # Mininet's `mn --topo tree,2,3`: the builder's parameters in order
@@ -98,28 +129,58 @@ def load_topology(spec: str, options: Dict[str, Any]) -> Topology:
     return fn(**coerce(fn, options))
 
 
-def _load_custom(spec: str, options: Dict[str, Any]) -> Topology:
-    """``file.py[:name]`` with a Mininet-style ``topos`` dict."""
+def _python_error(path: str, exc: BaseException, doing: str) -> InputError:
+    """One line for a Python error in the custom file ``path`` (its line, the
+    exception, its first line), the traceback in the log."""
+    log.debug("%s: %s", path, doing, exc_info=(type(exc), exc, exc.__traceback__))
+    line = getattr(exc, "lineno", None) if isinstance(exc, SyntaxError) else None
+    if line is None:
+        here = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+                if f.filename == path]
+        line = here[-1] if here else None
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, SyntaxError):
+        text = exc.msg
+    what = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return InputError(f"{path}{f':{line}' if line else ''}: {what} ({doing}; traceback in "
+                      "the log)")
 
-    path, _, name = spec.partition(":")
+
+def _load_custom(path: str, name: str, options: Dict[str, Any]) -> Topology:
+    """The topology ``name`` of the Mininet custom file ``path`` (its
+    ``topos`` dict). The file is read (a regular file, bounded) and run as
+    Mininet's ``--custom`` runs it (``exec`` of its source: no bytecode
+    cache is read or written beside it); a Python error anywhere in it is
+    one line naming the file and line, its traceback in the log."""
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such file")
-    mod_spec = importlib.util.spec_from_file_location("nslab_custom_topo", path)
-    mod = importlib.util.module_from_spec(mod_spec)  # type: ignore[arg-type]
     try:
-        mod_spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    except Exception as exc:  # noqa: BLE001 - a user's file
-        raise InputError(f"{path}: cannot load: {type(exc).__name__}: {exc}") from None
+        source = read_bytes(path, CUSTOM_MAX_BYTES)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+    mod = types.ModuleType("nslab_custom_topo")
+    mod.__file__ = path
+    try:
+        exec(compile(source, path, "exec"), mod.__dict__)  # --custom: code, by request
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a user's file, any error
+        raise _python_error(path, exc, "running the custom file") from None
     topos = getattr(mod, "topos", {})
-    if not topos:
+    if not isinstance(topos, dict) or not topos:
         raise InputError(f"{path}: defines no 'topos' dict (as Mininet's --custom files do)")
     name = name or next(iter(topos))
     if name not in topos:
-        raise InputError(f"{path}: no topology {name!r} (has: {', '.join(topos)})")
+        raise InputError(f"{path}: no topology {name!r} (has: {', '.join(map(str, topos))})")
     switch = options.pop("switch", "bridge")
     builder = topos[name]
     try:
         topo = builder(**options)
     except TypeError as exc:
         raise InputError(f"{path}:{name}: {exc}") from None
-    return Topology.from_mininet(topo, name=name, switch_type=switch)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a user's file, any error
+        raise _python_error(path, exc, f"building topology {name}") from None
+    try:
+        return Topology.from_mininet(topo, name=name, switch_type=switch)
+    except LabError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - what the file built, any error
+        raise _python_error(path, exc, f"reading topology {name}") from None

@@ -353,7 +353,7 @@ def test_closing_the_terminal_tears_the_lab_down(tmp_path):
     ["alias_pair"], ["rfc2544", "--dut", "router"], ["rfc2544", "--dut", "bridge"],
     ["clos", "--spines", "2", "--servers", "2"], ["single", "--k", "3", "--switch", "ovs"],
     [os.path.join(ROOT, "examples", "two-hosts.yaml")],
-    [os.path.join(ROOT, "topologies", "basic.py") + ":nslab_pair"],
+    ["--custom", os.path.join(ROOT, "topologies", "basic.py"), "nslab_pair"],
 ])
 def test_every_topology_the_docs_use_builds_from_the_cli(tmp_path, args):
     if args[0] == "clos" and not os.path.exists("/usr/lib/frr/bgpd"):
