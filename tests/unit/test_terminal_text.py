@@ -132,7 +132,7 @@ def test_the_log_handlers_escape_what_they_write(tmp_path, capsys):
     try:
         path = setup_logging(Ctx(str(tmp_path), 0), "nl0test")
         logging.getLogger("nslab.test").warning("name \x1b[31mred\x1b[0m\nsecond line")
-        for h in root.handlers:
+        for h in root.handlers[len(before):]:
             h.flush()
     finally:
         for h in root.handlers[len(before):]:
