@@ -1,15 +1,78 @@
-"""The RFC 2544 bed's CPUs: the generator and the sink on CPU0, the DUT on
-CPU1, held by one run at a time; NAPI threads pinned where the bed needs them."""
+"""The RFC 2544 bed's CPUs, held by one run at a time, and NAPI threads where
+the bed needs them.
+
+Two layouts (:class:`Layout`):
+
+* the real bed (:data:`REAL`): the generator and the sink on CPU0, the DUT on
+  CPU1 (Receive Packet Steering sends its receive work there), so CPU1's busy
+  time is the DUT's occupancy;
+* the virtual bed's guest (:data:`SHARED`, :mod:`.virtual`): one vCPU whose
+  clock is the instruction count. The tester runs at real-time priorities,
+  as a tester box of its own would run whenever it has work: the sink's
+  process above the generator above the sink's NAPI thread (so the sink
+  drains its socket before more frames arrive); the harness that reads the
+  counters above them all (it mostly sleeps). The DUT's receive work runs in
+  its ingress interface's NAPI thread at the normal priority, so the DUT gets
+  the time the tester leaves. Its occupancy is its thread's run time over
+  that time (its own run time plus the idle time).
+"""
 from __future__ import annotations
 
 import fcntl
 import glob
 import os
+from dataclasses import dataclass
 from typing import List, Optional
 
 from nslab.errors import CapabilityError
 
 GEN_CPU, DUT_CPU = 0, 1
+#: Set in the virtual bed's guest (:mod:`.virtual`): the runner there uses :data:`SHARED`.
+GUEST_ENV = "NSLAB_RFC2544_GUEST"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the bed's parts run.
+
+    Attributes:
+        gen_cpu: the generator's and the sink's CPU (and the harness's).
+        dut_cpu: the CPU the DUT's receive work is steered to.
+        tester_fifo: on a shared CPU, the SCHED_FIFO priority of the sink's
+            NAPI thread; the generator runs one above it, the sink's process
+            two above (None: the real bed's normal priorities).
+    """
+
+    gen_cpu: int = GEN_CPU
+    dut_cpu: int = DUT_CPU
+    tester_fifo: Optional[int] = None
+
+    @property
+    def shared(self) -> bool:
+        """One CPU for the tester and the DUT (the virtual bed)."""
+        return self.gen_cpu == self.dut_cpu
+
+    @property
+    def cpus(self) -> List[int]:
+        return sorted({self.gen_cpu, self.dut_cpu})
+
+    def tester_args(self, role: str) -> List[str]:
+        """nslab-pktgen's options that put the tester's ``role`` (``send`` or
+        ``recv``) on its CPU at its priority: the program does it itself, with
+        no taskset or chrt to start first."""
+        out = ["--cpu", str(self.gen_cpu)]
+        if self.tester_fifo:
+            out += ["--fifo", str(self.tester_fifo + (2 if role == "recv" else 1))]
+        return out
+
+
+REAL = Layout()
+SHARED = Layout(0, 0, tester_fifo=50)
+
+
+def layout_here() -> Layout:
+    """:data:`SHARED` inside the virtual bed's guest, else :data:`REAL`."""
+    return SHARED if os.environ.get(GUEST_ENV) == "1" else REAL
 
 
 def napi_threads(intf: str) -> List[int]:

@@ -11,11 +11,11 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.errors import CapabilityError, LabError
-from nslab.traffic.counters import busy_pct_from_idle, idle_seconds
+from nslab.traffic.counters import idle_seconds
 from nslab.traffic.interference import account
 
-from .bed import DUT_CPU, GEN_CPU, napi_on
-from .model import (NOMINAL_FPS, baseline_of, calibration_next, calibration_saturated,
+from .bed import napi_on
+from .model import (baseline_of, nominal_fps, calibration_next, calibration_saturated,
                     calibration_step, calibration_still_says_more)
 from .trials import PORT, TrialBed
 
@@ -37,14 +37,18 @@ MAX_FILTERS = 5000
 CAL_CHECK_TOLERANCE = 0.05
 CAL_CHECKS = 2
 CAL_CHECK_READINGS = 2
-#: Seconds of one calibration reading (see :meth:`Rfc2544Runner.calibrate`).
+#: Seconds of one calibration reading (see :meth:`Rfc2544Runner.calibrate`); on
+#: the virtual bed, whose readings repeat to the frame, CAL_SECONDS_VIRTUAL.
 CAL_SECONDS = 3.0
+CAL_SECONDS_VIRTUAL = 1.0
 #: The idle baseline: this many short windows with nothing offered; the low
 #: quantile of their busy shares is the baseline (a burst of other work in one
 #: window does not become every trial's zero).
 BASELINE_WINDOWS = 6
 BASELINE_WINDOW_S = 0.2
 BASELINE_ROUNDS = 3
+
+
 class Calibration(TrialBed):
     """The idle baseline, the bed floor and the cost knob of one DUT's bed."""
 
@@ -62,8 +66,9 @@ class Calibration(TrialBed):
                 t0, a, sa = time.monotonic(), idle_seconds(), self.watch.snapshot()
                 time.sleep(BASELINE_WINDOW_S)
                 sb, b = self.watch.snapshot(), idle_seconds()
-                busy = busy_pct_from_idle(a, b, time.monotonic() - t0, DUT_CPU)
-                other = account(sa, sb, [DUT_CPU])[DUT_CPU]
+                busy = self.cpu_shares({"idle": a, "sched": sa}, {"idle": b, "sched": sb},
+                                       time.monotonic() - t0)[0]
+                other = account(sa, sb, [self.dut_cpu])[self.dut_cpu]
                 windows.append({"busy_pct": round(busy, 2), "other_pct": round(other.other_pct, 2)})
             found = baseline_of(windows, self.cfg.interference_pct)
             rounds.append(found)
@@ -90,16 +95,18 @@ class Calibration(TrialBed):
             self.sink.run(["ip", "-batch", "-"], input=text([
                 line("link", "set", "dev", "bed1", "up"),
                 line("addr", "add", "10.254.0.2/30", "dev", "bed1")]))
-            self._rps(self.sink, "bed1", 1 << GEN_CPU)
-            if self._live_possible():  # live frames need NAPI at the far end
-                napi_on(self.sink, "bed1", GEN_CPU)
+            self._rps(self.sink, "bed1", 1 << self.gen_cpu)
+            if self.layout.shared:  # the sink receives as on its link: a tester thread
+                napi_on(self.sink, "bed1", self.gen_cpu, fifo=self.layout.tester_fifo)
+            elif self._live_possible():  # live frames need NAPI at the far end
+                napi_on(self.sink, "bed1", self.gen_cpu)
             mac = json.loads(self.sink.run(["ip", "-j", "link", "show", "dev", "bed1"]).stdout)[0]
             self.gen.run(["ip", "neigh", "replace", "10.254.0.2", "lladdr", mac["address"],
                           "dev", "bed0", "nud", "permanent"])
             self.gen.run(["ethtool", "-K", "bed0", "tso", "off", "gso", "off"], check=False)
             self._bed_mac = mac["address"]
             self._bed_path = True
-        out: Dict[str, Any] = {"fps": NOMINAL_FPS, "frame": 64}
+        out: Dict[str, Any] = {"fps": nominal_fps(self.scale), "frame": 64}
         for mode in ("idle", "awake"):
             with self.keep_awake(mode == "awake"):
                 out[f"{mode}_us"] = [self._bed_trial() for _ in range(trials)]
@@ -108,10 +115,14 @@ class Calibration(TrialBed):
     def _bed_trial(self) -> float:
         seconds = max(0.5, self.cfg.trial)
         sink = self._start_sink(seconds + 5, 0.1)
-        self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", "10.254.0.2",
-                      "--port", str(PORT), "--size", "64", "--rate", str(NOMINAL_FPS),
-                      "--duration", f"{seconds + 0.1:.3f}", *self.gen_args("bed0", self._bed_mac)],
-                     timeout=seconds + 30)
+        gen = self.spawn(self.gen, [
+            self.pg, "send", "--dst", "10.254.0.2", "--port", str(PORT), "--size", "64",
+            "--rate", f"{nominal_fps(self.scale):g}", "--duration", f"{seconds + 0.1:.3f}",
+            *self.gen_args("bed0", self._bed_mac), *self.layout.tester_args("send")],
+            name="pktgen-send")
+        res = gen.wait(timeout=seconds + 30)
+        if res.returncode != 0:
+            raise LabError(f"the generator failed on the bed's own path: {res.stderr.strip()}")
         time.sleep(0.2)
         sink.stop()
         sj = json.loads(sink.wait(timeout=30).stdout.strip().splitlines()[-1])
@@ -146,7 +157,17 @@ class Calibration(TrialBed):
 
         from .model import paper_knee
         fps = paper_knee(load_published("rfc2544"))
+        if self.scale != 1.0:
+            return 1e9 / (fps * self.scale), (
+                f"the paper's knee, {fps:,.0f} fps of 64-byte frames (Table 3), at the virtual "
+                f"bed's scale {self.scale:g}: {fps * self.scale:,.0f} fps")
         return 1e9 / fps, f"the paper's knee, {fps:,.0f} fps of 64-byte frames (Table 3)"
+
+    def reading_s(self) -> float:
+        """Seconds of one calibration reading: :data:`CAL_SECONDS`, or
+        :data:`CAL_SECONDS_VIRTUAL` on the virtual bed (a reading there is the
+        same every time: its length buys no precision)."""
+        return CAL_SECONDS_VIRTUAL if self.layout.shared else CAL_SECONDS
 
     def calibrate(self) -> Tuple[int, Dict[str, Any]]:
         """Find the filter count whose 64-byte capacity (the rate the DUT forwards
@@ -222,7 +243,7 @@ class Calibration(TrialBed):
             self._uncost()
         cal = {"target_ns_per_frame": target_ns, "target": source, "target_fps": target,
                "filters": n, "capacity_fps": cap, "ns_per_filter": 1e9 / cap / n,
-               "reading_s": CAL_SECONDS, "steps": steps, "checks": checks,
+               "reading_s": self.reading_s(), "steps": steps, "checks": checks,
                "checked": checks[-1]["ok"], "calibrated_on": self.dut}
         log.info("calibration on the %s: %d filters -> %.0f fps at overload (target %.0f)",
                  self.dut, n, cap, target)
@@ -233,7 +254,7 @@ class Calibration(TrialBed):
         with ``n`` filters in place (the DUT forwarding nothing is an error)."""
         self._cost(n)
         try:
-            m = self.trial(64, offered, seconds=CAL_SECONDS)
+            m = self.trial(64, offered, seconds=self.reading_s())
         finally:
             self._uncost()
         if m["received_fps"] <= 0:

@@ -12,6 +12,7 @@ from nslab.model.shaping import parse_rate
 from nslab.run.study import StudyConfig
 
 Dut = Literal["bridge", "router", "ovs"]
+Bed = Literal["virtual", "real"]
 Test = Literal["throughput", "latency", "loss", "back-to-back", "cost", "mlrsearch"]
 FRAME_SIZES = [64, 128, 256, 512, 1024, 1280, 1518]
 DUTS: List[Dut] = ["bridge", "router"]
@@ -28,6 +29,16 @@ class Rfc2544Config(StudyConfig):
     """RFC 2544 of a Linux bridge vs a Linux router (and OVS) as the DUT."""
 
     duts: UniqueList[Dut] = Field(default_factory=lambda: list(DUTS), description="DUTs")
+    bed: Bed = Field(
+        "virtual", description="where the trials run: virtual (a QEMU guest on Debian's stock "
+        "kernel with one vCPU whose clock is its instruction count, so no host can disturb an "
+        "answer) or real (this machine's CPUs: bare metal, physical NICs)")
+    virtual_scale: Annotated[float, Field(ge=0.01, le=1.0)] = Field(
+        0.1, description="virtual bed: its rates against the paper's bed (links, the DUT's "
+        "knee, the offered loads; latency differences are compared at 1/scale)")
+    vcpu_shift: Annotated[int, Field(ge=0, le=6)] = Field(
+        2, description="virtual bed: one guest instruction per 2^N ns of virtual time "
+        "(QEMU -icount shift=N)")
     frame_sizes: UniqueList[Annotated[int, Field(ge=64, le=9018)]] = Field(
         default_factory=lambda: list(FRAME_SIZES), description="frame sizes, FCS included")
     link_rate: RateText = Field("100Mbit", description="rate of both links, framing counted")
@@ -122,11 +133,23 @@ class Rfc2544Config(StudyConfig):
     }
     cli_aliases: ClassVar[Dict[str, str]] = {"dut": "duts"}
 
+    @classmethod
+    def saved(cls, data: Dict[str, object], where: str = "") -> "Rfc2544Config":
+        """A stored run's configuration: one stored before the virtual bed (no
+        ``bed``) was measured on the real bed."""
+        return cls.parse({"bed": "real", **data}, where)
+
+    def scale(self) -> float:
+        """The bed's rates against the paper's: ``virtual_scale`` on the virtual
+        bed, 1 on the real one."""
+        return self.virtual_scale if self.bed == "virtual" else 1.0
+
     def line_bps(self) -> Optional[float]:
-        """The shaped rate, or None for unshaped links."""
+        """The shaped rate on the bed (the virtual bed's scaled), or None for
+        unshaped links."""
         if str(self.link_rate).lower() == "none":
             return None
-        return parse_rate(self.link_rate)
+        return parse_rate(self.link_rate) * self.scale()
 
     @model_validator(mode="after")
     def _one_cost_rule(self) -> "Rfc2544Config":

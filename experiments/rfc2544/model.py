@@ -15,17 +15,25 @@ QUICK_LOAD_PCT = [10, 50, 90, 110]
 NOMINAL_FPS = 1000
 
 
+def nominal_fps(scale: float = 1.0) -> float:
+    """The paper's nominal input rate (1,000 fps) on a bed of ``scale`` times
+    its rates (the virtual bed's :meth:`~.config.Rfc2544Config.scale`)."""
+    return NOMINAL_FPS * scale
+
+
 def theory_table(link_bps: float, sizes: List[int]) -> List[Tuple[int, float, float]]:
     """(frame size, max frames/s, max bit/s of frames) on a link of ``link_bps``."""
     return [(s, frame_rate(link_bps, s), frame_rate(link_bps, s) * s * 8) for s in sizes]
 
 
 def loads(frame: int, line_fps: float, paper_rates: bool, quick: bool,
-          loads_pct: List[int]) -> List[float]:
+          loads_pct: List[int], scale: float = 1.0) -> List[float]:
     """The offered loads of the loss/load sweep: the paper's rates for 64-byte
-    frames (then past line rate), else percentages of line rate."""
+    frames (times ``scale`` on a bed that runs at that share of the paper's
+    rates), then past line rate; else percentages of line rate."""
     if frame == 64 and paper_rates:
-        return [float(f) for f in (QUICK_FPS if quick else PAPER_FPS)] + [round(1.1 * line_fps, 1)]
+        return ([round(f * scale, 1) for f in (QUICK_FPS if quick else PAPER_FPS)]
+                + [round(1.1 * line_fps, 1)])
     pcts = QUICK_LOAD_PCT if quick else loads_pct
     return [round(line_fps * p / 100.0, 1) for p in pcts]
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional
 from nslab.model.shaping import frame_rate, parse_rate
 from nslab.store.reporting import StudyReport, load_run, render_study, study_report
 
-from .claims import claims
+from .claims import bed_scale, claims
 from .records import SCHEMA, RfcRecord
 from .tables import DUT_ORDER, back_to_back_rows, by_test, intrinsic, table3, trials_of
 
@@ -23,7 +23,8 @@ def write_report(run_dir: str) -> StudyReport:
     pub = run.published
     duts = sorted({r.params.dut for r in recs}, key=DUT_ORDER.index)
     rate = cfg.get("link_rate", "100Mbit")
-    line_bps = None if str(rate).lower() == "none" else parse_rate(rate)
+    scale = bed_scale(prov)
+    line_bps = None if str(rate).lower() == "none" else parse_rate(rate) * scale
     throughput = sorted(by_test(recs, "throughput"), key=lambda r: (r.params.dut, r.params.frame))
     latency = sorted(by_test(recs, "latency"), key=lambda r: (r.params.dut, r.params.frame))
     found = claims(recs, duts, pub, prov)
@@ -34,18 +35,22 @@ def write_report(run_dir: str) -> StudyReport:
                             throughput=throughput, latency=latency,
                             table3={d: table3(recs, d) for d in duts}, b2b=back_to_back_rows(recs),
                             paper=pub["table3_bridge_overload_64B"], claims=found,
-                            intrinsic=intrinsic(recs))
+                            intrinsic=intrinsic(recs), vbed=prov.get("virtual_bed"))
     return study_report(run_dir, md, "RFC 2544 study", found,
-                        (lambda: plot(run_dir, recs, duts, pub, line_bps)) if recs else None, body)
+                        (lambda: plot(run_dir, recs, duts, pub, line_bps, scale)) if recs else None,
+                        body)
 
 
 def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
-         line_bps: Optional[float]) -> Dict[str, str]:
+         line_bps: Optional[float], scale: float = 1.0) -> Dict[str, str]:
+    """The four figures; the paper's curves at the bed's ``scale`` of its rates
+    (its latencies at 1/scale)."""
     from nslab.store.plotting import pyplot
     plt = pyplot()
 
     from nslab.store.plotting import save_figure
     colors = {"bridge": "C0", "router": "C1", "ovs": "C2"}
+    sc = f" (at scale {scale:g})" if scale != 1 else ""
     fig, axes = plt.subplots(2, 2, figsize=(11, 8.5))
     ax = axes[0][0]  # Fig 10/13
     for dut in duts:
@@ -53,8 +58,8 @@ def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, An
                      for r in by_test(recs, "latency") if r.params.dut == dut)
         if pts:
             ax.plot(*zip(*pts), marker="o", color=colors[dut], label=f"{dut} (ours)")
-    ax.axhline(25, color="grey", ls=":", label="paper: bridge ~25 us")
-    ax.axhline(30, color="grey", ls="--", lw=0.8, label="paper: router ~+5 us")
+    ax.axhline(25 / scale, color="grey", ls=":", label="paper: bridge ~25 us" + sc)
+    ax.axhline(30 / scale, color="grey", ls="--", lw=0.8, label="paper: router ~+5 us" + sc)
     ax.set(title="Latency vs frame size at 1,000 fps (cf. Fig. 10, 13)", xlabel="frame size (bytes)",
            ylabel="latency (us)")
     ax.legend(fontsize=7)
@@ -72,7 +77,8 @@ def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, An
         if lo:
             ax.plot(*zip(*sorted(lo)), marker="s", ls="--", color=colors[dut], label=f"{dut}, low input rate")
             ax.plot(*zip(*sorted(hi)), marker="o", color=colors[dut], label=f"{dut}, highest input rate")
-    ax.scatter([1500], [96], marker="*", s=120, color="grey", label="paper: bridge 96 Mbit/s at 1500 B")
+    ax.scatter([1500], [96 * scale], marker="*", s=120, color="grey",
+               label="paper: bridge 96 Mbit/s at 1500 B" + sc)
     if line_bps:
         ax.axhline(line_bps / 1e6, color="k", lw=0.6, ls=":", label="link rate")
     ax.set(title="Throughput vs frame size (cf. Fig. 11, 14)", xlabel="frame size (bytes)",
@@ -91,8 +97,8 @@ def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, An
             ax.scatter([x["fps"] for x in bad], [max(x["latency_us"], 1) for x in bad], marker="x",
                        color="lightgrey", label=f"{dut}: excluded by the fidelity guard")
     t3 = pub["table3_bridge_overload_64B"]["rows"]
-    ax.plot([r[0] for r in t3], [r[2] for r in t3], marker="s", ls=":", color="grey",
-            label="paper: bridge (Table 3)")
+    ax.plot([r[0] * scale for r in t3], [r[2] / scale for r in t3], marker="s", ls=":",
+            color="grey", label="paper: bridge (Table 3)" + sc)
     if line_bps:
         ax.axvline(frame_rate(line_bps, 64), color="k", lw=0.6, ls=":", label="64 B line rate")
     ax.set(xscale="log", yscale="log", title="Latency vs offered load, 64-byte frames",
@@ -110,8 +116,9 @@ def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, An
         if bad:
             ax.scatter([x["fps"] for x in bad], [x["cpu_pct"] for x in bad], marker="x",
                        color="lightgrey", label=f"{dut}: excluded by the fidelity guard")
-    ax.plot([r[0] for r in t3 if r[4] is not None], [r[4] for r in t3 if r[4] is not None],
-            marker="s", ls=":", color="grey", label="paper: bridge CPU")
+    ax.plot([r[0] * scale for r in t3 if r[4] is not None],
+            [r[4] for r in t3 if r[4] is not None],
+            marker="s", ls=":", color="grey", label="paper: bridge CPU" + sc)
     ax.set(xscale="log", title="DUT CPU occupancy vs offered load, 64 bytes", xlabel="offered frames/s",
            ylabel="occupancy (%)")
     ax.legend(fontsize=7)

@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Tuple
 
 from nslab.runtime.proc import pin_threads, restore_threads
 
-from .bed import DUT_CPU, GEN_CPU, napi_on
+from .bed import napi_on
 from .calibration import Calibration
-from .model import NOMINAL_FPS
+from .model import nominal_fps
 from .search import Tests
 
 log = logging.getLogger(__name__)
@@ -46,18 +46,23 @@ class Rfc2544Runner(Tests, Calibration):
             # DUT's CPU like the kernel's forwarding does, or it would share
             # the generator's (a daemon the lab starts inherits the harness's
             # CPU0) and every trial would read as a saturated generator.
-            self._ovs_affinity = pin_threads(self.ovs_pid, {DUT_CPU})
+            self._ovs_affinity = pin_threads(self.ovs_pid, {self.dut_cpu})
             self.watch.bed_pids.add(self.ovs_pid)
             info["cpu_model"] = ("DUT CPU busy time: ovs-vswitchd (userspace datapath, its "
-                                 f"{len(self._ovs_affinity)} threads pinned to CPU{DUT_CPU}) and "
-                                 "the receive work RPS steers there; no cost knob")
-        self._rps(self.dutn, self.dut_in, 1 << DUT_CPU)
-        self._rps(self.sink, "sink-eth0", 1 << GEN_CPU)
-        info["rps"] = {f"dut:{self.dut_in}": DUT_CPU, "sink:sink-eth0": GEN_CPU}
-        if self._live_possible():
+                                 f"{len(self._ovs_affinity)} threads pinned to "
+                                 f"CPU{self.dut_cpu}) and the receive work RPS steers there; no "
+                                 "cost knob")
+        if self.layout.shared:
+            info.update(self._shared_cpu())
+        else:
+            self._rps(self.dutn, self.dut_in, 1 << self.dut_cpu)
+            self._rps(self.sink, "sink-eth0", 1 << self.gen_cpu)
+            info["rps"] = {f"dut:{self.dut_in}": self.dut_cpu, "sink:sink-eth0": self.gen_cpu}
+        if self._live_possible() and not self.layout.shared:
             # XDP live frames reach only an interface that runs NAPI: the DUT's
             # ingress receives in a NAPI thread on the DUT's CPU.
-            info["dut_ingress_napi_cpu"] = DUT_CPU if napi_on(self.dutn, self.dut_in, DUT_CPU) else None
+            info["dut_ingress_napi_cpu"] = (self.dut_cpu if napi_on(self.dutn, self.dut_in,
+                                                                    self.dut_cpu) else None)
         time.sleep(0.3)
         # Each CPU's fastest loop time, this lab's readings and the run's earlier
         # labs': the reference a trial's slowdown is judged against.
@@ -71,7 +76,10 @@ class Rfc2544Runner(Tests, Calibration):
         self.baseline_ok = bool(base["ok"])
         info["baseline_busy_pct"] = self.baseline_busy
         info["baseline"] = base
-        info["cpu_accounting"] = "busy = elapsed - idle (idle is exact on a tickless kernel)"
+        info["cpu_accounting"] = (
+            "the DUT's CPU is what the tester leaves of the one vCPU: its NAPI thread's run "
+            "time plus the idle time; busy = that thread's share of it" if self.layout.shared
+            else "busy = elapsed - idle (idle is exact on a tickless kernel)")
         if self.cfg.bed_floor:
             # The bed is the same for every DUT of a run: measured once.
             earlier = self.earlier_setup("bed_floor")
@@ -121,21 +129,46 @@ class Rfc2544Runner(Tests, Calibration):
                            "no intrinsic cost measured: " + ("; ".join(bad) or "?"))
         if test == "latency":
             with self.keep_awake(self.cfg.keep_awake):
-                trials = [self.trial(size, NOMINAL_FPS) for _ in range(self.cfg.latency_trials)]
+                trials = [self.trial(size, nominal_fps(self.scale))
+                          for _ in range(self.cfg.latency_trials)]
             trials.append(self.trial(size, 0.9 * self.line_fps(size)))
             m = {"trials": trials}
-            return m, [], (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at {NOMINAL_FPS} "
-                           f"fps, {trials[-1]['latency_us']['avg']:.0f} us at 90 % of line")
+            return m, [], (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at "
+                           f"{nominal_fps(self.scale):g} fps, "
+                           f"{trials[-1]['latency_us']['avg']:.0f} us at 90 % of line")
         trials = [self.trial(size, fps) for fps in self.loads(size)]
         worst = max(trials, key=lambda t: t["loss_pct"])
         return {"trials": trials}, [], (f"{len(trials)} loads; worst loss {worst['loss_pct']:.1f} % "
                                         f"at {worst['target_fps']:.0f} fps")
+
+    def _shared_cpu(self) -> Dict[str, Any]:
+        """The virtual bed's one CPU (:data:`~.bed.SHARED`): the DUT's ingress
+        receives in a NAPI thread of its own at the normal priority (its run
+        time is the DUT's CPU time); the sink's interface in one at the
+        tester's real-time priority, like the generator and the sink's
+        process. Segmentation offloads off on the DUT's egress, so that its
+        frames reach the sink's NAPI thread rather than the input queue of
+        whichever task sent them."""
+        self.dutn.run(["ethtool", "-K", self.dut_out, "tso", "off", "gso", "off"], check=False)
+        dut = napi_on(self.dutn, self.dut_in, self.dut_cpu)
+        sink = napi_on(self.sink, "sink-eth0", self.gen_cpu, fifo=self.layout.tester_fifo)
+        if dut is None or sink is None:
+            from nslab.errors import LabError
+            raise LabError(f"virtual bed: no NAPI thread of its own for "
+                           f"{'the DUT' if dut is None else 'the sink'}: the DUT's CPU time "
+                           "could not be told apart from the tester's")
+        self.dut_threads = [dut]
+        return {"cpu_model": (
+            f"one vCPU (the virtual bed): the tester (generator, sink, and the sink's NAPI "
+            f"thread) at SCHED_FIFO {self.layout.tester_fifo}; the DUT's receive work in its "
+            f"NAPI thread napi/{self.dut_in} at the normal priority"),
+            "dut_napi_thread": dut, "sink_napi_thread": sink}
 
     def finish(self) -> None:
         """Nothing to keep: every count is in the record. ovs-vswitchd's threads
         get their CPUs back."""
         restore_threads(self._ovs_affinity)
         self._ovs_affinity = {}
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if self._nl is not None:
+            self._nl.close()
+            self._nl = None

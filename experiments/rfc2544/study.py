@@ -2,14 +2,16 @@
 Linux router (and OVS) as the device under test (seed 004).
 
 One lab per DUT (generator -- DUT -- sink, links shaped with Ethernet framing
-counted); the whole run holds the machine's CPU split (generator CPU0, DUT
-CPU1), so two RFC 2544 runs cannot disturb each other. See
+counted). On the real bed (``--bed real``) the whole run holds the machine's
+CPU split (generator CPU0, DUT CPU1), so two RFC 2544 runs cannot disturb each
+other; on the virtual bed (the presets' choice) the same study runs inside a
+QEMU guest whose clock is its instruction count (:mod:`.virtual`). See
 :mod:`nslab.experiments.rfc2544.runner` for how each trial is counted.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, ContextManager, Dict, List
+from typing import Any, Callable, ContextManager, Dict, List, Optional
 
 from nslab.errors import CapabilityError, InputError
 from nslab.run.study import Study, StudyReport
@@ -39,19 +41,41 @@ class Rfc2544Study(Study):
 
     def needs(self, cfg: Rfc2544Config) -> List[str]:
         from nslab.traffic.pktgen import pktgen_path
-        if (os.cpu_count() or 1) < 2:
-            raise CapabilityError("the RFC 2544 CPU model needs 2 CPUs (generator and DUT apart)")
+
+        from .bed import layout_here
+        if cfg.bed == "virtual" and not layout_here().shared:
+            if "ovs" in cfg.duts:
+                raise InputError("the virtual bed measures the kernel's bridge and router; "
+                                 "OVS runs on the real bed only (--bed real)")
+            from .virtual import require
+            require()  # QEMU and a stock kernel; the guest has the rest
+            return []
+        if not layout_here().shared and (os.cpu_count() or 1) < 2:
+            raise CapabilityError("the RFC 2544 CPU model needs 2 CPUs (generator and DUT "
+                                  "apart): run it on the virtual bed (--bed virtual)")
         pktgen_path()
         need = ["htb", "tbf"]
         if any(d != "ovs" for d in cfg.duts):
-            need.append("rps")
+            if not layout_here().shared:  # one CPU: no receive work is steered
+                need.append("rps")
             if cfg.dut_cost != 0:
                 need.append("u32")
         return need
 
     def labs(self, cfg: Rfc2544Config) -> Dict[str, Topology]:
         from nslab.topologies.rfc2544 import dut_chain
-        return {d: dut_chain(d, link_rate=cfg.link_rate, framing=True) for d in cfg.duts}
+        bps = cfg.line_bps()  # the virtual bed's links run at its scale of the paper's
+        rate = "none" if bps is None else f"{bps:.0f}bit"
+        return {d: dut_chain(d, link_rate=rate, framing=True) for d in cfg.duts}
+
+    def elsewhere(self, cfg: Rfc2544Config) -> Optional[Callable[..., None]]:
+        """The virtual bed runs the study in its guest (:func:`.virtual.run`);
+        inside that guest, and on the real bed, it runs here."""
+        from .bed import layout_here
+        if cfg.bed != "virtual" or layout_here().shared:
+            return None
+        from .virtual import run
+        return run
 
     def lab_key(self, cfg: Rfc2544Config, point: Dict[str, Any]) -> str:
         return point["dut"]

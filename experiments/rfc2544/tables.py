@@ -175,7 +175,8 @@ def limited_why(points: List[Tuple[str, int]], limited: Dict[Tuple[str, int], fl
             "--generator xdp with --link-rate none, or more CPUs)")
 
 
-def nominal_latencies(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]]:
+def nominal_latencies(recs: List[RfcRecord], scale: float = 1.0
+                      ) -> Dict[str, Dict[int, List[float]]]:
     """Average latency of every trial at the nominal 1,000 fps, per DUT and size.
 
     Each trial's median (``latency_us.p50``) is recorded too, and varies far
@@ -185,12 +186,12 @@ def nominal_latencies(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]
     independent of each other, and builds differed by more than their trials
     did. Until the claim is judged per build, it stays on the means (mostly
     undecided, never contradicting itself)."""
-    from .model import NOMINAL_FPS
+    from .model import nominal_fps
     out: Dict[str, Dict[int, List[float]]] = {}
     for r in by_test(recs, "latency"):
         assert isinstance(r.measurements, Trials)
         for t in r.measurements.trials:
-            if abs(t.target_fps - NOMINAL_FPS) < 1 and not t.invalid:
+            if abs(t.target_fps - nominal_fps(scale)) < 1 and not t.invalid:
                 out.setdefault(r.params.dut, {}).setdefault(r.params.frame, []).append(
                     t.latency_us.avg)
     return out
@@ -222,16 +223,17 @@ def _left_text(what: str, total: int, seen: Counter) -> str:
                                               f"({left} of {total}; {n} of them: {why})"))
 
 
-def nominal_why(recs: List[RfcRecord], dut: str, frame: Optional[int] = None) -> str:
+def nominal_why(recs: List[RfcRecord], dut: str, frame: Optional[int] = None,
+                scale: float = 1.0) -> str:
     """Why no latency trial of ``dut`` at the nominal 1,000 fps (at ``frame``
     bytes, or at any size) is left: how many were left out, and the most
     frequent reason."""
-    from .model import NOMINAL_FPS
-    total, seen = _left_out(recs, "latency", dut, frame,
-                            lambda t: abs(t.target_fps - NOMINAL_FPS) < 1)
+    from .model import nominal_fps
+    fps = nominal_fps(scale)
+    total, seen = _left_out(recs, "latency", dut, frame, lambda t: abs(t.target_fps - fps) < 1)
     if not seen:
-        return f"no latency trial of the {dut} at {NOMINAL_FPS:,} fps"
-    return _left_text(f"latency trial of the {dut} at {NOMINAL_FPS:,} fps", total, seen)
+        return f"no latency trial of the {dut} at {fps:,g} fps"
+    return _left_text(f"latency trial of the {dut} at {fps:,g} fps", total, seen)
 
 
 def invalid_why(recs: List[RfcRecord], test: str, dut: str,
@@ -277,7 +279,7 @@ def bed_text(prov: Optional[Dict[str, Any]]) -> str:
             f"{' with CPUs kept awake' if awake else ''}")
 
 
-def published_figures(pub: Dict[str, Any]) -> Dict[str, str]:
+def published_figures(pub: Dict[str, Any], scale: float = 1.0) -> Dict[str, str]:
     """The paper's figures the claims are judged against, in words, from the
     published data: ``knee`` (Table 3's), ``cpu`` (its last occupancy before
     the CPU was too busy to measure), ``occupancy`` (its curve's ends),
@@ -286,14 +288,18 @@ def published_figures(pub: Dict[str, Any]) -> Dict[str, str]:
     from .model import knee_index, paper_knee
     out: Dict[str, str] = {}
     rows = sorted(pub["table3_bridge_overload_64B"]["rows"], key=lambda r: r[0])
-    out["knee"] = f"{paper_knee(pub) / 1e3:.1f} kfps (Table 3)"
+    out["knee"] = f"{paper_knee(pub) / 1e3:.1f} kfps (Table 3)" + (
+        f"; {paper_knee(pub) * scale / 1e3:.2f} kfps at the bed's scale {scale:g}"
+        if scale != 1 else "")
     cpu = [r for r in rows if r[4] is not None]
     if cpu:
         last = cpu[-1]
         out["cpu"] = (f"bridge {last[4]:g} % at {last[0]:,.0f} fps, then too busy to measure "
                       "(Table 3)")
         out["occupancy"] = (f"{cpu[0][4]:g} % at {cpu[0][0]:,.0f} fps to {last[4]:g} % at "
-                            f"{last[0]:,.0f} fps (Table 3)")
+                            f"{last[0]:,.0f} fps (Table 3)" + (
+                                f"; set beside ours at {scale:g} of each load"
+                                if scale != 1 else ""))
     i = knee_index([float(r[2]) for r in rows])
     if i is not None:
         out["latency_knee"] = (f"bridge: {rows[i - 1][2]:,.0f} -> {rows[i][2]:,.0f} us between "

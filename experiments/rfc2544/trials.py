@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 from nslab.errors import LabError
 from nslab.model.shaping import frame_rate
-from nslab.traffic.counters import (busy_pct_from_idle, idle_seconds, node_link_stats,
-                                    process_cpu_seconds, qdisc_drops, softnet_drops,
-                                    softnet_queues)
-from nslab.traffic.interference import Watch, account
+from nslab.traffic.counters import (busy_pct_from_idle, idle_seconds, process_cpu_seconds,
+                                    softnet_drops, softnet_queues)
+from nslab.traffic.nlstats import NetnsCounters
+from nslab.traffic.interference import Snapshot, Task, Watch, account, parse_task_schedstat
 from nslab.traffic.pktgen import pktgen_path
 from nslab.traffic.speed import SpeedWatch
 
-from .bed import DUT_CPU, GEN_CPU, napi_on
+from .bed import layout_here, napi_on
 from .config import Rfc2544Config
 from .model import disturbed, loads, trial_invalid
 
@@ -50,6 +50,43 @@ U32_PRIOS = 2047
 PERSISTENT = 3
 
 
+class _DutThreads:
+    """The virtual bed's stand-in for :class:`~nslab.traffic.interference.Watch`:
+    a snapshot of the DUT's own threads only (all the bed's), which is what
+    :meth:`TrialBed.cpu_shares` reads."""
+
+    def __init__(self, bed: "TrialBed") -> None:
+        self.bed = bed
+        self.bed_pids: set = set()
+
+    def snapshot(self) -> Snapshot:
+        snap = Snapshot(time.monotonic())
+        for tid in self.bed.dut_threads:
+            try:
+                with open(f"/proc/{tid}/schedstat") as f:
+                    times = parse_task_schedstat(f.read())
+            except (OSError, ValueError):
+                continue
+            snap.tasks[tid] = Task(times, frozenset(self.bed.layout.cpus), True, "")
+        return snap
+
+
+class _SteadyClock:
+    """The virtual bed's stand-in for :class:`~nslab.traffic.speed.SpeedWatch`:
+    a clock that counts instructions runs at one speed."""
+
+    fastest: Dict[int, float] = {}
+
+    def read(self) -> Dict[int, float]:
+        return {}
+
+    def prime(self, readings: int = 5) -> None:
+        pass
+
+    def slowdown(self, cpu: int, *readings: Dict[int, float]) -> float:
+        return 0.0
+
+
 class TrialBed:
     """One DUT's test bed, and a trial on it (the study's tests, the
     calibration and the runner build on this: :mod:`.runner`)."""
@@ -61,21 +98,33 @@ class TrialBed:
         self.sink_ip, self.dut_in = roles(dut)
         self.dut_out = "dut-eth1" if dut == "router" else "dut-eth2"
         self.pg = pktgen_path()
+        #: where the bed's parts run (:mod:`.bed`): the real bed's two CPUs, or the
+        #: virtual bed's one
+        self.layout = layout_here()
+        self.gen_cpu, self.dut_cpu = self.layout.gen_cpu, self.layout.dut_cpu
+        #: the bed's rates against the paper's (:meth:`~.config.Rfc2544Config.scale`)
+        self.scale = cfg.scale()
+        #: on a shared CPU: the DUT's NAPI threads, whose run time is its CPU time
+        self.dut_threads: List[int] = []
         self.baseline_busy = 0.0
         self.ceiling_pps: Dict[int, float] = {}
         self.ovs_pid: Optional[int] = None
         self._ceiling_path = False
         self.filters = 0
-        self._pool: Any = None
+        #: the bed's interface counters, read over netlink (made at the first read)
+        self._nl: Optional[NetnsCounters] = None
         self._bed_path = False
         self._bed_mac = ""
         self._nh_mac: Optional[str] = None
         self._awake = False
         self._ovs_affinity: Dict[int, Any] = {}
         #: the scheduler's counters on both of the bed's CPUs (host interference)
-        self.watch = Watch([GEN_CPU, DUT_CPU])
-        #: how fast both CPUs run (what the host gives this guest)
-        self.speed = SpeedWatch([GEN_CPU, DUT_CPU])
+        #: how fast both CPUs run (what the host gives this guest). On the virtual
+        #: bed neither is needed, and each read costs the one vCPU inside a trial:
+        #: its clock counts instructions (no host slows it), and its only tasks are
+        #: the bed's; there only the DUT's threads are read (:class:`_DutThreads`).
+        self.watch: Any = _DutThreads(self) if self.layout.shared else Watch(self.layout.cpus)
+        self.speed: Any = _SteadyClock() if self.layout.shared else SpeedWatch(self.layout.cpus)
         self._excluded_streak = 0
         self.baseline_ok = True
         #: the throughput searches' dither (:func:`~.model.rate_search`)
@@ -122,14 +171,16 @@ class TrialBed:
         one lowest-priority (SCHED_IDLE) spinner per CPU, which any real work
         preempts at once. On a VM an idle vCPU takes tens of microseconds to
         wake for a frame (the host noise probe sees the same lateness), which
-        at 1,000 fps is the whole latency floor; it is the bed's, not the DUT's."""
-        if not awake:
+        at 1,000 fps is the whole latency floor; it is the bed's, not the DUT's.
+        Never on a shared CPU (the virtual bed): its vCPU wakes in no time of
+        its own clock, and a spinner would take the DUT's CPU."""
+        if not awake or self.layout.shared:
             yield
             return
         procs = [self.gen.popen(["taskset", "-c", str(cpu), "chrt", "-i", "0", "sh", "-c",
                                  "while :; do :; done"], name=f"keep-awake-cpu{cpu}",
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for cpu in (GEN_CPU, DUT_CPU)]
+                 for cpu in self.layout.cpus]
         self._awake = True
         try:
             time.sleep(0.1)
@@ -183,14 +234,15 @@ class TrialBed:
                 "addr add 10.255.0.1/30 dev gceil0",
                 "neigh replace 10.255.0.2 lladdr 02:00:00:00:00:99 dev gceil0 nud permanent"]) + "\n")
             self.gen.run(["ethtool", "-K", "gceil0", "tso", "off", "gso", "off"], check=False)
-            self._rps(self.gen, "gceil1", 1 << DUT_CPU)
+            self._rps(self.gen, "gceil1", 1 << self.dut_cpu)
             if self._live_possible():
-                napi_on(self.gen, "gceil1", DUT_CPU)
+                napi_on(self.gen, "gceil1", self.dut_cpu)
             self._ceiling_path = True
-        res = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", "10.255.0.2",
-                            "--port", str(PORT), "--size", str(size), "--rate", "0",
-                            "--duration", "1",
-                            *self.gen_args("gceil0", "02:00:00:00:00:99")], timeout=30)
+        res = self.gen.run([
+            self.pg, "send", "--dst", "10.255.0.2", "--port", str(PORT), "--size", str(size),
+            "--rate", "0", "--duration", "1", *self.gen_args("gceil0", "02:00:00:00:00:99"),
+            *self.layout.tester_args("send")],
+            timeout=30)
         pps = json.loads(res.stdout)["pps"]
         self.ceiling_pps[size] = pps
         return pps
@@ -198,12 +250,26 @@ class TrialBed:
     # -- one trial ------------------------------------------------------------
     def _start_sink(self, duration: float, warmup: float = 0.0):
         """The sink on the generator's CPU, listening before this returns."""
-        sink = self.sink.popen(["taskset", "-c", str(GEN_CPU), self.pg, "recv", "--port", str(PORT),
-                                "--duration", f"{duration:.3f}", "--warmup", f"{warmup:.3f}"],
-                               name="pktgen-recv")
+        sink = self.spawn(self.sink, [
+            self.pg, "recv", "--port", str(PORT), "--duration", f"{duration:.3f}",
+            "--warmup", f"{warmup:.3f}", *self.layout.tester_args("recv")], name="pktgen-recv")
         if "ready" not in sink.readline():
             raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
         return sink
+
+    def spawn(self, node: Any, argv: List[str], name: str) -> Any:
+        """``argv`` started in ``node``'s namespace (the lab stops it on
+        teardown). On the virtual bed it is forked inside the namespace, with
+        no ``ip netns exec`` to start first (in the guest every program
+        started is read from the host's files, and that read moves the
+        guest's clock)."""
+        if not self.layout.shared:
+            return node.popen(argv, name=name)
+        from nslab.runtime.proc import Process
+        p = Process(argv, netns=node.netns, run_id=self.lab.run_id, where=node.name, name=name,
+                    direct=True)
+        self.lab.processes.append(p)
+        return p
 
     def trial(self, size: int, fps: float, seconds: Optional[float] = None,
               tag: str = "", stands: Optional[Callable[[Dict[str, Any]], bool]] = None
@@ -248,9 +314,14 @@ class TrialBed:
         sink = self._start_sink(total + 1.5, cfg.warmup)
         speed0 = self.speed.read()
         cpre = self._counters()
-        gen = self.gen.popen(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
-                              "--port", str(PORT), "--size", str(size), "--rate", f"{fps:.3f}",
-                              "--duration", f"{total:.3f}", *self.gen_args()], name="pktgen-send")
+        gen = self.spawn(self.gen, [
+            self.pg, "send", "--dst", self.sink_ip, "--port", str(PORT), "--size", str(size),
+            "--rate", f"{fps:.3f}", "--duration", f"{total:.3f}", "--ready", "1",
+            *self.gen_args(), *self.layout.tester_args("send")], name="pktgen-send")
+        # the warm-up runs from when the generator runs (starting it may take a
+        # while: in a guest its binary is read from the host)
+        if "ready" not in gen.readline():
+            raise LabError(f"the generator did not start: {gen.wait(timeout=5).stderr.strip()}")
         t_start = time.monotonic()
         time.sleep(cfg.warmup)
         c0 = self._counters()
@@ -276,10 +347,11 @@ class TrialBed:
         lost = max(0, sent_all - recv_all)
         offered = c1["gen_tx"] - c0["gen_tx"]
         received = c1["sink_rx"] - c0["sink_rx"]
-        dut_busy = busy_pct_from_idle(c0["idle"], c1["idle"], window, DUT_CPU)
+        dut_busy, gen_busy, dut_s = self.cpu_shares(c0, c1, window)
         occ = max(0.0, dut_busy - self.baseline_busy)
         fwd_pps = (c1["dut_tx"] - c0["dut_tx"]) / wins["dut"]
-        inter = account(c0["sched"], c1["sched"], [GEN_CPU, DUT_CPU])
+        inter = account(c0["sched"], c1["sched"], self.layout.cpus)
+        dut_cpu, gen_cpu = self.dut_cpu, self.gen_cpu
         m = {
             "frame": size, "target_fps": fps, "window_s": window,
             "counter_windows_s": {k: round(v, 4) for k, v in wins.items()},
@@ -290,8 +362,8 @@ class TrialBed:
             "frames_sent": sent_all, "frames_received": recv_all,
             "lost": lost, "loss_pct": 100.0 * lost / sent_all if sent_all else 0.0,
             "dut_forwarded_fps": fwd_pps,
-            "dut_backlog_drops": c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU],
-            "dut_queue_frames": (c1["queue"][DUT_CPU] if len(c1["queue"]) > DUT_CPU
+            "dut_backlog_drops": c1["softnet"][dut_cpu] - c0["softnet"][dut_cpu],
+            "dut_queue_frames": (c1["queue"][dut_cpu] if len(c1["queue"]) > dut_cpu
                                  else None),
             "ovs_vswitchd_busy_pct": (100.0 * (c1["ovs_cpu"] - c0["ovs_cpu"]) / window
                                       if self.ovs_pid else None),
@@ -302,59 +374,91 @@ class TrialBed:
             "latency_us": sj["latency_us"], "latency_samples": sj["in_window"],
             "dut_busy_pct": dut_busy, "dut_occupancy_pct": occ,
             "baseline_ok": self.baseline_ok,
-            "us_per_packet": ((occ / 100.0) * 1e6 / fwd_pps if fwd_pps > 0 and not self._awake
-                              else None),
+            "us_per_packet": self.us_per_frame(occ, dut_s, fwd_pps, window),
             "cpus_kept_awake": self._awake,
-            "gen_cpu_busy_pct": busy_pct_from_idle(c0["idle"], c1["idle"], window, GEN_CPU),
-            "sink_backlog_drops": c1["softnet"][GEN_CPU] - c0["softnet"][GEN_CPU],
+            "gen_cpu_busy_pct": gen_busy,
+            "sink_backlog_drops": c1["softnet"][gen_cpu] - c0["softnet"][gen_cpu],
             "interference": {
                 role: dict(inter[cpu].as_dict(),
                            slowdown_pct=round(self.speed.slowdown(cpu, speed0, speed1), 1))
-                for role, cpu in (("dut", DUT_CPU), ("gen", GEN_CPU))},
+                for role, cpu in (("dut", dut_cpu), ("gen", gen_cpu))},
         }
         ceiling = self.ceiling_pps.get(size)
         m["generator_limited"] = bool(ceiling and fps > 0.9 * ceiling)
         m["invalid"] = trial_invalid(m, self.line_fps(size))
         return m
 
+    def cpu_shares(self, c0: Dict[str, Any], c1: Dict[str, Any], window: float
+                   ) -> Tuple[float, float, Optional[float]]:
+        """(the DUT CPU's busy share, the generator CPU's, the DUT's CPU seconds)
+        over ``window`` between two snapshots of :meth:`_counters`.
+
+        The real bed: each CPU's busy share is 100 - its idle share (the DUT's
+        CPU seconds are not told apart there: None). On a shared CPU (the
+        virtual bed): the DUT's CPU is the time the tester left it, its own
+        NAPI threads' run time plus the idle time, and its busy share is its
+        threads' part of that; the generator's is the rest of the CPU's busy
+        time (tester, harness, kernel), as a share of the window."""
+        if not self.layout.shared:
+            return (busy_pct_from_idle(c0["idle"], c1["idle"], window, self.dut_cpu),
+                    busy_pct_from_idle(c0["idle"], c1["idle"], window, self.gen_cpu), None)
+        cpu = self.dut_cpu
+        idle = max(0.0, c1["idle"][cpu] - c0["idle"][cpu])
+        dut = 0.0
+        for tid in self.dut_threads:
+            a, b = c0["sched"].tasks.get(tid), c1["sched"].tasks.get(tid)
+            if a is not None and b is not None:
+                dut += (b.times.run_ns - a.times.run_ns) / 1e9
+        left = dut + idle
+        dut_busy = min(100.0, 100.0 * dut / left) if left > 0 else 100.0
+        gen_busy = min(100.0, max(0.0, 100.0 * (window - idle - dut) / window)) \
+            if window > 0 else 0.0
+        return dut_busy, gen_busy, dut
+
+    def us_per_frame(self, occ: float, dut_s: Optional[float], fwd_pps: float,
+                     window: float) -> Optional[float]:
+        """The DUT's CPU time per forwarded frame, microseconds (None when it
+        forwarded nothing, or the CPUs were kept awake)."""
+        if fwd_pps <= 0 or self._awake:
+            return None
+        if dut_s is not None:  # the DUT's own threads, measured
+            return 1e6 * dut_s / (fwd_pps * window) if window > 0 else None
+        return (occ / 100.0) * 1e6 / fwd_pps
+
     def _counters(self) -> Dict[str, Any]:
-        """One snapshot of every counter a trial needs. The namespaces' counters
-        are read concurrently (one tool call each), so a snapshot takes as long
-        as its slowest read, not their sum."""
-        from concurrent.futures import ThreadPoolExecutor
+        """One snapshot of every counter a trial needs: the CPUs' idle time and
+        the scheduler's counters (/proc), the input queues, and each bed
+        interface's packet and root-qdisc drop counters, read over netlink
+        sockets kept open in each node's namespace (:class:`NetnsCounters`: no
+        process per read, so nothing the harness does in a trial's window
+        costs a fork, or a read of a tool from a guest's shared root)."""
         c: Dict[str, Any] = {"t": time.monotonic(), "idle": idle_seconds(),
                              "sched": self.watch.snapshot(), "softnet": softnet_drops(),
                              "queue": softnet_queues()}
-        jobs = {"gen": lambda: node_link_stats(self.gen, "gen-eth0"),
-                "sink": lambda: node_link_stats(self.sink, "sink-eth0"),
-                "gen_q": lambda: qdisc_drops(self.gen, "gen-eth0")}
-        if self.dut != "ovs":
-            jobs["dut"] = lambda: node_link_stats(self.dutn, self.dut_out)
-            jobs["dut_q"] = lambda: qdisc_drops(self.dutn, self.dut_out)
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=5, thread_name_prefix="counters")
-        def timed(f: Any) -> Tuple[Any, float]:
-            got = f()
-            return got, time.monotonic()
-        futures = {k: self._pool.submit(timed, f) for k, f in jobs.items()}
-        done = {k: f.result(timeout=30) for k, f in futures.items()}
-        got = {k: v for k, (v, _) in done.items()}
-        # when each read came back: a read takes tens of ms (a process in the
-        # node's namespace), so a window of counters runs from read to read
-        c["t_read"] = {k: t for k, (_, t) in done.items()}
+        if self._nl is None:
+            ifs = {"gen": (self.gen.netns, "gen-eth0"), "sink": (self.sink.netns, "sink-eth0")}
+            if self.dut != "ovs":
+                ifs["dut"] = (self.dutn.netns, self.dut_out)
+            self._nl = NetnsCounters(ifs)
+        got = self._nl.links()
+        gen_q = self._nl.qdisc_drops("gen")
+        dut_q = self._nl.qdisc_drops("dut") if self.dut != "ovs" else 0
+        t = time.monotonic()
+        # every namespace is read at once, within a fraction of a millisecond
+        c["t_read"] = {k: t for k in got}
         # veth counts a frame the next hop's backlog refused as the sender's
         # tx_dropped, not tx_packets: offered = both.
         c["gen_tx"] = got["gen"]["tx_packets"] + got["gen"]["tx_dropped"]
         c["sink_rx"] = got["sink"]["rx_packets"]
-        c["gen_qdrops"] = got["gen_q"]
+        c["gen_qdrops"] = gen_q
         if self.dut == "ovs":
-            from nslab.runtime.proc import run
-            c["dut_tx"] = int(run(["cat", f"/sys/class/net/{self.dut_out}/statistics/tx_packets"]).stdout)
+            with open(f"/sys/class/net/{self.dut_out}/statistics/tx_packets") as f:
+                c["dut_tx"] = int(f.read())
             c["dut_qdrops"] = 0
             c["ovs_cpu"] = process_cpu_seconds(self.ovs_pid) if self.ovs_pid else 0.0
         else:
             c["dut_tx"] = got["dut"]["tx_packets"]
-            c["dut_qdrops"] = got["dut_q"]
+            c["dut_qdrops"] = dut_q
         return c
 
     def burst(self, size: int, frames: int) -> Dict[str, Any]:
@@ -367,10 +471,11 @@ class TrialBed:
         sink = self._start_sink(seconds + 60)
         try:
             c0 = self._counters()
-            g = self.gen.run(["taskset", "-c", str(GEN_CPU), self.pg, "send", "--dst", self.sink_ip,
-                              "--port", str(PORT), "--size", str(size), "--rate", f"{line:.3f}",
-                              "--count", str(frames), "--duration", f"{seconds + 10:.3f}",
-                              *self.gen_args()], timeout=seconds + 40)
+            g = self.gen.run([
+                self.pg, "send", "--dst", self.sink_ip, "--port", str(PORT), "--size", str(size),
+                "--rate", f"{line:.3f}", "--count", str(frames),
+                "--duration", f"{seconds + 10:.3f}", *self.gen_args(),
+                *self.layout.tester_args("send")], timeout=seconds + 40)
             time.sleep(0.5)  # frames in flight and in the DUT's queues
             c1 = self._counters()
         finally:
@@ -385,7 +490,7 @@ class TrialBed:
             "lost": max(0, sent - recv), "gen_sent": gj["sent"], "gen_errors": gj["errors"],
             "gen_pps": gj["pps"], "sink_socket_received": sj["received"],
             "gen_qdisc_drops": c1["gen_qdrops"] - c0["gen_qdrops"],
-            "dut_backlog_drops": (c1["softnet"][DUT_CPU] - c0["softnet"][DUT_CPU]
+            "dut_backlog_drops": (c1["softnet"][self.dut_cpu] - c0["softnet"][self.dut_cpu]
                                   if not self.ovs_pid else None),
             "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
         }
@@ -397,4 +502,4 @@ class TrialBed:
 
     def loads(self, size: int) -> List[float]:
         return loads(size, self.line_fps(size), self.cfg.paper_rates, self.cfg.quick_loads,
-                     self.cfg.loads_pct)
+                     self.cfg.loads_pct, self.scale)

@@ -3,7 +3,7 @@
  *
  *   nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]
  *                     [--mode auto|udp|packet|xdp|live] [--iface IF --dst-mac MAC]
- *                     [--qdisc bypass|keep] [--spacing slots|frames]
+ *                     [--qdisc bypass|keep] [--spacing slots|frames] [--ready 1]
  *   nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet|xdp --iface IF]
  *                     [--latency-every N]
  *   nslab-pktgen frame --size FRAME --src IP --dst IP --port P --src-mac MAC --dst-mac MAC
@@ -43,6 +43,12 @@
  * stream's frames and drops them before any skb exists; xdplive.c). Each prints
  * one JSON object on exit; send also says which mode it used and, for auto, why.
  *
+ * --cpu N pins the process to CPU N and --fifo P runs it at SCHED_FIFO priority P
+ * (send and recv), set by the program itself: no taskset or chrt to start first.
+ * --ready 1 (send) prints {"mode": "ready"} once the process runs, before it sets
+ * up its path and sends, so a caller can start its clock then: starting the
+ * program can take long (its binary read from a guest's shared root), and a
+ * trial's window must not begin before the generator does.
  * Pacing sleeps, never spins (the sink may share the generator's CPU; timer
  * slack is set to 1 us); a generator that falls behind by more than 100 ms
  * does not burst to catch up. Paced frames leave in batches, one batch per
@@ -65,6 +71,7 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -112,7 +119,8 @@ static void die_usage(const char *why) {
     fprintf(stderr,
             "usage: nslab-pktgen send --dst IP --port P --size FRAME --rate PPS --duration S [--count N]\n"
             "                         [--mode auto|udp|packet|xdp|live] [--iface IF --dst-mac MAC]\n"
-            "                         [--qdisc bypass|keep] [--spacing slots|frames]\n"
+            "                         [--qdisc bypass|keep] [--spacing slots|frames] [--ready 1]\n"
+            "                         [--cpu N] [--fifo PRIORITY]   (send and recv)\n"
             "       nslab-pktgen recv --port P --duration S [--warmup S] [--mode udp|packet|xdp --iface IF]\n"
             "                         [--latency-every N]   (xdp: the latency of every Nth frame)\n"
             "       nslab-pktgen frame --size FRAME --src IP --dst IP --port P --src-mac MAC --dst-mac MAC\n"
@@ -123,7 +131,7 @@ static void die_usage(const char *why) {
 /* ---- arguments, checked ------------------------------------------------------ */
 struct args {
     const char *dst, *src, *iface, *mode, *dst_mac, *src_mac;
-    int port, size, keep_qdisc, spaced;
+    int port, size, keep_qdisc, spaced, ready, cpu, fifo;
     double rate, duration, warmup;
     uint64_t count, seq, ts, lat_every;
 };
@@ -183,7 +191,7 @@ static uint64_t u64(const char *s, const char *what) {
 
 static void parse(int argc, char **argv, struct args *a) {
     memset(a, 0, sizeof *a);
-    a->port = 9; a->size = 64; a->duration = 1; a->mode = "udp";
+    a->port = 9; a->size = 64; a->duration = 1; a->mode = "udp"; a->cpu = -1;
     for (int i = 2; i < argc; i += 2) {
         if (i + 1 >= argc) die_usage("an option lacks its value");
         const char *k = argv[i], *v = argv[i + 1];
@@ -207,6 +215,9 @@ static void parse(int argc, char **argv, struct args *a) {
         else if (!strcmp(k, "--duration")) a->duration = num(v, "duration", 0.001, 86400);
         else if (!strcmp(k, "--warmup")) a->warmup = num(v, "warmup", 0, 86400);
         else if (!strcmp(k, "--count")) a->count = (uint64_t)whole(v, "count", 0, 1e12);
+        else if (!strcmp(k, "--ready")) a->ready = (int)whole(v, "ready", 0, 1);
+        else if (!strcmp(k, "--cpu")) a->cpu = (int)whole(v, "cpu", 0, CPU_SETSIZE - 1);
+        else if (!strcmp(k, "--fifo")) a->fifo = (int)whole(v, "fifo", 1, 99);
         else if (!strcmp(k, "--latency-every")) {
             a->lat_every = (uint64_t)whole(v, "latency-every", 1, 65536);
             if (a->lat_every & (a->lat_every - 1)) die_usage("bad --latency-every (a power of two, 1..65536)");
@@ -1068,6 +1079,27 @@ static int do_frame(const struct args *a) {
     return 0;
 }
 
+/* --cpu and --fifo: where and at what priority this process runs. */
+static int place(const struct args *a) {
+    if (a->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(a->cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0) {
+            fprintf(stderr, "nslab-pktgen: --cpu %d: %s\n", a->cpu, strerror(errno));
+            return -1;
+        }
+    }
+    if (a->fifo) {
+        struct sched_param sp = {.sched_priority = a->fifo};
+        if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+            fprintf(stderr, "nslab-pktgen: --fifo %d: %s\n", a->fifo, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) die_usage(NULL);
     struct args a;
@@ -1075,7 +1107,14 @@ int main(int argc, char **argv) {
     prctl(PR_SET_TIMERSLACK, 1UL);  /* sleep to the microsecond, not the default 50 us */
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    if (!strcmp(argv[1], "send")) return do_send(&a);
+    if (place(&a) != 0) return 2;
+    if (!strcmp(argv[1], "send")) {
+        if (a.ready) {
+            printf("{\"mode\": \"ready\"}\n");
+            fflush(stdout);
+        }
+        return do_send(&a);
+    }
     if (!strcmp(argv[1], "recv")) {
         if (!strcmp(a.mode, "packet")) return recv_packet(&a);
         if (!strcmp(a.mode, "xdp")) return recv_xdp(&a);

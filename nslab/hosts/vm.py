@@ -209,6 +209,11 @@ class Guest:
         binds: ``(guest path, host path)`` pairs shared read-write, mounted in
             this order before ``out_dir`` and ``rwdirs`` (with ``root``, this
             machine's folders are only seen through these).
+        qemu_opts: more QEMU options (after the NICs'), e.g. ``-icount
+            shift=2,sleep=off`` for a clock that counts instructions.
+        run_tag: a lab run id the guest belongs to: QEMU then carries it
+            (``NSLAB_RUN``), so ``nslab clean`` stops a guest whose controller
+            died; without it, QEMU is no lab process.
     """
 
     name: str
@@ -225,6 +230,8 @@ class Guest:
     kvm: Optional[bool] = None
     root: Optional[str] = None
     binds: List["tuple[str, str]"] = field(default_factory=list)
+    qemu_opts: List[str] = field(default_factory=list)
+    run_tag: Optional[str] = None
 
     def argv(self) -> List[str]:
         kernel = self.kernel or find_kernel()
@@ -246,6 +253,7 @@ class Guest:
         qemu: List[str] = []
         for i, nic in enumerate(self.nics):
             qemu += nic.qemu_args(i)
+        qemu += self.qemu_opts
         if qemu:
             argv.append("--qemu-opts=" + " ".join(qemu))  # "=": the value starts with "-"
         return argv + ["--exec", script]
@@ -282,7 +290,9 @@ class RunningGuest:
         log.info("guest %s: %s", guest.name, " ".join(shlex.quote(a) for a in argv))
         env = dict(os.environ)
         env["PATH"] = os.path.dirname(vng_path()) + os.pathsep + env.get("PATH", "")
-        env.pop("NSLAB_RUN", None)  # QEMU is no lab process
+        env.pop("NSLAB_RUN", None)  # QEMU is no lab process, unless it is the lab's
+        if guest.run_tag:
+            env["NSLAB_RUN"] = guest.run_tag
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      stdout=self._out, stderr=self._err, text=True, env=env,

@@ -119,6 +119,13 @@ class StudyConfig(BaseModel):
         return cls.parse(data)
 
     @classmethod
+    def saved(cls, data: Dict[str, Any], where: str = "") -> Self:
+        """A configuration read back from a run's provenance (on resume): as
+        :meth:`parse`; a study whose defaults changed since a run was stored
+        fills in what that run used."""
+        return cls.parse(data, where)
+
+    @classmethod
     def parse(cls, data: Dict[str, Any], where: str = "") -> Self:
         """Validate ``data``; errors name the field in one line (after ``where``)."""
         try:
@@ -190,6 +197,14 @@ class Study:
 
     def report(self, run_dir: str) -> StudyReport:
         raise NotImplementedError
+
+    def elsewhere(self, cfg: Any) -> Optional[Callable[..., None]]:
+        """What runs this study somewhere else than this machine's namespaces,
+        or None (the default): here. A study whose trials run in a guest (the
+        RFC 2544 virtual bed) returns a callable ``(cfg, store, run_id,
+        progress)`` that fills the run's store there; :func:`run_study` hands
+        it the store it made, with the configuration already saved in it."""
+        return None
 
     def note(self, cfg: Any) -> Optional[str]:
         """Something the user should know before the run starts (printed on stderr)."""
@@ -263,7 +278,7 @@ def open_store(study: Study, cfg: Any, results_root: str, run_id: Optional[str],
     saved = prov.get("config")
     if not saved:
         raise InputError(f"{resume}: no saved configuration to resume")
-    return store, study.Config.parse(saved, f"{resume}: saved configuration")
+    return store, study.Config.saved(saved, f"{resume}: saved configuration")
 
 
 def run_study(study: Study, cfg: Any, results_root: str = "results",
@@ -303,6 +318,15 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     if getattr(getattr(lab_factory, "func", lab_factory), "remote", False):
         study.check_hosts(cfg)  # labs across hosts: what the study cannot do there, said now
     caps.require(study.needs(cfg), f"the {study.name} study")
+    away = study.elsewhere(cfg)
+    if away is not None:  # the study runs elsewhere (a guest), on this run's store
+        prov = store.provenance()
+        prov.setdefault("config", cfg.model_dump(mode="json"))
+        prov.setdefault("study", study.name)
+        prov.setdefault("started", time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+        store.write_provenance(prov)
+        away(cfg, store, run_id, progress)
+        return store.path
     rounds = int(getattr(cfg, "rounds", 1) or 1)
     budget = getattr(cfg, "budget_s", None)
     labs = study.labs(cfg)
@@ -490,11 +514,15 @@ def _draw(topo: Any, run_dir: str, key: str) -> None:
 
 
 def _provenance(store: ResultStore, prov: Dict[str, Any], key: str, info: Dict[str, Any]) -> None:
-    """Write the run's provenance, keeping each lab's setup (and earlier ones on resume)."""
+    """Write the run's provenance, keeping each lab's setup (and earlier ones on
+    resume), and what else the run recorded before (e.g. the virtual bed it
+    runs in)."""
     old = store.provenance()
     setups = dict(old.get("setups", {}))
     setups[key] = info
     prov["setups"] = setups
+    for k, v in old.items():
+        prov.setdefault(k, v)
     store.write_provenance(prov)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 from ..errors import CapabilityError, NotRootError, TopologyError
+from .proc import scaled
 from ..model.fields import sysctl_template
 from ..model.naming import new_run_id
 from ..model.topo import field_path
@@ -64,7 +65,7 @@ PROBE_TIMEOUT = 30.0
 
 def _q(argv: List[str], timeout: float = PROBE_TIMEOUT) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=scaled(timeout))
     except FileNotFoundError as exc:
         return subprocess.CompletedProcess(argv, 127, "", str(exc))
     except subprocess.TimeoutExpired as exc:
@@ -247,6 +248,8 @@ def require(names: List[str], what: str = "this topology") -> Dict[str, Capabili
 
 #: The congestion controls the kernel has registered (built in or loaded).
 AVAILABLE_CC = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+#: Those a namespace other than the initial one may choose.
+ALLOWED_CC = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 
 
 def check_sysctls(by_node: Dict[str, Dict[str, str]]) -> None:
@@ -265,11 +268,19 @@ def check_sysctls(by_node: Dict[str, Dict[str, str]]) -> None:
         if cc is not None:
             with open(AVAILABLE_CC) as f:
                 loaded = f.read().split()
+            loc = ("nodes", name, "sysctls", "net.ipv4.tcp_congestion_control")
             if str(cc) not in loaded:
-                loc = ("nodes", name, "sysctls", "net.ipv4.tcp_congestion_control")
                 raise TopologyError(f"{field_path(loc)}: {cc} is not a congestion control this "
                                     f"kernel has loaded ({', '.join(loaded)}); nslab loads no "
                                     f"kernel module for a file (modprobe tcp_{cc} first)", loc)
+            with open(ALLOWED_CC) as f:
+                allowed = f.read().split()
+            if str(cc) not in allowed:
+                # outside the initial namespace the kernel takes only these (EPERM)
+                raise TopologyError(f"{field_path(loc)}: {cc} is not among the congestion "
+                                    f"controls this kernel lets a namespace use "
+                                    f"({', '.join(allowed)}: "
+                                    "net.ipv4.tcp_allowed_congestion_control)", loc)
     known = netns_sysctls()
     for name, key in sorted(wanted):
         mode = known.get(sysctl_template(key))

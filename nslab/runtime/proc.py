@@ -60,6 +60,27 @@ def tagged_env(run_id: Optional[str], extra: Optional[Mapping[str, str]] = None)
     return env
 
 
+#: Multiplies every timeout of :func:`run`, :meth:`Process.wait` and the
+#: capability probes: the virtual RFC 2544 bed's guest sets it, because there a
+#: read from the host's files lets the guest's instruction-counted clock jump
+#: ahead (an idle vCPU skips to its next timer), so a command that takes a
+#: second of the host's time can take a minute of the guest's.
+TIMEOUT_SCALE_ENV = "NSLAB_TIMEOUT_SCALE"
+
+
+def timeout_scale() -> float:
+    """The factor :data:`TIMEOUT_SCALE_ENV` asks for (1 unless set to a number over 1)."""
+    try:
+        return max(1.0, float(os.environ.get(TIMEOUT_SCALE_ENV, "1")))
+    except ValueError:
+        return 1.0
+
+
+def scaled(timeout: Optional[float]) -> Optional[float]:
+    """``timeout`` times :func:`timeout_scale` (None stays None)."""
+    return None if timeout is None else timeout * timeout_scale()
+
+
 def run(argv: Sequence[str], *, netns: Optional[str] = None, run_id: Optional[str] = None,
         check: bool = True, input: Optional[str] = None, timeout: Optional[float] = 60,
         env: Optional[Mapping[str, str]] = None, where: str = "") -> Result:
@@ -79,7 +100,7 @@ def run(argv: Sequence[str], *, netns: Optional[str] = None, run_id: Optional[st
     log.debug("run%s: %s", f" [{netns}]" if netns else "", " ".join(full))
     try:
         cp = subprocess.run(full, input=input, capture_output=True, text=True,
-                            timeout=timeout, env=tagged_env(run_id, env))
+                            timeout=scaled(timeout), env=tagged_env(run_id, env))
     except FileNotFoundError as exc:
         raise CommandError(full, None, "", f"{exc.filename}: not found", where) from None
     except subprocess.TimeoutExpired as exc:
@@ -92,22 +113,31 @@ def run(argv: Sequence[str], *, netns: Optional[str] = None, run_id: Optional[st
 
 
 class Process:
-    """A background process the lab started; stopped by PID with a signal ladder."""
+    """A background process the lab started; stopped by PID with a signal ladder.
+
+    In a named namespace it runs under ``ip netns exec`` (which also mounts the
+    namespace's own ``/sys`` for it), or, with ``direct``, is forked from a
+    thread that entered the namespace (``setns``): no ``ip`` to start first,
+    but ``/sys`` shows what it shows the lab (for programs that need only the
+    namespace's sockets and netlink, like nslab-pktgen's UDP paths)."""
 
     def __init__(self, argv: Sequence[str], *, netns: Optional[str] = None,
                  run_id: Optional[str] = None, stdout: Union[int, IO, None] = subprocess.PIPE,
                  stderr: Union[int, IO, None] = subprocess.PIPE,
                  env: Optional[Mapping[str, str]] = None, where: str = "",
-                 name: str = "", stdin: Union[int, IO, None] = subprocess.DEVNULL) -> None:
-        self.argv = netns_argv(netns, argv)
+                 name: str = "", stdin: Union[int, IO, None] = subprocess.DEVNULL,
+                 direct: bool = False) -> None:
+        self.argv = [str(a) for a in argv] if direct else netns_argv(netns, argv)
         self.where = where
         self.name = name or os.path.basename(str(argv[0]))
         log.debug("spawn%s: %s", f" [{netns}]" if netns else "", " ".join(self.argv))
+
+        def spawn() -> "subprocess.Popen[str]":
+            return subprocess.Popen(self.argv, stdin=stdin, stdout=stdout, stderr=stderr,
+                                    text=True, env=tagged_env(run_id, env),
+                                    start_new_session=True)
         try:
-            self.popen = subprocess.Popen(self.argv, stdin=stdin, stdout=stdout, stderr=stderr,
-                                          text=True,
-                                          env=tagged_env(run_id, env),
-                                          start_new_session=True)
+            self.popen = _spawned_in(netns, spawn) if direct and netns else spawn()
         except FileNotFoundError as exc:
             raise CommandError(self.argv, None, "", f"{exc.filename}: not found", where) from None
 
@@ -127,7 +157,7 @@ class Process:
     def wait(self, timeout: Optional[float] = None) -> Result:
         """Wait for the process and return its result (output if it was piped)."""
         try:
-            out, err = self.popen.communicate(timeout=timeout)
+            out, err = self.popen.communicate(timeout=scaled(timeout))
         except subprocess.TimeoutExpired:
             self.stop()
             out, err = self.popen.communicate()
@@ -353,6 +383,26 @@ def _go(netns: Optional[str], home: int) -> None:
         _setns(home)
     else:
         _enter(netns)
+
+
+def _spawned_in(netns: str, spawn: Callable[[], "subprocess.Popen[str]"]
+                ) -> "subprocess.Popen[str]":
+    """``spawn()`` called from a thread inside ``netns``: the child is born there."""
+    got: Dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            with _thread_namespace_restored() as home:
+                _go(netns, home)
+                got["p"] = spawn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            got["e"] = exc
+    t = threading.Thread(target=work, name=f"spawn-{netns}")
+    t.start()
+    t.join()
+    if "e" in got:
+        raise got["e"]
+    return got["p"]
 
 
 def run_in_namespaces(jobs: Sequence[NetnsJob], run_id: Optional[str] = None,

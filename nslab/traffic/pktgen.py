@@ -62,8 +62,19 @@ def send_argv(dst: str, port: int, size: int, rate: float, duration: float,
     return argv + ["--mode", mode, *extra]
 
 
+#: Names another copy of nslab-pktgen (the virtual RFC 2544 bed's guest runs one
+#: copied into its RAM).
+PKTGEN_ENV = "NSLAB_PKTGEN"
+
+
 def pktgen_path() -> str:
-    """The generator built by setup, next to this Python (or on PATH)."""
+    """The generator built by setup, next to this Python (or on PATH), or the
+    copy :data:`PKTGEN_ENV` names."""
+    named = os.environ.get(PKTGEN_ENV)
+    if named:
+        if not os.path.isfile(named):
+            raise CapabilityError(f"{PKTGEN_ENV}={named}: no such file")
+        return named
     cand = os.path.join(os.path.dirname(sys.executable), "nslab-pktgen")
     if os.path.exists(cand):
         return cand

@@ -351,8 +351,10 @@ def _calibrate(dut: "_ModelDut"):
     from nslab.experiments.rfc2544.runner import Rfc2544Runner
 
     class Runner(Rfc2544Runner):
-        def __init__(self):  # no lab: readings come from the model
-            self.cfg, self.dut = Rfc2544Config.preset("quick"), "bridge"
+        def __init__(self):  # no lab: readings come from the model; the real bed's CPUs
+            from nslab.experiments.rfc2544.bed import REAL
+            self.cfg, self.dut = Rfc2544Config.preset("quick", bed="real"), "bridge"
+            self.layout = REAL
 
         def target_ns(self):
             return 1e9 / 66225, "test"
