@@ -11,7 +11,6 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.errors import CapabilityError, LabError
-from nslab.traffic.counters import idle_seconds
 from nslab.traffic.interference import account
 
 from .bed import napi_on
@@ -63,9 +62,9 @@ class Calibration(TrialBed):
         for _ in range(BASELINE_ROUNDS):
             windows = []
             for _ in range(BASELINE_WINDOWS):
-                t0, a, sa = time.monotonic(), idle_seconds(), self.watch.snapshot()
+                t0, a, sa = time.monotonic(), self.idle(), self.watch.snapshot()
                 time.sleep(BASELINE_WINDOW_S)
-                sb, b = self.watch.snapshot(), idle_seconds()
+                sb, b = self.watch.snapshot(), self.idle()
                 busy = self.cpu_shares({"idle": a, "sched": sa}, {"idle": b, "sched": sb},
                                        time.monotonic() - t0)[0]
                 other = account(sa, sb, [self.dut_cpu])[self.dut_cpu]
@@ -114,7 +113,7 @@ class Calibration(TrialBed):
 
     def _bed_trial(self) -> float:
         seconds = max(0.5, self.cfg.trial)
-        sink = self._start_sink(seconds + 5, 0.1)
+        sink = self._start_sink(seconds + 5, 0.1, iface="bed1")
         gen = self.spawn(self.gen, [
             self.pg, "send", "--dst", "10.254.0.2", "--port", str(PORT), "--size", "64",
             "--rate", f"{nominal_fps(self.scale):g}", "--duration", f"{seconds + 0.1:.3f}",

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.store.reporting import Claim
 
-from .model import knee_index, paper_knee
+from .model import knee_index, nominal_fps, paper_knee
 from .records import Mlr, RfcRecord, Throughput, Trials
 from .tables import (back_to_back_rows, baseline_why, bed_text, by_test, generator_limited,
                      interfered, invalid_why, limited_why, nominal_latencies, nominal_why,
@@ -210,7 +210,7 @@ def router_latency_claims(c: _ClaimInputs) -> List[Claim]:
             f" (at the bed's scale {c.scale:g}: {5 / c.scale:g} us)" if c.scale != 1 else "")
             + ", i.e.",
                     1, " us", 0, need=MORE)
-        out.append(Claim(title, f"router minus bridge at 1,000 fps: "
+        out.append(Claim(title, f"router minus bridge at {nominal_fps(c.scale):,g} fps: "
                          f"{d.fmt(1, 1, ' us', sign=True)}" + bed_text(c.prov),
                          chk.verdict, chk.why, c.src, c.paper_says.get("extra_latency", ""),
                          reads("latency", pts)))

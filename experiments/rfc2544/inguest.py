@@ -25,6 +25,25 @@ HARNESS_FIFO = 60
 BIN = "/run/nslab-guest"
 
 
+class HostClock:
+    """Seconds on the host's clock since the guest started: the file the host
+    rewrites twice a second (:data:`.virtual.WALL`). The guest's own clock
+    counts instructions (and jumps while it waits for the host's files): the
+    time budget between sampling rounds, and the minutes a run has left, are
+    the user's. Read between points, never in a trial's window."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.last = path, 0.0
+
+    def __call__(self) -> float:
+        try:
+            with open(self.path) as f:
+                self.last = max(self.last, float(f.read(32).strip()))
+        except (OSError, ValueError):
+            pass
+        return self.last
+
+
 def main(argv: "list[str] | None" = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run-dir", required=True)
@@ -42,7 +61,7 @@ def main(argv: "list[str] | None" = None) -> int:
 
     from .config import Rfc2544Config
     from .study import Rfc2544Study
-    from .virtual import copy_guest_log
+    from .virtual import GUEST_DIR, WALL, copy_guest_log
     warm_up()
     # The harness reads a trial's counters when the trial's window opens and
     # closes, on the one vCPU the tester holds at SCHED_FIFO 50: it runs above
@@ -54,7 +73,8 @@ def main(argv: "list[str] | None" = None) -> int:
         store = ResultStore.open(args.run_dir)
         cfg = Rfc2544Config.parse(store.provenance().get("config") or {},
                                   f"{args.run_dir}: saved configuration")
-        run_study(Rfc2544Study(), cfg, store=store, run_id=args.run_id, progress=True)
+        run_study(Rfc2544Study(), cfg, store=store, run_id=args.run_id, progress=True,
+                  clock=HostClock(os.path.join(args.run_dir, GUEST_DIR, WALL)))
     except LabError as exc:
         sys.stderr.write(f"nslab (virtual bed): {exc}\n")
         return 1

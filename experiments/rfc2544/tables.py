@@ -269,7 +269,9 @@ def bed_text(prov: Optional[Dict[str, Any]]) -> str:
     """The bed's own latency floor (no DUT), as the 1,000 fps trials ran (CPUs
     kept awake or idle), for the text beside a latency figure."""
     prov = prov or {}
-    awake = (prov.get("config") or {}).get("keep_awake", False)
+    cfg = prov.get("config") or {}
+    # the virtual bed keeps no CPU awake (its clock counts instructions)
+    awake = bool(cfg.get("keep_awake", False)) and cfg.get("bed") != "virtual"
     vals = [v for st in (prov.get("setups") or {}).values()
             if not (st.get("bed_floor") or {}).get("reused")
             for v in ((st.get("bed_floor") or {}).get("awake_us" if awake else "idle_us") or [])]

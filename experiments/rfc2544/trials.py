@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 
 from nslab.errors import LabError
 from nslab.model.shaping import frame_rate
-from nslab.traffic.counters import (busy_pct_from_idle, idle_seconds, process_cpu_seconds,
-                                    softnet_drops, softnet_queues)
+from nslab.traffic.counters import (busy_pct_from_idle, idle_seconds, idle_seconds_ns,
+                                    process_cpu_seconds, softnet_drops, softnet_queues)
 from nslab.traffic.nlstats import NetnsCounters
 from nslab.traffic.interference import Snapshot, Task, Watch, account, parse_task_schedstat
 from nslab.traffic.pktgen import pktgen_path
@@ -248,11 +248,16 @@ class TrialBed:
         return pps
 
     # -- one trial ------------------------------------------------------------
-    def _start_sink(self, duration: float, warmup: float = 0.0):
-        """The sink on the generator's CPU, listening before this returns."""
+    def _start_sink(self, duration: float, warmup: float = 0.0, iface: str = "sink-eth0"):
+        """The sink on the generator's CPU, listening before this returns. On
+        the virtual bed it counts and times frames in an XDP program on
+        ``iface`` (in the sink's NAPI thread): the tester's cost per frame
+        there is the DUT's CPU lost, so the cheapest sink is the faithful one."""
+        xdp = ["--mode", "xdp", "--iface", iface] if self.layout.shared and iface else []
         sink = self.spawn(self.sink, [
             self.pg, "recv", "--port", str(PORT), "--duration", f"{duration:.3f}",
-            "--warmup", f"{warmup:.3f}", *self.layout.tester_args("recv")], name="pktgen-recv")
+            "--warmup", f"{warmup:.3f}", *xdp, *self.layout.tester_args("recv")],
+            name="pktgen-recv")
         if "ready" not in sink.readline():
             raise LabError(f"the sink did not start: {sink.wait(timeout=5).stderr.strip()}")
         return sink
@@ -388,6 +393,12 @@ class TrialBed:
         m["invalid"] = trial_invalid(m, self.line_fps(size))
         return m
 
+    def idle(self) -> List[float]:
+        """Per CPU, seconds idle since boot: to the nanosecond on the virtual
+        bed (``/proc/timer_list``: its DUT's CPU time is its thread's run time
+        plus this, over windows of half a second), else from ``/proc/stat``."""
+        return (idle_seconds_ns() or idle_seconds()) if self.layout.shared else idle_seconds()
+
     def cpu_shares(self, c0: Dict[str, Any], c1: Dict[str, Any], window: float
                    ) -> Tuple[float, float, Optional[float]]:
         """(the DUT CPU's busy share, the generator CPU's, the DUT's CPU seconds)
@@ -432,7 +443,7 @@ class TrialBed:
         sockets kept open in each node's namespace (:class:`NetnsCounters`: no
         process per read, so nothing the harness does in a trial's window
         costs a fork, or a read of a tool from a guest's shared root)."""
-        c: Dict[str, Any] = {"t": time.monotonic(), "idle": idle_seconds(),
+        c: Dict[str, Any] = {"t": time.monotonic(), "idle": self.idle(),
                              "sched": self.watch.snapshot(), "softnet": softnet_drops(),
                              "queue": softnet_queues()}
         if self._nl is None:

@@ -126,19 +126,32 @@ def guest(cfg: Any, run_dir: str, run_id: str, kernel: str) -> Any:
                     qemu_opts=qemu_opts(cfg.vcpu_shift), run_tag=run_id)
 
 
+#: The host's clock for the guest: seconds since the guest started, written
+#: here twice a second (the guest's own clock counts instructions; the time
+#: budget between sampling rounds and the progress estimates are the user's).
+WALL = "wall"
+
+
 class _Relay(threading.Thread):
-    """Copies the guest's progress lines to this terminal as they come."""
+    """Copies the guest's progress lines to this terminal as they come, and
+    keeps :data:`WALL` current for it."""
 
     def __init__(self, path: str, enabled: bool) -> None:
         super().__init__(name="virtual-bed-progress", daemon=True)
         self.path, self.enabled = path, enabled
         self.done = threading.Event()
+        self.t0 = time.monotonic()
 
     def run(self) -> None:
-        from nslab.safeio import printable
+        from nslab.safeio import printable, write_atomic
         pos = 0
+        wall = os.path.join(os.path.dirname(self.path), WALL)
         while True:
             last = self.done.is_set()
+            try:
+                write_atomic(wall, f"{time.monotonic() - self.t0:.1f}\n")
+            except OSError:
+                pass
             try:
                 with open(self.path, errors="replace") as f:
                     f.seek(pos)
@@ -150,8 +163,9 @@ class _Relay(threading.Thread):
             except OSError:
                 text = ""
             if text and self.enabled:
+                took = time.monotonic() - self.t0
                 for line in text.splitlines():
-                    sys.stderr.write(f"[guest] {printable(line)}\n")
+                    sys.stderr.write(f"[guest {took:4.0f} s] {printable(line)}\n")
                 sys.stderr.flush()
             if last:
                 return

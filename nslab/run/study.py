@@ -226,9 +226,10 @@ class Progress:
     """One line per point on stderr, with a rich progress bar on a terminal:
     ``[3/39] n=16 repeat=1: 941.2 Mbit/s (~12 s left)``."""
 
-    def __init__(self, total: int, enabled: bool = True) -> None:
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.started = time.monotonic()
+    def __init__(self, total: int, enabled: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.total, self.done, self.enabled, self.clock = total, 0, enabled, clock
+        self.started = clock()
         self._bar = None
         if enabled and total and sys.stderr.isatty():
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
@@ -242,7 +243,7 @@ class Progress:
         self.done += 1
         if not self.enabled:
             return
-        left = (time.monotonic() - self.started) / self.done * (self.total - self.done)
+        left = (self.clock() - self.started) / self.done * (self.total - self.done)
         # a point's parameters come from a study file: escaped on the terminal
         line = printable(f"[{self.done}/{self.total}] {desc}: {summary} (~{left:.0f} s left)")
         if self._bar is not None:
@@ -285,7 +286,8 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
               run_id: Optional[str] = None, resume: Optional[str] = None,
               progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None,
               host_grants: Optional[HostGrants] = None,
-              store: Optional[ResultStore] = None) -> str:
+              store: Optional[ResultStore] = None,
+              clock: Callable[[], float] = time.monotonic) -> str:
     """Run ``study`` with ``cfg`` (or resume a run directory) and store what it
     measured. It renders no report: the report is a template over the stored
     files, rendered once by whoever shows it (``nslab run`` and ``nslab
@@ -306,7 +308,9 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     :class:`~nslab.runtime.lab.Lab`; :class:`~nslab.hosts.remote.MultiLab` for a lab across
     hosts). Returns the run directory. Points are appended to the records as soon as
     they are measured, so an interrupted run keeps them and a resumed one
-    measures only what is missing.
+    measures only what is missing. ``clock`` times the rounds against the
+    time budget and the progress estimates (the virtual RFC 2544 bed's guest
+    passes the host's clock: its own counts instructions).
     """
     from ..runtime.provenance import collect_provenance
     if store is None:
@@ -336,7 +340,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     from ..traffic.noise import idle_jitter
     noise = idle_jitter()
-    t0 = time.monotonic()
+    t0 = clock()
     sampling: Dict[str, Any] = {"rounds": rounds, "budget_s": budget, "rounds_run": 0,
                                 "stopped": "one round" if rounds == 1 else ""}
     first_id = True
@@ -356,7 +360,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
         if todo:
             if r > 0:
                 log.info("round %d of %d: %d more points", r + 1, rounds, len(todo))
-            prog = Progress(len(todo), enabled=progress)
+            prog = Progress(len(todo), enabled=progress, clock=clock)
             try:
                 with study.session(cfg_r):
                     for key, topo in labs.items():
@@ -379,11 +383,11 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                                        "study": study.name, "host_noise": noise}), key, info)
                             try:
                                 for point in mine:
-                                    t_point = time.monotonic()
+                                    t_point = clock()
                                     m, raw, summary, host = measure_point(study, runner, point,
                                                                           cfg_r)
                                     cost["points"] += 1
-                                    cost["point_s"] += time.monotonic() - t_point
+                                    cost["point_s"] += clock() - t_point
                                     store.append(point, m, raw=raw, host=host)
                                     if host["disturbed"]:
                                         summary += (f" [host interference: {host['worst_pct']:.0f}"
@@ -403,7 +407,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
         if not open_claims:
             sampling["stopped"] = f"every claim decided after round {r + 1}"
             break
-        spent = time.monotonic() - t0
+        spent = clock() - t0
         nxt = config_of_round(cfg, r + 1)
         nxt_todo = study.needed(nxt, [p for p in study.points(nxt)
                                       if point_key(p) not in store.done_keys()], open_claims)

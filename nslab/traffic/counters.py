@@ -235,6 +235,27 @@ def idle_seconds() -> List[float]:
     return [t.idle + getattr(t, "iowait", 0.0) for t in psutil.cpu_times(percpu=True)]
 
 
+def idle_seconds_ns(text: Optional[str] = None) -> List[float]:
+    """Per CPU, seconds idle (idle + iowait) since boot, to the nanosecond:
+    the tick layer's ``idle_sleeptime`` and ``iowait_sleeptime`` from
+    ``/proc/timer_list`` (root), where ``/proc/stat`` rounds to 10 ms. A
+    CPU's current idle stretch is not in them, so read it from a running CPU
+    (on one CPU, the reader's own always is). Empty when the file says none
+    (a kernel without the tick layer's idle accounting)."""
+    if text is None:
+        with open("/proc/timer_list") as f:
+            text = f.read()
+    out: Dict[int, float] = {}
+    cpu = None
+    for line in text.splitlines():
+        if line.startswith("cpu: "):
+            cpu = int(line.split()[1])
+        elif cpu is not None and line.lstrip().startswith((".idle_sleeptime", ".iowait_sleeptime")):
+            ns = int(line.split(":", 1)[1].split()[0])
+            out[cpu] = out.get(cpu, 0.0) + ns / 1e9
+    return [out[c] for c in sorted(out)] if out and sorted(out) == list(range(len(out))) else []
+
+
 def busy_pct_from_idle(idle_a: List[float], idle_b: List[float], elapsed_s: float,
                        cpu: int) -> float:
     """Busy share of ``cpu`` over ``elapsed_s`` of wall time: 100 - idle share,

@@ -11,10 +11,13 @@ NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
 
 def run_quick(tmp_path, *args):
-    """`nslab run rfc2544 --quick ARGS`: the run directory and its records."""
+    """`nslab run rfc2544 --quick --bed real ARGS`: the run directory and its
+    records (the real bed: this machine's CPUs; the virtual bed has its own
+    tests, tests/vm/test_virtual_bed.py)."""
     # one sampling round: these tests count the records a run makes
     res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick",
-                          "--rounds", "1", *args], capture_output=True, text=True, timeout=600)
+                          "--bed", "real", "--rounds", "1", *args], capture_output=True,
+                         text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     (run,) = (tmp_path / "rfc2544").iterdir()
     return run, [json.loads(line) for line in open(run / "records.jsonl")]
@@ -63,8 +66,8 @@ def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
 def test_a_second_run_refuses_while_the_cpu_split_is_held(tmp_path):
     from nslab.experiments.rfc2544.bed import CpuSplitLock
     with CpuSplitLock():
-        res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick"],
-                             capture_output=True, text=True, timeout=120)
+        res = subprocess.run([NSLAB, "--results", str(tmp_path), "run", "rfc2544", "--quick",
+                              "--bed", "real"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 1 and "holds the CPU split" in res.stderr
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert "-gen" not in out and "-dut" not in out

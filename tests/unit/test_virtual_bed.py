@@ -1,0 +1,168 @@
+"""The RFC 2544 virtual bed without a guest: the QEMU command line (icount,
+one vCPU, no KVM, the run's tag), what its provenance records, the report's
+statement of the bed, the claims at the bed's scale, the shared CPU's layout,
+and the nanosecond idle counter it reads (captured /proc/timer_list)."""
+import glob
+import json
+import os
+import shutil
+
+import pytest
+
+from nslab.experiments.rfc2544 import bed, virtual
+from nslab.experiments.rfc2544.claims import bed_scale, paper_rows
+from nslab.experiments.rfc2544.config import Rfc2544Config
+from nslab.traffic.counters import idle_seconds_ns
+
+from tests.conftest import data
+
+
+def _guest(tmp_path, **over):
+    cfg = Rfc2544Config.preset("quick", **over)
+    return virtual.guest(cfg, str(tmp_path), "nl1a2b", "/boot/vmlinuz-6.1.0-56-amd64")
+
+
+def test_the_guest_counts_instructions_on_one_vcpu_without_kvm(tmp_path):
+    g = _guest(tmp_path)
+    argv = g.argv()
+    assert "--disable-kvm" in argv  # vng would add -accel kvm and -cpu host, which icount refuses
+    assert argv[argv.index("--cpus") + 1] == "1"  # icount runs one vCPU thread (no MTTCG)
+    assert "--qemu-opts=-icount shift=2,sleep=off" in argv
+    assert argv[argv.index("--run") + 1] == "/boot/vmlinuz-6.1.0-56-amd64"
+    # the run directory is shared read-write: records land there as they are measured
+    assert f"--rwdir={tmp_path}" in argv
+    script = argv[-1]
+    assert "-I -m nslab.experiments.rfc2544.inguest" in script  # nothing from the cwd
+    assert f"{bed.GUEST_ENV}=1" in script and "NSLAB_TIMEOUT_SCALE=" in script
+    assert g.run_tag == "nl1a2b" and g.kvm is False and g.cpus == 1
+
+
+def test_the_shift_is_the_configured_one_and_bounded():
+    assert virtual.qemu_opts(4) == ["-icount", "shift=4,sleep=off"]
+    assert virtual.instructions_per_s(2) == 250e6
+    from nslab.run.study import ConfigError
+    with pytest.raises(ConfigError, match="vcpu_shift"):
+        Rfc2544Config.preset("quick", vcpu_shift=9)
+
+
+def test_qemu_carries_the_run_tag_so_clean_finds_it(tmp_path, monkeypatch):
+    """RunningGuest gives vng (and so QEMU) NSLAB_RUN only for a lab's guest."""
+    from nslab.hosts import vm
+    seen = {}
+
+    class FakePopen:
+        stdin = None
+
+        def __init__(self, argv, **kw):
+            seen["env"] = kw["env"]
+            self.pid = os.getpid()
+
+        def poll(self):
+            return 0
+    monkeypatch.setattr(vm.subprocess, "Popen", FakePopen)
+    monkeypatch.setenv("NSLAB_RUN", "nlffff")
+    g = _guest(tmp_path)
+    vm.RunningGuest(g).close()
+    assert seen["env"]["NSLAB_RUN"] == "nl1a2b"
+    g.run_tag = None
+    vm.RunningGuest(g).close()
+    assert "NSLAB_RUN" not in seen["env"]
+
+
+def test_describe_names_the_clock_the_kernel_and_the_scale(monkeypatch):
+    monkeypatch.setattr(virtual, "qemu_version", lambda: "QEMU emulator version 7.2.22")
+    d = virtual.describe(Rfc2544Config.preset("quick"), "/x/boot/vmlinuz-6.1.0-56-amd64")
+    assert d["bed"] == "virtual" and d["icount_shift"] == 2 and d["vcpus"] == 1
+    assert d["instructions_per_s"] == 250e6 and d["kernel"] == "6.1.0-56-amd64"
+    assert d["scale"] == 0.1 and d["qemu"].startswith("QEMU") and "tcg" in d["accelerator"]
+
+
+def test_presets_run_on_the_virtual_bed_and_old_runs_read_as_real():
+    assert Rfc2544Config.preset("quick").bed == "virtual"
+    assert Rfc2544Config.preset("default").bed == "virtual"
+    # a run stored before there was a virtual bed has no `bed`: it ran on the real one
+    assert Rfc2544Config.saved({"trial": 2.0}).bed == "real"
+    assert Rfc2544Config.saved({"bed": "virtual"}).bed == "virtual"
+    cfg = Rfc2544Config.preset("quick")
+    assert cfg.scale() == 0.1 and cfg.line_bps() == pytest.approx(10e6)
+    real = Rfc2544Config.preset("quick", bed="real")
+    assert real.scale() == 1.0 and real.line_bps() == pytest.approx(100e6)
+
+
+def test_the_shared_layout_puts_the_sink_above_the_generator_above_its_napi_thread(monkeypatch):
+    assert bed.REAL.tester_args("send") == ["--cpu", "0"] and not bed.REAL.shared
+    assert bed.SHARED.shared and bed.SHARED.cpus == [0]
+    send, recv = bed.SHARED.tester_args("send"), bed.SHARED.tester_args("recv")
+    assert send == ["--cpu", "0", "--fifo", str(bed.SHARED.tester_fifo + 1)]
+    assert recv == ["--cpu", "0", "--fifo", str(bed.SHARED.tester_fifo + 2)]
+    monkeypatch.delenv(bed.GUEST_ENV, raising=False)
+    assert bed.layout_here() is bed.REAL
+    monkeypatch.setenv(bed.GUEST_ENV, "1")
+    assert bed.layout_here() is bed.SHARED
+
+
+@pytest.mark.parametrize("path", sorted(glob.glob(data("proc", "timer_list", "*.txt"))))
+def test_idle_to_the_nanosecond_agrees_with_proc_stat(path):
+    """Captured together: /proc/timer_list's idle and iowait sleep times, per
+    CPU, against /proc/stat's idle + iowait (USER_HZ = 100)."""
+    with open(path) as f:
+        ns = idle_seconds_ns(f.read())
+    with open(path[:-4] + ".stat") as f:
+        rows = [line.split() for line in f if line.startswith("cpu") and line[3].isdigit()]
+    ticks = [(int(r[4]) + int(r[5])) / 100 for r in rows]
+    assert len(ns) == len(ticks) > 0
+    for a, b in zip(ns, ticks):
+        assert abs(a - b) < 0.5, (ns, ticks)  # the two reads were a few ms apart
+
+
+def test_idle_to_the_nanosecond_is_empty_without_the_tick_layers_figures():
+    assert idle_seconds_ns("Timer List Version: v0.10\ncpu: 0\n clock 0:\n") == []
+
+
+def _virtual_run(tmp_path):
+    """The stored RFC 2544 run, as if measured on the virtual bed at scale 0.1."""
+    src = data("rfc2544_run")
+    dst = tmp_path / "r"
+    shutil.copytree(src, dst)
+    prov = json.load(open(dst / "provenance.json"))
+    prov["config"].update(bed="virtual", virtual_scale=0.1, vcpu_shift=2)
+    prov["virtual_bed"] = {"bed": "virtual", "qemu": "QEMU emulator version 7.2.22",
+                           "accelerator": "tcg (no KVM)", "icount_shift": 2,
+                           "instructions_per_s": 250e6, "vcpus": 1, "memory": "1G",
+                           "kernel": "6.1.0-56-amd64", "scale": 0.1, "layout": "tester at FIFO",
+                           "wall_s": 123.4}
+    with open(dst / "provenance.json", "w") as f:
+        json.dump(prov, f)
+    return dst, prov
+
+
+def test_the_report_says_what_the_virtual_bed_is_and_is_not(tmp_path):
+    from nslab.experiments.rfc2544.report import write_report
+    run, _ = _virtual_run(tmp_path)
+    rep = write_report(str(run))
+    md = open(run / "report.md").read()
+    assert "**The virtual bed.**" in md
+    assert "-icount shift=2,sleep=off" in md and "250 M instructions per guest second" in md
+    assert "6.1.0-56-amd64" in md and "QEMU emulator version 7.2.22" in md
+    assert "caches, memory bandwidth, real NICs, interrupts, DMA" in md
+    assert "123 s of wall time" in md and "0.1 of the paper's rates" in md
+    assert rep.claims
+
+
+def test_the_paper_is_set_beside_the_virtual_bed_at_its_scale(tmp_path):
+    from nslab.experiments.rfc2544.claims import claims
+    from nslab.store.published import load_published
+    _, prov = _virtual_run(tmp_path)
+    pub = load_published("rfc2544")
+    assert bed_scale(prov) == 0.1 and bed_scale({"config": {}}) == 1.0
+    assert bed_scale({"config": {"bed": "virtual", "virtual_scale": "x"}}) == 1.0
+    # Table 3's loads as the bed offered them: the paper's times the scale
+    rows = paper_rows(pub, 0.1)
+    assert 6622.5 in rows and rows[6622.5][0] == 66225
+    from nslab.experiments.rfc2544.records import SCHEMA
+    recs = SCHEMA.load(str(tmp_path / "r"))
+    made = {c.claim: c for c in claims(recs, ["bridge", "router"], pub, prov)}
+    knee = made["The bridge saturates at ~66 kfps of 64-byte frames (Table 3)"]
+    assert "66.2 kfps (Table 3); 6.62 kfps at the bed's scale 0.1" in knee.published
+    occupancy = made["bridge: occupancy vs load follows the paper's Table 3"]
+    assert "set beside ours at 0.1 of each load" in occupancy.published

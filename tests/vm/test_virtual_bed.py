@@ -1,0 +1,143 @@
+"""The RFC 2544 virtual bed, end to end: the study in a QEMU guest whose clock
+counts instructions (nslab.experiments.rfc2544.virtual). A tiny run twice
+gives the same frame counts; the report says what the bed is; a guest whose
+controller is killed is stopped by `nslab clean`, and one interrupted with
+Ctrl-C stops with its controller; the records measured before stay. Run by
+`make test-kernel` (the tests marked vm), on Debian 12's stock kernel."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.vm, pytest.mark.root]
+
+NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
+#: Tiny: one DUT cost given (no calibration), no bed floor, two searches and
+#: two latency trials per DUT, one round.
+TINY = ["--quick", "--bed", "virtual", "--tests", "throughput,latency", "--dut-cost", "100",
+        "--no-bed-floor", "--searches", "2", "--latency-trials", "2", "--rounds", "1"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _guests_here():
+    from nslab.hosts import vm
+    try:
+        vm.require()
+    except Exception as exc:  # noqa: BLE001 - reported as the skip reason
+        pytest.skip(f"no stock-kernel guests here: {exc}")
+
+
+def _run(root, *extra, timeout=900):
+    res = subprocess.run([NSLAB, "--results", str(root), "run", "rfc2544", *TINY, *extra],
+                         capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stderr[-4000:]
+    (run,) = (root / "rfc2544").iterdir()
+    recs = [json.loads(line) for line in open(run / "records.jsonl")]
+    return run, recs, res.stderr
+
+
+def _trials(recs):
+    """(dut, test, target fps) -> (frames sent, frames received, latency avg) of
+    every trial, the searches' probes included."""
+    out = {}
+    for r in recs:
+        p, m = r["params"], r["measurements"]
+        for t in m.get("trials") or m.get("probes") or []:
+            key = (p["dut"], p["test"], round(t["target_fps"], 1))
+            out.setdefault(key, []).append(t)
+    return out
+
+
+@pytest.fixture(scope="module")
+def twice(tmp_path_factory):
+    """The tiny study, run twice on fresh guests."""
+    return [_run(tmp_path_factory.mktemp(f"vbed{i}")) for i in range(2)]
+
+
+def test_the_virtual_bed_is_what_the_run_and_its_report_say(twice):
+    run, recs, err = twice[0]
+    assert {(r["params"]["dut"], r["params"]["test"]) for r in recs} == {
+        ("bridge", "throughput"), ("bridge", "latency"), ("router", "throughput"),
+        ("router", "latency")}
+    prov = json.load(open(run / "provenance.json"))
+    vb = prov["virtual_bed"]
+    assert vb["icount_shift"] == prov["config"]["vcpu_shift"] and vb["vcpus"] == 1
+    assert vb["wall_s"] > 0 and vb["qemu"].startswith("QEMU")
+    # the guest's kernel is Debian's, not this machine's
+    assert prov["kernel"] == vb["kernel"] and prov["cpus"] == 1
+    assert prov["setups"]["bridge"]["cpu_model"].startswith("one vCPU (the virtual bed)")
+    md = open(run / "report.md").read()
+    assert "**The virtual bed.**" in md and "-icount shift=" in md
+    assert "[guest" in err and "virtual bed:" in err  # progress relayed as it came
+    for t in (t for ts in _trials(recs).values() for t in ts):
+        assert not (t.get("invalid") or []), t  # nothing on this bed is the host's doing
+
+
+def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
+    a, b = (_trials(recs) for _, recs, _ in twice)
+    assert a.keys() == b.keys()
+    for key in a:
+        for x, y in zip(a[key], b[key]):
+            # the same rate offered on the same instruction-counted clock: the
+            # same frames, to the frame or nearly (a trial starts at another
+            # phase of the guest's tick)
+            assert abs(x["received_fps"] - y["received_fps"]) <= 0.01 * max(1, x["received_fps"]), \
+                (key, x["received_fps"], y["received_fps"])
+    # and the same latency at the nominal rate, within 1 %
+    for (dut, test, fps), ts in a.items():
+        if test == "latency":
+            for x, y in zip(ts, b[(dut, test, fps)]):
+                assert abs(x["latency_us"]["avg"] - y["latency_us"]["avg"]) <= \
+                    0.01 * x["latency_us"]["avg"], (dut, fps, x["latency_us"], y["latency_us"])
+
+
+def _tagged(run_id):
+    """Pids of processes carrying the run's tag (QEMU among them)."""
+    from nslab.runtime.proc import pids_with_tag
+    return sorted(pid for pid, rid in pids_with_tag(run_id).items() if rid == run_id)
+
+
+def _start(root):
+    p = subprocess.Popen([NSLAB, "--results", str(root), "run", "rfc2544", *TINY],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # until the guest measures: its first record
+        runs = list((root / "rfc2544").glob("*/records.jsonl")) if (root / "rfc2544").exists() \
+            else []
+        if runs and os.path.getsize(runs[0]) > 0:
+            run = runs[0].parent
+            return p, run, run.name
+        assert p.poll() is None, p.stderr.read()[-3000:]
+        time.sleep(1)
+    p.kill()
+    raise AssertionError("the guest measured nothing in 300 s")
+
+
+def test_a_killed_controller_leaves_a_guest_that_clean_stops(tmp_path):
+    from nslab.runtime.clean import journal_path
+    p, run, rid = _start(tmp_path)
+    assert _tagged(rid), "QEMU does not carry the run's tag"
+    os.killpg(p.pid, signal.SIGKILL)  # the controller (and its session) dies, QEMU lives
+    p.wait(timeout=30)
+    assert _tagged(rid) and os.path.exists(journal_path(rid))
+    res = subprocess.run([NSLAB, "clean"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert not _tagged(rid) and not os.path.exists(journal_path(rid))
+    assert os.path.getsize(run / "records.jsonl") > 0  # what it measured stays
+
+
+def test_ctrl_c_stops_the_guest_with_its_controller(tmp_path):
+    from nslab.runtime.clean import journal_path
+    p, run, rid = _start(tmp_path)
+    os.killpg(p.pid, signal.SIGINT)
+    assert p.wait(timeout=120) != 0
+    deadline = time.monotonic() + 30
+    while _tagged(rid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not _tagged(rid) and not os.path.exists(journal_path(rid))
+    assert os.path.getsize(run / "records.jsonl") > 0
