@@ -214,6 +214,9 @@ class Guest:
         run_tag: a lab run id the guest belongs to: QEMU then carries it
             (``NSLAB_RUN``), so ``nslab clean`` stops a guest whose controller
             died; without it, QEMU is no lab process.
+        idle: run QEMU at the ``SCHED_IDLE`` policy: it takes only CPU time no
+            other task wants (for a guest whose clock counts instructions,
+            whose answers the host's load cannot move).
     """
 
     name: str
@@ -232,6 +235,7 @@ class Guest:
     binds: List["tuple[str, str]"] = field(default_factory=list)
     qemu_opts: List[str] = field(default_factory=list)
     run_tag: Optional[str] = None
+    idle: bool = False
 
     def argv(self) -> List[str]:
         kernel = self.kernel or find_kernel()
@@ -296,7 +300,8 @@ class RunningGuest:
         self.t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                                      stdout=self._out, stderr=self._err, text=True, env=env,
-                                     start_new_session=True, cwd=guest.out_dir)
+                                     start_new_session=True, cwd=guest.out_dir,
+                                     preexec_fn=_sched_idle if guest.idle else None)
 
     def send(self, line: str) -> None:
         """Write a line to the guest command's stdin (started with ``stdin=True``)."""
@@ -348,6 +353,11 @@ class RunningGuest:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sched_idle() -> None:
+    """In the child, before vng starts: the SCHED_IDLE policy, which QEMU inherits."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def _wait_for_peer(name: str, wire: str) -> None:

@@ -345,6 +345,7 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                                 "stopped": "one round" if rounds == 1 else ""}
     first_id = True
     open_claims: List[Any] = []
+    need = 0.0  # what the next round should take, from what the rounds so far cost
     # what a lab's build and one point cost so far: the next round's estimate
     cost = {"points": 0, "point_s": 0.0, "labs": 0, "once_s": 0.0}
     for r in range(rounds):
@@ -359,7 +360,13 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
                      len(plan) - len(todo), len(plan))
         if todo:
             if r > 0:
-                log.info("round %d of %d: %d more points", r + 1, rounds, len(todo))
+                line = (f"round {r + 1} of {rounds}: {len(todo)} point(s) again for the "
+                        f"{len(open_claims)} claim(s) still undecided"
+                        + (f", ~{need:.0f} s" if need else ""))
+                log.info("%s", line)
+                if progress:
+                    sys.stderr.write(line + "\n")
+                    sys.stderr.flush()
             prog = Progress(len(todo), enabled=progress, clock=clock)
             try:
                 with study.session(cfg_r):

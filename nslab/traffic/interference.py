@@ -24,7 +24,9 @@ mixes two clocks and can make a quiet bed look disturbed.
 The bed's own tasks: this process and its descendants (the harness, and every
 tool, iperf and FRR daemon the lab starts: none of them daemonizes), the
 kernel's softirq and NAPI threads, ovs-vswitchd (the lab's datapath), and any
-pid the caller names.
+pid the caller names. A task of the ``SCHED_IDLE`` policy is no other task
+either: it runs only on a CPU no other task wants, and gives it up the moment
+one does (the virtual RFC 2544 bed's QEMU runs so beside the other studies).
 """
 from __future__ import annotations
 
@@ -66,6 +68,8 @@ class Task:
     bed: bool
     #: the thread's name (``comm``), for naming who took the time
     name: str = ""
+    #: of the SCHED_IDLE policy: it takes no time another task wants
+    idle: bool = False
 
 
 @dataclass
@@ -176,11 +180,14 @@ class Watch:
                     continue
                 is_bed = pid in bed
                 comm = ""
+                idle = False
                 if not is_bed:
                     comm = (_read(f"{self.proc}/{pid}/task/{t}/comm") or "").strip()
                     is_bed = comm.startswith(BED_KTHREAD_PREFIXES) or (
                         (_read(f"{self.proc}/{pid}/comm") or "").strip() == "ovs-vswitchd")
-                snap.tasks[tid] = Task(times, allowed, is_bed, comm)
+                    idle = not is_bed and sched_policy(
+                        _read(f"{self.proc}/{pid}/task/{t}/stat") or "") == SCHED_IDLE
+                snap.tasks[tid] = Task(times, allowed, is_bed, comm, idle)
         return snap
 
     def _affinity(self, pid: int, tid: str) -> FrozenSet[int]:
@@ -190,6 +197,19 @@ class Watch:
             if line.startswith("Cpus_allowed_list:"):
                 return frozenset(parse_cpu_list(line.split(":", 1)[1]))
         raise ValueError("no Cpus_allowed_list")
+
+
+#: ``SCHED_IDLE`` (linux/sched.h)
+SCHED_IDLE = 5
+
+
+def sched_policy(stat: str) -> Optional[int]:
+    """The scheduling policy in a ``/proc/<pid>/task/<tid>/stat`` line (field
+    41), or None when the line is not one."""
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[38])
+    except (IndexError, ValueError):
+        return None
 
 
 def parse_cpu_list(text: str) -> Set[int]:
@@ -221,7 +241,8 @@ def account(a: Snapshot, b: Snapshot, cpus: Iterable[int]) -> Dict[int, CpuInter
     moved = _deltas(a, b)
     out: Dict[int, CpuInterference] = {}
     for cpu in cpus:
-        others = [(t.name, run) for t, run, _ in moved if not t.bed and cpu in t.cpus and run]
+        others = [(t.name, run) for t, run, _ in moved
+                  if not t.bed and not t.idle and cpu in t.cpus and run]
         bed_wait = sum(wait for t, _, wait in moved if t.bed and t.cpus == frozenset({cpu}))
         out[cpu] = CpuInterference(cpu, window, sum(run for _, run in others) / 1e6,
                                    bed_wait / 1e6,
@@ -252,14 +273,15 @@ def others_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
     window = b.t - a.t
     if window <= 0 or ncpus <= 0:
         return 0.0
-    other = sum(run for t, run, _ in _deltas(a, b) if not t.bed)
+    other = sum(run for t, run, _ in _deltas(a, b) if not t.bed and not t.idle)
     return 100.0 * other / 1e9 / (window * ncpus)
 
 
 def top_others(a: Snapshot, b: Snapshot, n: int = 3) -> Tuple[Tuple[str, float], ...]:
     """The other tasks that ran most between two snapshots, each counted once
     (:func:`top_tasks`)."""
-    return top_tasks([(t.name, run) for t, run, _ in _deltas(a, b) if not t.bed and run], n)
+    return top_tasks([(t.name, run) for t, run, _ in _deltas(a, b)
+                      if not t.bed and not t.idle and run], n)
 
 
 def accounting_source() -> str:

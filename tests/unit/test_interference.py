@@ -242,3 +242,24 @@ def test_points_left_out_for_host_interference_say_so_in_every_undecided_claim(t
     assert set(c.claim for c in claims) <= set(before)
     for c in claims:
         assert "host interference: other tasks took up to 28 % of the CPUs" in c.why, c
+
+
+def test_a_sched_idle_task_takes_no_time_another_wanted():
+    """SCHED_IDLE (policy 5, field 41 of a thread's stat) runs only where no
+    other task wants the CPU: it is not counted among the other tasks (the
+    virtual RFC 2544 bed's QEMU runs so beside the other studies)."""
+    from nslab.traffic.interference import (SchedTimes, Snapshot, Task, account, others_share,
+                                            sched_policy, top_others)
+    stat = "4242 (qemu-system-x86) S 1 4242 4242 0 -1 4194560 " + " ".join(["0"] * 31) + " 5 0"
+    assert sched_policy(stat) == 5 and sched_policy("garbage") is None
+    with open("/proc/self/stat") as f:
+        assert sched_policy(f.read()) == 0  # SCHED_OTHER
+    cpus = frozenset({0, 1})
+    a, b = Snapshot(0.0), Snapshot(1.0)
+    a.tasks[1] = Task(SchedTimes(0, 0), cpus, False, "qemu", idle=True)
+    b.tasks[1] = Task(SchedTimes(900_000_000, 0), cpus, False, "qemu", idle=True)
+    a.tasks[2] = Task(SchedTimes(0, 0), cpus, False, "firefox")
+    b.tasks[2] = Task(SchedTimes(100_000_000, 0), cpus, False, "firefox")
+    assert others_share(a, b, 2) == 5.0  # firefox's 0.1 s of 2 CPU-seconds, not qemu's
+    assert account(a, b, [0])[0].other_pct == 10.0
+    assert [n for n, _ in top_others(a, b)] == ["firefox"]

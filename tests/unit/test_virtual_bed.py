@@ -101,7 +101,7 @@ def test_the_shared_layout_puts_the_sink_above_the_generator_above_its_napi_thre
     assert bed.layout_here() is bed.SHARED
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(data("proc", "timer_list", "*.txt"))))
+@pytest.mark.parametrize("path", sorted(glob.glob(data("timer_list", "*.txt"))))
 def test_idle_to_the_nanosecond_agrees_with_proc_stat(path):
     """Captured together: /proc/timer_list's idle and iowait sleep times, per
     CPU, against /proc/stat's idle + iowait (USER_HZ = 100)."""
