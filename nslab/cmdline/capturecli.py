@@ -18,7 +18,8 @@ from ..traffic import capture as cap
 from ..runtime.caps import require_root
 from ..model.naming import check_run_id
 from .cliutil import echo, install_signals
-from ..runtime.clean import live_controllers, live_journals, read_controller, read_journal, run_is_live
+from ..runtime.clean import read_controller, run_is_live
+from ..runtime.running import pick, running_labs
 from ..traffic.capture import check_filter
 from ..safeio import open_new
 
@@ -77,9 +78,9 @@ def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[in
     \b
     TARGET is NODE:IFACE (one interface), A-B (the link between nodes A
     and B, as `nslab topo draw` draws it, captured at A's end) or NODE (all
-    its links' interfaces, one file). RUN is a lab's run id (with no RUN and
-    one lab up, that one). Words after them are a capture filter. The
-    capture runs inside the node's namespace (an OVS port in the root
+    its links' interfaces, one file). RUN is a lab's run id (`nslab topo ps`
+    lists them; with no RUN and one lab up, that one). Words after them are
+    a capture filter. The capture runs inside the node's namespace (an OVS port in the root
     namespace), tagged with the lab's run: it stops on Ctrl-C, at -c or
     --duration, when its reader goes, and when the lab ends. On the machine
     that controls a lab across machines (--hosts), a node on another host is
@@ -182,23 +183,16 @@ def stdout_closed() -> bool:
 
 
 def find_lab(run: Optional[str]) -> str:
-    """The lab to capture, as ``nslab watch`` finds it (``run`` if live, else
-    the only one), counting the labs across machines controlled from here."""
-    if run:
-        if run_is_live(read_journal(run)) or run_is_live(read_controller(run)):
-            return run
-        raise InputError(f"no live lab {run!r} on this host (nslab clean --dry-run lists what "
-                         "is left)")
-    live = sorted({str(j.get("run")) for j in live_journals()} | set(live_controllers()))
-    if len(live) == 1:
-        return live[0]
-    if not live:
+    """The lab to capture, as ``nslab watch`` finds it (``run`` if running,
+    else the only one), counting the labs across machines controlled from
+    here (:func:`nslab.runtime.running.pick`)."""
+    labs = running_labs()
+    if not labs and not run:
         raise InputError("no lab is running on this host: start one (nslab topo up pair); a "
                          "lab across machines is captured from the machine that controls it "
                          "(its `nslab topo up --hosts`) or on the host that has the node (ssh "
                          "HOST nslab capture TARGET -w - > file.pcapng)")
-    raise InputError(f"{len(live)} labs are running ({', '.join(live)}): name the one to "
-                     "capture (nslab capture TARGET RUN ...)")
+    return pick(run, "capture", "nslab capture TARGET RUN ...", labs).run
 
 
 def remote_host(run: str, node: str) -> Optional[RemoteHost]:

@@ -6,8 +6,6 @@ so this module imports none of them.
 """
 from __future__ import annotations
 
-import inspect
-import json
 import ipaddress
 import logging
 import os
@@ -16,33 +14,25 @@ import re
 import shlex
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional
 
 import click
 
 from .. import __version__
-from ..model.limits import active
-from ..model.naming import check_run_id, new_run_id
-from ..model.topo import schema
-from ..run.registry import commands, load_group, topologies
+from ..model.naming import check_run_id
+from ..run.registry import commands, load_group
 from ..runtime import caps
 from ..runtime.caps import require_root
 from ..runtime.clean import clean as do_clean
 from ..runtime import lab as lab_mod
-from ..runtime.lab import Lab
-from .cliutil import (RESULTS_ENV, Ctx, current_log, echo, install_signals, limit_option,
-                      print_lab, setup_logging, terminal_safety)
-from ..run.topoload import CUSTOM_HELP
+from .cliutil import RESULTS_ENV, Ctx, current_log, echo, hosts_options, terminal_safety
 from .capturecli import capture_cmd
 from ..errors import InputError, LabError
 from .export import export_cmd
 from .reproduce import reproduce_cmd
+from .topocli import ps_cmd, topo
 from .runcli import report, run_group
 from ..safeio import make_dirs, printable
-from ..model.multihost import parse_hosts
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..hosts.remote import MultiLab
 
 log = logging.getLogger("nslab")
 
@@ -60,6 +50,7 @@ def cli(ctx: click.Context, results: str, verbose: int) -> None:
     Start here:
       nslab doctor                      what this machine offers
       nslab topo up single --k 3 --cli  a switch with 3 hosts and the Mininet CLI
+      nslab ps                          the labs running on this machine
       nslab run --list                  the studies, and their presets
       nslab reproduce --quick           every study, quickly, with a report
       nslab clean                       remove what a crashed run left behind
@@ -149,8 +140,8 @@ def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bo
               metrics_only: bool, port: int, bind: str, max_clients: int) -> None:
     """Live per-link rates (bit/s, packets/s, drops) of a running lab.
 
-    RUN is a lab's run id (`nslab clean --dry-run` lists them); with no RUN and
-    exactly one lab up, that one. With --web, a local page shows the lab's
+    RUN is a lab's run id (`nslab topo ps` lists the running labs); with no
+    RUN and exactly one lab up, that one. With --web, a local page shows the lab's
     picture, its links coloured and labelled with their live rates, and
     /metrics gives the counters to Prometheus; --metrics serves /metrics alone.
     One sampler reads the counters, whatever the number of pages and scrapers.
@@ -169,237 +160,6 @@ def watch_cmd(run: Optional[str], interval: float, count: Optional[int], web: bo
             watch(run, interval, count)
     except KeyboardInterrupt:
         pass
-
-
-# -- topo -------------------------------------------------------------------------------
-@cli.group()
-def topo() -> None:
-    """Build topologies by hand (ready ones, YAML, or Mininet custom files with --custom)."""
-
-
-def custom_option(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--custom FILE``: TOPOLOGY is one of the ``topos`` of a Mininet custom
-    file, which nslab runs (the one way a command runs a Python topology)."""
-    return click.option("--custom", metavar="FILE.py", default=None, help=CUSTOM_HELP)(f)
-
-
-def _custom_log(ctx: click.Context, custom: Optional[str]) -> None:
-    """With ``--custom``, a log file first: a Python error in the file is one
-    line, its traceback in the log."""
-    if custom is not None:
-        setup_logging(ctx.obj, f"topo-{time.strftime('%Y%m%d-%H%M%S')}")
-
-
-@topo.command("schema")
-def topo_schema() -> None:
-    """Print the JSON Schema of the YAML topology format (for editors and CI).
-
-    \b
-    e.g. nslab topo schema > nslab-topology.schema.json
-    then, in VS Code's YAML extension, a first line
-    # yaml-language-server: $schema=nslab-topology.schema.json
-    """
-
-    click.echo(json.dumps(schema(), indent=2))
-
-
-@topo.command("check", context_settings={"ignore_unknown_options": True,
-                                          "allow_extra_args": True})
-@click.argument("path")
-@custom_option
-@limit_option
-@click.pass_context
-def topo_check(ctx: click.Context, path: str, custom: Optional[str]) -> None:
-    """Validate a YAML topology (or a ready one with its options) without
-    building it, and show its size against the limits (no root needed).
-    With --custom FILE, PATH is a topology of that Mininet custom file, and
-    nslab runs the file to get it (as root under sudo).
-
-    \b
-      nslab topo check examples/two-hosts.yaml
-      nslab topo check tree --depth 3 --fanout 4
-      nslab topo check --custom topologies/basic.py nslab_pair
-    """
-    from ..run.topoload import extra_kwargs, load_topology
-    _custom_log(ctx, custom)
-    t = load_topology(path, extra_kwargs(ctx.args), custom)
-    nodes, links, namespaces = t.size()
-    echo(f"{path}: valid: {nodes} nodes, {links} links, {namespaces} namespaces "
-         f"({', '.join(t.needs())})")
-    echo(f"limits per lab: {active().describe(('nodes', 'links', 'namespaces'))} "
-         "(raise with --limit KEY=N)")
-
-
-@topo.command("list")
-def topo_list() -> None:
-    """List the ready topologies and their options."""
-    for name, fn in sorted(topologies().items()):
-        opts = " ".join(f"--{p.replace('_', '-')}" for p in inspect.signature(fn).parameters
-                        if not p.startswith("_"))
-        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        echo(f"{name:10} {doc}")
-        echo(f"{'':10} options: {opts}")
-
-
-@topo.command("draw", context_settings={"ignore_unknown_options": True,
-                                         "allow_extra_args": True})
-@click.argument("topology")
-@click.option("-o", "--output", required=True,
-              help="The picture: FILE.svg, FILE.png, FILE.pdf or FILE.dot.")
-@custom_option
-@limit_option
-@click.pass_context
-def topo_draw(ctx: click.Context, topology: str, output: str, custom: Optional[str]) -> None:
-    """Draw TOPOLOGY (a ready name or a .yaml file, with its options) with
-    Graphviz: nodes by kind, links with interface names and shaping. No root
-    needed; but with --custom FILE, TOPOLOGY is a topology of that Mininet
-    custom file, and nslab runs the file (as root under sudo).
-
-    \b
-      nslab topo draw clos --spines 2 --servers 3 -o clos.svg
-      nslab topo draw examples/two-hosts.yaml -o two.png
-      nslab topo draw --custom topologies/basic.py nslab_single -o single.svg
-    """
-    from ..store.draw import draw
-    from ..run.topoload import extra_kwargs, load_topology
-    _custom_log(ctx, custom)
-    t = load_topology(topology, extra_kwargs(ctx.args), custom)
-    echo(draw(t, output))
-
-
-@topo.command("export", context_settings={"ignore_unknown_options": True,
-                                           "allow_extra_args": True})
-@click.argument("topology")
-@click.option("--format", "fmt", default="containerlab", show_default=True,
-              help="containerlab: a .clab.yml for containerlab (one host) or clabernetes "
-                   "(Kubernetes).")
-@click.option("-o", "--output", default=None, metavar="FILE.clab.yml",
-              help="Write here, with the FRR routers' files in a folder beside it "
-                   "(default: standard output, for a topology without FRR routers).")
-@click.option("--name", default=None, help="The lab's name (default: the topology's).")
-@click.option("--image", default="wbitt/network-multitool:alpine-extra", show_default=True,
-              help="Image of the hosts, plain routers and switches (needs ip and tc).")
-@click.option("--frr-image", default="quay.io/frrouting/frr:10.3.1", show_default=True,
-              help="Image of the FRR routers; its tag's version picks the config layout.")
-@click.option("--interface-names", default="keep", show_default=True, metavar="keep|eth",
-              help="keep nslab's interface names, or rename to eth1, eth2... per node.")
-@click.option("--no-mgmt", is_flag=True,
-              help="No management network (network-mode: none): only the topology's links.")
-@custom_option
-@limit_option
-@click.pass_context
-def topo_export(ctx: click.Context, topology: str, fmt: str, output: Optional[str],
-                name: Optional[str], image: str, frr_image: str, interface_names: str,
-                no_mgmt: bool, custom: Optional[str]) -> None:
-    """Write TOPOLOGY (a ready name with its options, or a .yaml file) for
-    another tool. No root needed; but with --custom FILE, TOPOLOGY is a
-    topology of that Mininet custom file, and nslab runs the file (as root
-    under sudo). What carries over and what does not: docs/multi-host.md.
-
-    \b
-      nslab topo export clos --spines 2 --servers 4 -o clos.clab.yml
-      nslab topo export examples/two-hosts.yaml > two-hosts.clab.yml
-    """
-    from ..runtime.clab import export_command
-    from ..run.topoload import extra_kwargs, load_topology
-    _custom_log(ctx, custom)
-    t = load_topology(topology, extra_kwargs(ctx.args), custom)
-    text, messages = export_command(t, fmt, output, name=name, image=image, frr_image=frr_image,
-                                    interface_names=interface_names, mgmt=not no_mgmt)
-    for m in messages:
-        echo(m, err=True)
-    if text is not None:
-        click.echo(text, nl=False)
-
-
-HOSTS_HELP = ("Build the lab across these hosts (ssh destinations; NAME=ADDRESS gives the "
-              "address the others reach it at). See docs/multi-host.md.")
-
-
-def hosts_options(f: Callable[..., Any]) -> Callable[..., Any]:
-    """``--hosts``, ``--ssh-config``, ``--remote-nslab``: a lab across machines."""
-    f = click.option("--remote-nslab", default=None, metavar="PATH",
-                     help="The nslab command on the hosts (default: the same path as here).")(f)
-    f = click.option("--ssh-config", type=click.Path(exists=True, dir_okay=False), default=None,
-                     help="An ssh -F file (default: your own SSH configuration).")(f)
-    return click.option("--hosts", default=None, metavar="A,B[,C]", help=HOSTS_HELP)(f)
-
-
-@topo.command("up", context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.argument("topology")
-@click.option("--cli", "with_cli", is_flag=True, help="Run the Mininet CLI on the lab.")
-@click.option("--for", "hold", type=float, default=None,
-              help="Keep it up this many seconds, then tear down (default: until Ctrl-C).")
-@click.option("--no-ipv6", is_flag=True,
-              help="No IPv6 addresses on host and switch links (routers keep them), so they send "
-                   "no DAD, MLD or router solicitations, which a bridge floods to every port.")
-@hosts_options
-@custom_option
-@limit_option
-@click.pass_context
-def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[float],
-            no_ipv6: bool, hosts: Optional[str], ssh_config: Optional[str],
-            remote_nslab: Optional[str], custom: Optional[str]) -> None:
-    """Build TOPOLOGY, print its nodes and how to enter them, tear down on exit.
-
-    \b
-    TOPOLOGY is a ready name (see `nslab topo list`) or a .yaml file; with
-    --custom FILE, a topology of that Mininet custom file, which nslab runs
-    as root. Topology options follow:
-      nslab topo up single --k 4 --switch ovs --bw 1000
-      nslab topo up pair --bw 100Mbit --framing
-      nslab topo up examples/two-hosts.yaml --cli
-      nslab topo up --custom topologies/basic.py nslab_pair
-      nslab topo up clos --spines 2 --servers 2 --hosts box1,box2
-      nslab topo up single --k 1000 --no-ipv6
-
-    
-    A file may ask for changes to this machine's network; only the command
-    line applies them: --uplink IFACE (a NIC as an OVS uplink), --force (an
-    uplink that carries the default route or SSH), --allow-controller TARGET
-    (an OpenFlow controller off the loopback).
-    """
-    from ..run.topoload import extra_kwargs, grants_from_options, load_topology
-    opts = extra_kwargs(ctx.args)
-    host_grants = grants_from_options(topology, opts)
-    run_id = new_run_id()
-    if custom is not None:  # a Python error in it: one line, the traceback in the log
-        setup_logging(ctx.obj, run_id)
-    t = load_topology(topology, opts, custom)
-    if no_ipv6:
-        t = t.without_ipv6()  # also `ipv6: false` in a topology file
-    if custom is None:
-        setup_logging(ctx.obj, run_id)
-    install_signals()
-    lab_cm: Union[Lab, MultiLab]
-    if hosts:
-        from ..hosts.remote import MultiLab
-        if with_cli:
-            raise InputError("--cli needs every node on this machine; with --hosts, enter a node "
-                             "with the `ssh ... ip netns exec ...` line printed for it")
-        lab_cm = MultiLab(t, parse_hosts(hosts), placement=t.placement or None, run_id=run_id,
-                          ssh_config=ssh_config, remote_nslab=remote_nslab,
-                          host_grants=host_grants)
-        echo(f"building {t.name} across {', '.join(lab_cm.hosts)} "
-             f"({len(lab_cm.tunnels)} links become VXLAN tunnels)", err=True)
-    else:
-        lab_cm = Lab(t, run_id=run_id, host_grants=host_grants)
-    with lab_cm as lab:
-        print_lab(lab)
-        if with_cli:
-            from .mncli import run_cli
-            assert isinstance(lab, Lab)  # --cli with --hosts was refused above
-            run_cli(lab)
-        elif hold is not None:
-            time.sleep(hold)
-        else:
-            click.echo("Lab is up. Press Ctrl-C to tear it down.")
-            try:
-                while True:
-                    time.sleep(3600)
-            except KeyboardInterrupt:
-                click.echo("\ntearing down...")
-    click.echo(f"lab {run_id} torn down")
 
 
 # -- clean ------------------------------------------------------------------------------
@@ -542,6 +302,8 @@ cli.add_command(report)
 cli.add_command(export_cmd)
 cli.add_command(reproduce_cmd)
 cli.add_command(capture_cmd)
+cli.add_command(topo)
+cli.add_command(ps_cmd, "ps")
 
 
 def _register_plugins() -> None:

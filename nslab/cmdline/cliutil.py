@@ -197,6 +197,20 @@ def current_log() -> Optional[str]:
     return None
 
 
+HOSTS_HELP = ("Build the lab across these hosts (ssh destinations; NAME=ADDRESS gives the "
+              "address the others reach it at). See docs/multi-host.md.")
+
+
+def hosts_options(f: Any) -> Any:
+    """Decorator: ``--hosts``, ``--ssh-config``, ``--remote-nslab``: a lab across machines."""
+    import click
+    f = click.option("--remote-nslab", default=None, metavar="PATH",
+                     help="The nslab command on the hosts (default: the same path as here).")(f)
+    f = click.option("--ssh-config", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help="An ssh -F file (default: your own SSH configuration).")(f)
+    return click.option("--hosts", default=None, metavar="A,B[,C]", help=HOSTS_HELP)(f)
+
+
 #: Rows of the lab table shown in full; a bigger lab shows its first and last few.
 LAB_TABLE_ROWS = 40
 #: Interfaces listed for one node (a switch of a thousand ports lists the first few).

@@ -247,7 +247,8 @@ class Lab:
         self.plan = plan(topo, self.run_id, root_switch_types(), self.part)
         self.journal = {"run": self.run_id, "pid": os.getpid(),
                         "pid_start": process_start_time(os.getpid()),
-                        "created": time.time(), "topology": topo.name, "restore": [],
+                        "created": time.time(), "topology": topo.name,
+                        "nodes": len(self.plan.nodes), "restore": [],
                         "host": self.part.host if self.part else None,
                         "extensions": {n: e.journal(self) for n, e in self.extensions.items()}}
         write_journal(self.run_id, self.journal)

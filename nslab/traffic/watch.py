@@ -13,8 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
-from ..errors import InputError
-from ..runtime import clean
+from ..runtime import clean, running
 from ..runtime.proc import run as run_cmd
 from ..model.shaping import format_rate
 
@@ -38,18 +37,10 @@ class Rate:
 
 
 def find_run(run: Optional[str]) -> str:
-    """The run to watch: ``run`` if live, else the only live one."""
-    if run:
-        if not clean.run_is_live(clean.read_journal(run)):
-            raise InputError(f"no live lab {run!r} (nslab clean --dry-run lists what is left)")
-        return run
-    live = clean.live_journals()
-    if len(live) == 1:
-        return str(live[0]["run"])
-    if not live:
-        raise InputError("no lab is running: start one (nslab topo up pair) or name a RUN")
-    names = ", ".join(sorted(str(j["run"]) for j in live))
-    raise InputError(f"{len(live)} labs are running ({names}): name the one to watch")
+    """The run to watch: ``run`` if it has nodes on this host, else the only
+    lab that has; one line naming every running lab otherwise
+    (:func:`nslab.runtime.running.pick`)."""
+    return running.pick(run, "watch", "nslab watch RUN", running.local_labs()).run
 
 
 def namespaces(run: str) -> Dict[str, str]:

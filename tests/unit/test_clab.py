@@ -406,6 +406,6 @@ def test_a_file_not_written_by_nslab_is_read_as_far_as_it_goes(tmp_path):
 
 
 def test_the_command_line_defaults_are_the_module_s():
-    from nslab.cmdline.cli import topo_export
+    from nslab.cmdline.topocli import topo_export
     defaults = {p.name: p.default for p in topo_export.params}
     assert defaults["image"] == HOST_IMAGE and defaults["frr_image"] == FRR_IMAGE

@@ -37,9 +37,11 @@ def test_no_lab_or_an_unknown_one_is_one_clear_line(monkeypatch):
     monkeypatch.setattr("nslab.runtime.clean.live_journals", lambda exclude=None: [])
     with pytest.raises(InputError, match="no lab is running"):
         find_run(None)
-    monkeypatch.setattr("nslab.runtime.clean.live_journals",
-                        lambda exclude=None: [{"run": "nlaaaa"}, {"run": "nlbbbb"}])
-    with pytest.raises(InputError, match="2 labs are running \\(nlaaaa, nlbbbb\\)"):
+    monkeypatch.setattr("nslab.runtime.clean.live_journals", lambda exclude=None: [
+        {"run": "nlaaaa", "pid": 10, "topology": "pair", "nodes": 2},
+        {"run": "nlbbbb", "pid": 11, "topology": "clos-2x2", "nodes": 4}])
+    with pytest.raises(InputError, match="2 labs are running: nlaaaa \\(pair, 2 nodes\\), "
+                                         "nlbbbb \\(clos-2x2, 4 nodes\\); name the one"):
         find_run(None)
-    with pytest.raises(InputError, match="no live lab 'nlzzzz'"):
-        find_run("nlzzzz")
+    with pytest.raises(InputError, match="no lab 'nlffff' is running on this host"):
+        find_run("nlffff")
