@@ -5,9 +5,10 @@ See :mod:`nslab.traffic.capture` for targets and the tool, ``docs/capture.md`` f
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import IO, TYPE_CHECKING, Callable, Optional, Tuple, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Callable, ContextManager, Optional, Tuple, TypeVar
 
 import click
 
@@ -18,7 +19,9 @@ from ..traffic import capture as cap
 from ..runtime.caps import require_root
 from ..model.naming import check_run_id
 from .cliutil import echo, install_signals
-from ..runtime.clean import read_controller, run_is_live
+from ..model.limits import fmt
+from ..runtime.clean import read_controller, run_is_live, workdir
+from ..runtime.offloads import End, OffloadsOff
 from ..runtime.running import pick, running_labs
 from ..traffic.capture import check_filter
 from ..safeio import open_new
@@ -64,15 +67,24 @@ def split_rest(rest: Tuple[str, ...], filt: Optional[str]) -> Tuple[Optional[str
               help="Stop after this many seconds.")
 @click.option("-f", "--filter", "filt", default=None, metavar="FILTER",
               help="A capture (BPF) filter, e.g. 'icmp or arp'; or give it after TARGET.")
-@click.option("-s", "--snaplen", type=click.IntRange(64, 262144), default=None,
-              help="Bytes kept of each packet (default: all).")
+@click.option("-s", "--snaplen", type=click.IntRange(64, 262144), default=None, metavar="N",
+              help=f"Bytes kept of each packet (default {cap.DEFAULT_SNAPLEN}: every header).")
+@click.option("--full", is_flag=True, help="Keep whole packets (no --snaplen).")
+@click.option("--max-size", default=None, metavar="SIZE",
+              help="Stop once this much is written, e.g. 500M, 2G, or none (default 100M; "
+                   "with -C, what the ring's files may take in all).")
+@click.option("--as-wire", is_flag=True,
+              help="Turn segmentation offloads (tso, gso, gro) off on both ends of the "
+                   "captured links while capturing, so packets are cut to the MTU as on a "
+                   "wire; put back after (docs/capture.md).")
 @click.option("-C", "ring_mb", type=click.IntRange(1, 10**6), default=None, metavar="MB",
               help="A ring of files of MB (10^6 bytes) each, as tcpdump -C (needs -w FILE).")
 @click.option("-W", "ring_files", type=click.IntRange(1, 100000), default=None, metavar="N",
               help="With -C: keep the last N files, as tcpdump -W.")
 def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[int],
                 duration: Optional[float], filt: Optional[str], snaplen: Optional[int],
-                ring_mb: Optional[int], ring_files: Optional[int]) -> None:
+                full: bool, max_size: Optional[str], as_wire: bool, ring_mb: Optional[int],
+                ring_files: Optional[int]) -> None:
     """Capture packets of a running lab into pcapng (Wireshark's dumpcap).
 
     \b
@@ -80,18 +92,26 @@ def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[in
     and B, as `nslab topo draw` draws it, captured at A's end) or NODE (all
     its links' interfaces, one file). RUN is a lab's run id (`nslab topo ps`
     lists them; with no RUN and one lab up, that one). Words after them are
-    a capture filter. The capture runs inside the node's namespace (an OVS port in the root
-    namespace), tagged with the lab's run: it stops on Ctrl-C, at -c or
-    --duration, when its reader goes, and when the lab ends. On the machine
-    that controls a lab across machines (--hosts), a node on another host is
-    captured there, over the lab's SSH connection, and streamed back.
+    a capture filter. The capture runs inside the node's namespace (an OVS
+    port in the root namespace), tagged with the lab's run: it stops on
+    Ctrl-C, at -c or --duration, when its reader goes, and when the lab
+    ends. On the machine that controls a lab across machines (--hosts), a
+    node on another host is captured there, over the lab's SSH connection,
+    and streamed back.
+
+    \b
+    A busy link fills a disk fast: by default the first 256 bytes of each
+    packet are kept (every header), and the capture stops at 100 MiB; the
+    first line says so. --snaplen, --full and --max-size change it.
     """
     from ..traffic import capturerun as live
     parsed = cap.parse_target(target)
     run, text = split_rest(rest, filt)
+    keep = cap.keep_of(snaplen, max_size, full, ring=ring_mb is not None)
     # every option is checked before anything else (and without root)
-    cap.dumpcap_argv(["check"], out, count=count, duration=duration, filt=text, snaplen=snaplen,
-                     ring_mb=ring_mb, ring_files=ring_files)
+    cap.dumpcap_argv(["check"], out, count=count, duration=duration, filt=text,
+                     snaplen=keep.snaplen, ring_mb=ring_mb, ring_files=ring_files,
+                     max_bytes=keep.max_bytes)
     if out == "-" and sys.stdout.isatty():
         raise InputError("-w -: stdout is a terminal; pipe it (| wireshark -k -i -) or give "
                          "-w FILE")
@@ -103,37 +123,63 @@ def capture_cmd(target: str, rest: Tuple[str, ...], out: str, count: Optional[in
                              "mkdir -m 700 /root/captures)")
     require_root("nslab capture")
     run = find_lab(check_run_id(run) if run else None)
-    lab = live.lab_map(run, [parsed.node])
+    lab = live.lab_map(run, [parsed.node], peers=as_wire)
     if parsed.node not in lab.netns and not os.environ.get(HOP_ENV):
         # not here: on another host of a lab controlled from here? (once: a
         # capture sent here from the controller is not sent on)
         host = remote_host(run, parsed.node)
         if host is not None:
             return capture_remote(host, parsed, run, out, count=count, duration=duration,
-                                  text=text, snaplen=snaplen, ring_mb=ring_mb)
+                                  text=text, keep=keep, as_wire=as_wire, ring_mb=ring_mb)
     cap.require_tool()
     where = cap.resolve(parsed, lab)
     argv = cap.dumpcap_argv(where.devs, "-" if ring_mb is None else os.path.abspath(out),
-                            count=count, duration=duration, filt=text, snaplen=snaplen,
-                            ring_mb=ring_mb, ring_files=ring_files)
-    c, ended = run_capture(lambda fh: live.Capture(where, argv, run, stdout=fh),
-                           lambda one: live.wait_started([one]), run, out,
-                           to_file=ring_mb is None, says=f"of lab {run}", text=text)
+                            count=count, duration=duration, filt=text, snaplen=keep.snaplen,
+                            ring_mb=ring_mb, ring_files=ring_files, max_bytes=keep.max_bytes)
+    keeps = keep.describe()
+    wire: ContextManager[Any] = contextlib.nullcontext()
+    if as_wire:
+        ends, away = cap.wire_ends(where, lab)
+        wire = OffloadsOff(run, [End(*e) for e in ends], workdir(run))
+        keeps += (f"; segmentation offloads off on {', '.join(e[0] for e in ends)} until it "
+                  "ends" + (f" ({', '.join(away)} on another host keeps its own)" if away
+                            else ""))
+    install_signals()  # Ctrl-C while the offloads go off puts them back too
+    with wire:
+        c, ended = run_capture(lambda fh: live.Capture(where, argv, run, stdout=fh),
+                               lambda one: live.wait_started([one]), run, out,
+                               to_file=ring_mb is None, says=f"of lab {run}", text=text,
+                               keeps=keeps)
     if ended == "ended" and c.proc.popen.returncode not in (0, -2, -13) and c.message():
         if out == "-" and "Broken pipe" in c.message():
             ended = "stopped: its reader closed the pipe"
         else:
             raise c.failure()  # e.g. the interface went away
+    if ended == "ended" and ring_mb is None and cap_reached(out, keep):
+        ended = (f"stopped at --max-size {fmt('capture', keep.max_bytes or 0)}; "
+                 "raise it with --max-size SIZE")
     say_captured(c, ended)
 
 
+def cap_reached(out: str, keep: cap.Keep) -> bool:
+    """Did the capture into ``out`` end at its size cap? (dumpcap stops once
+    it has written the cap's whole kB: a file of that many bytes or more)."""
+    if out == "-" or keep.max_bytes is None:
+        return False
+    try:
+        return os.path.getsize(out) >= keep.max_bytes // 1000 * 1000
+    except OSError:
+        return False
+
+
 def run_capture(make: Callable[[Optional[IO]], C], start: Callable[[C], None], run: str,
-                out: str, *, to_file: bool, says: str, text: Optional[str],
+                out: str, *, to_file: bool, says: str, text: Optional[str], keeps: str,
                 alive: Optional[Callable[[], bool]] = None) -> Tuple[C, str]:
     """What a capture here and one on another host share: ``out`` opened
     (unless it is ``-`` or not ``to_file``) for ``make`` to start the capture
     writing into, ``start`` waiting until it captures (the empty file of one
-    that never began removed), one line saying so, then
+    that never began removed), one line saying so and what it keeps
+    (``keeps``: :meth:`~nslab.traffic.capture.Keep.describe`), then
     :func:`~nslab.traffic.capturerun.follow` until it ends, the lab goes
     (``alive``), its reader goes or Ctrl-C. Returns the capture and why it
     ended (``ended``, ``stopped: ...``)."""
@@ -160,7 +206,7 @@ def run_capture(make: Callable[[Optional[IO]], C], start: Callable[[C], None], r
             raise
         echo(f"capturing {c.label} {says}"
              + (f" (filter {text!r})" if text else "") + " into "
-             + ("stdout" if out == "-" else out) + "; Ctrl-C to stop", err=True)
+             + ("stdout" if out == "-" else out) + f": {keeps}; Ctrl-C to stop", err=True)
         how = follow(c, run, alive=alive, reader_gone=stdout_closed if out == "-" else None)
         ended = {"done": "ended", "lab gone": f"stopped: lab {run} is gone",
                  "reader gone": "stopped: its reader closed the pipe"}[how]
@@ -206,8 +252,8 @@ def remote_host(run: str, node: str) -> Optional[RemoteHost]:
 
 
 def capture_remote(host: RemoteHost, parsed: Target, run: str, out: str, *,
-                   count: Optional[int], duration: Optional[float], text: Optional[str], snaplen: Optional[int],
-                   ring_mb: Optional[int]) -> None:
+                   count: Optional[int], duration: Optional[float], text: Optional[str],
+                   keep: cap.Keep, as_wire: bool, ring_mb: Optional[int]) -> None:
     """``nslab capture`` of a node on another host (``host``, a
     :class:`~nslab.traffic.captureremote.RemoteHost`): the same command run there
     through the lab's SSH connection, its pcapng streamed into ``out``."""
@@ -217,10 +263,12 @@ def capture_remote(host: RemoteHost, parsed: Target, run: str, out: str, *,
                          "files itself, on the host that captures; use -w FILE or -w - here, "
                          f"or run the ring there (ssh {host.dest} nslab capture ... -C)")
     remote = rcap.remote_argv(host, parsed, count=count, duration=duration, filt=text,
-                              snaplen=snaplen)
+                              keep=keep, as_wire=as_wire)
+    keeps = keep.describe() + ("; segmentation offloads off there while it runs" if as_wire
+                               else "")
     c, ended = run_capture(lambda fh: rcap.RemoteCapture(host, parsed, remote, stdout=fh),
                            rcap.RemoteCapture.wait_ready, run, out, to_file=True,
-                           says=f"(lab {run}, over SSH)", text=text,
+                           says=f"(lab {run}, over SSH)", text=text, keeps=keeps,
                            alive=lambda: run_is_live(read_controller(run)))
     if ended == "ended":
         if c.proc.popen.returncode != 0 and c.message():

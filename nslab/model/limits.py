@@ -283,14 +283,21 @@ def parse_limit(item: str) -> Tuple[str, float]:
                              "at most ten years")
         return key, value
     if key in BYTE_KEYS:
-        m = _SIZE_RE.fullmatch(text.lower())
-        value = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ") if m else math.nan
-        if not m or not 1 <= value <= 1024 ** 5:
-            raise InputError(f"--limit {item!r}: a size in bytes (or 500M, 2G, 1T), at most 1 PiB")
-        return key, int(value)
+        return key, parse_bytes(text, f"--limit {item!r}")
     if not text.isdigit() or not 0 < int(text) <= 10**9:
         raise InputError(f"--limit {item!r}: a whole number from 1 to 1,000,000,000")
     return key, int(text)
+
+
+def parse_bytes(text: str, what: str) -> int:
+    """A size in bytes from ``text``: a number of bytes, or of KiB, MiB, GiB
+    or TiB (``500M``, ``2G``, ``1.5GiB``; binary units, as :func:`fmt`
+    shows them), from 1 byte to 1 PiB; one line naming ``what`` otherwise."""
+    m = _SIZE_RE.fullmatch(text.strip().replace("_", "").replace(",", "").lower())
+    value = float(m.group(1)) * 1024 ** " kmgt".index(m.group(2) or " ") if m else math.nan
+    if not m or not 1 <= value <= 1024 ** 5:
+        raise InputError(f"{what}: a size in bytes (or 500M, 2G, 1T), at most 1 PiB")
+    return int(value)
 
 
 # -- counting without building ------------------------------------------------------------

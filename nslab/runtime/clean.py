@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
 
-from . import extension, statefile
+from . import extension, offloads, statefile
 from ..errors import InputError, LabError
 from ..model.fields import IFNAME_RE
 from ..model.naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR, check_state_dir
@@ -529,12 +529,30 @@ def _printable(value: object, most: int = 120) -> str:
 
 
 def _restore_iface(argv: List[str]) -> str:
-    """The interface a checked restore command acts on."""
+    """The interface a checked restore command acts on (``NS/IFACE`` for
+    one in a namespace of the run)."""
+    if argv[:3] == ["ip", "netns", "exec"]:
+        return f"{argv[3]}/{_restore_iface(argv[4:])}"
     if argv[0] == "ovs-vsctl":
         return argv[5]
     if argv[0] == "ethtool":
         return argv[2]
     return argv[argv.index("dev") + 1]
+
+
+#: The features a journalled ``ethtool -K`` may set.
+ETHTOOL_FEATURES = ("tx", "gso", "tso", "gro")
+
+
+def _ethtool_ok(a: List[str]) -> bool:
+    """``ethtool -K IFACE F on|off [F on|off ...]``, each F one of
+    :data:`ETHTOOL_FEATURES` at most once."""
+    if a[:2] != ["ethtool", "-K"] or len(a) < 5 or len(a) % 2 == 0 \
+            or not IFNAME_RE.fullmatch(a[2]):
+        return False
+    names, states = a[3::2], a[4::2]
+    return (all(f in ETHTOOL_FEATURES for f in names) and len(set(names)) == len(names)
+            and all(v in ("on", "off") for v in states))
 
 
 def restore_problem(argv: object, run_id: str) -> Optional[str]:
@@ -550,11 +568,20 @@ def restore_problem(argv: object, run_id: str) -> Optional[str]:
         ip addr replace IPV4/PREFIX dev IFACE
         ip addr del IPV4/PREFIX dev IFACE     (aliases of `nslab alias serve`)
         ip route replace DST [via ADDR] dev IFACE [metric N]
-        ethtool -K IFACE tx|gso|tso on|off
+        ethtool -K IFACE tx|gso|tso|gro on|off [tx|gso|tso|gro on|off ...]
+        ip netns exec <run>-NODE ethtool -K IFACE ...   (an interface of a node:
+                                                     nslab capture --as-wire)
     """
 
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         return "not a list of words"
+    if argv[:3] == ["ip", "netns", "exec"] and len(argv) > 4:
+        m = NS_RE.fullmatch(argv[3])
+        if m is None or m.group(1) != run_id:
+            return f"{_printable(argv[3], 40)}: not a namespace of run {run_id}"
+        if not _ethtool_ok(argv[4:]):
+            return " ".join(_printable(a, 40) for a in argv[:10])
+        return None
 
     def iface(x: str) -> bool:
         return bool(IFNAME_RE.fullmatch(x))
@@ -593,8 +620,7 @@ def restore_problem(argv: object, run_id: str) -> Optional[str]:
             if rest == [] or (len(rest) == 2 and rest[0] == "metric"
                               and number(rest[1], 0, 2**32 - 1)):
                 return None
-    if a[:2] == ["ethtool", "-K"] and len(a) == 5 and iface(a[2]) \
-            and a[3] in ("tx", "gso", "tso") and a[4] in ("on", "off"):
+    if _ethtool_ok(a):
         return None
     return shown
 
@@ -613,12 +639,39 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
                       if run_is_live(j)), None)
         if owner is not None and not force:
             report[rid] = [f"skipped: run is live (pid {owner.get('pid')}); use --force"]
+            report[rid] += restore_stale_offloads(rid, dry_run)
             continue
         report[rid] = inv.describe()
         if not dry_run:
             problems = remove(inv)
             report[rid] += [f"problem: {p}" for p in problems]
     return report
+
+
+def restore_stale_offloads(run_id: str, dry_run: bool = False) -> List[str]:
+    """Put back the segmentation offloads a process turned off on a live
+    lab's interfaces (``nslab capture --as-wire``) and died before putting
+    back (:mod:`nslab.runtime.offloads`): each record's commands checked as a
+    journal's are (:func:`restore_problem`), then the record removed. What
+    was (or would be) done, one line each."""
+    out = []
+    for path, record in offloads.stale(workdir(run_id)):
+        pid = record.get("pid")
+        for item in record.get("restore", []):
+            what = _printable(item.get("what", "?") if isinstance(item, dict) else "?")
+            if dry_run:
+                out.append(f"would restore {what} (process {pid} is gone)")
+                continue
+            try:
+                if not isinstance(item, dict):
+                    raise RuntimeError("refused: not a restore record")
+                _restore(item, run_id)
+                out.append(f"restored {what} (process {pid} is gone)")
+            except (RuntimeError, OSError, LabError) as exc:
+                out.append(f"problem: restore {what}: {exc}")
+        if not dry_run:
+            statefile.remove(path)
+    return out
 
 
 def block_sigint() -> ContextManager[None]:

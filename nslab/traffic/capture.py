@@ -65,6 +65,16 @@ READY = "File: "
 #: captures there or refuses, and never sends the capture on again.
 HOP_ENV = "NSLAB_CAPTURE_HOP"
 _PACKETS_RE = re.compile(r"^Packets captured: ([0-9]+)", re.M)
+#: Bytes ``nslab capture`` keeps of each packet unless told otherwise: every
+#: header of a frame (Ethernet, VLAN tags, IPv4 or IPv6, TCP with its
+#: options), and those inside a VXLAN tunnel's 50 bytes too, with room to
+#: spare; the studies' captures keep 128.
+DEFAULT_SNAPLEN = 256
+#: What ``nslab capture`` writes at most unless told otherwise: 100 MiB (a
+#: "1 Gbit/s" veth carried 711 MB in 6 s of iperf, whole frames kept).
+DEFAULT_MAX_BYTES = 100 * 1024 ** 2
+#: The largest ``-a filesize:`` dumpcap takes (2 GiB, in its kB of 1000 bytes).
+DUMPCAP_MAX_FILESIZE_KB = 2 * 1024 ** 3 // 1000
 
 
 # -- targets ----------------------------------------------------------------------------
@@ -257,6 +267,74 @@ def resolve(target: Target, m: LabMap) -> Where:
     return Where(target.node, netns, tuple(ports.values()), tuple(ports))
 
 
+def wire_ends(where: Where, m: LabMap) -> Tuple[List[Tuple[str, Optional[str], str]], List[str]]:
+    """What ``--as-wire`` turns the segmentation offloads of off: each
+    captured interface and the other end of its link, if that end is on this
+    host (``m`` lists the peers' ports), as ``(label, netns, device)``; and
+    the labels of the other ends that are not here (a VXLAN tunnel to
+    another host: what arrives through it was segmented there)."""
+    ends = [(f"{where.node}:{i}", where.netns, d) for i, d in zip(where.intfs, where.devs)]
+    away: List[str] = []
+    for intf in where.intfs:
+        for a, ia, b, ib in m.links:
+            if (a, ia) == (where.node, intf):
+                peer, pintf = b, ib
+            elif (b, ib) == (where.node, intf):
+                peer, pintf = a, ia
+            else:
+                continue
+            dev = m.ports.get(peer, {}).get(pintf)
+            if peer in m.netns and dev is not None:
+                ends.append((f"{peer}:{pintf}", m.netns[peer], dev))
+            else:
+                away.append(f"{peer}:{pintf}")
+    unique: List[Tuple[str, Optional[str], str]] = []
+    for end in ends:  # a link from a node to itself lists one end twice
+        if all(end[1:] != u[1:] for u in unique):
+            unique.append(end)
+    return unique, away
+
+
+# -- how much is kept ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class Keep:
+    """How much of the traffic a capture keeps: ``snaplen`` bytes of each
+    packet (None: whole frames) and ``max_bytes`` in all (None: no cap)."""
+
+    snaplen: Optional[int] = DEFAULT_SNAPLEN
+    max_bytes: Optional[int] = DEFAULT_MAX_BYTES
+
+    def describe(self) -> str:
+        """``256 bytes of each packet, at most 100.0 MiB`` (for the first line)."""
+        from ..model.limits import fmt
+        per = "whole packets" if self.snaplen is None else f"{self.snaplen} bytes of each packet"
+        most = "no size cap" if self.max_bytes is None else \
+            f"at most {fmt('capture', self.max_bytes)}"
+        return f"{per}, {most}"
+
+
+def keep_of(snaplen: Optional[int] = None, max_size: Optional[str] = None,
+            full: bool = False, ring: bool = False) -> Keep:
+    """What ``nslab capture``'s ``--snaplen N``, ``--max-size SIZE`` (``none``:
+    no cap) and ``--full`` (whole packets) ask to keep; the defaults are
+    :data:`DEFAULT_SNAPLEN` and :data:`DEFAULT_MAX_BYTES`. One line for a
+    contradiction, a size that is not one, or one dumpcap cannot stop a
+    single file at (``ring``: the size is a ring's, in several files)."""
+    from ..model.limits import fmt, parse_bytes
+    if full and snaplen is not None:
+        raise InputError("--full keeps whole packets, --snaplen N the first N bytes: give one")
+    cut = None if full else (DEFAULT_SNAPLEN if snaplen is None else int(snaplen))
+    most: Optional[int] = DEFAULT_MAX_BYTES
+    if max_size is not None:
+        most = None if max_size.strip().lower() == "none" else \
+            parse_bytes(max_size, f"--max-size {_printable(max_size)}")
+    if most is not None and not ring and most // 1000 > DUMPCAP_MAX_FILESIZE_KB:
+        raise InputError(f"--max-size {fmt('capture', most)}: dumpcap stops a file at "
+                         f"{fmt('capture', DUMPCAP_MAX_FILESIZE_KB * 1000)} at most; use a "
+                         "ring of files (-C MB -W N), or --max-size none")
+    return Keep(cut, most)
+
+
 # -- dumpcap ------------------------------------------------------------------------------
 def bound_bytes(snaplen: int, packets: int) -> int:
     """The most a capture of ``packets`` packets of at most ``snaplen`` bytes
@@ -273,10 +351,12 @@ def dumpcap_argv(devs: Sequence[str], out: str = "-", *, count: Optional[int] = 
     The filter and snap length come before the first ``-i``, where dumpcap
     takes them for every interface; the filter is the one element after
     ``-f``. ``ring_mb``/``ring_files`` are tcpdump's ``-C``/``-W`` (MB of
-    10^6 bytes, as dumpcap's kB are 10^3); ``max_bytes`` stops the capture
-    once the file has that many bytes (plus the packet that passed it).
-    Interfaces are not put into promiscuous mode (``-p``: a veth delivers
-    every frame anyway)."""
+    10^6 bytes, as dumpcap's kB are 10^3). ``max_bytes`` bounds what is
+    written: one file (or stdout) stops once it has that many bytes (plus
+    the packet that passed it, dumpcap's ``-a filesize:``); a ring without
+    ``-W`` stops after as many files as fit in it (``-a files:``), and one
+    whose ``-W`` files would pass it is refused. Interfaces are not put into
+    promiscuous mode (``-p``: a veth delivers every frame anyway)."""
     if not devs:
         raise InputError("a capture needs at least one interface")
     for d in devs:
@@ -297,8 +377,9 @@ def dumpcap_argv(devs: Sequence[str], out: str = "-", *, count: Optional[int] = 
         if not (duration > 0 and math.isfinite(duration)):
             raise InputError(f"--duration {duration}: a number of seconds above 0")
         argv += ["-a", f"duration:{duration:g}"]
-    if max_bytes is not None:
-        argv += ["-a", f"filesize:{max(1, int(max_bytes) // 1000)}"]
+    if max_bytes is not None and ring_mb is None:  # (dumpcap takes 2 GiB at most)
+        kb = min(DUMPCAP_MAX_FILESIZE_KB, max(1, int(max_bytes) // 1000))
+        argv += ["-a", f"filesize:{kb}"]
     if ring_files is not None and ring_mb is None:
         raise InputError("-W N needs -C MB: a ring of N files of MB each")
     if ring_mb is not None:
@@ -310,7 +391,29 @@ def dumpcap_argv(devs: Sequence[str], out: str = "-", *, count: Optional[int] = 
         argv += ["-b", f"filesize:{int(ring_mb) * 1000}"]
         if ring_files is not None:
             argv += ["-b", f"files:{int(ring_files)}"]
+        if max_bytes is not None:
+            argv += _ring_cap(int(ring_mb), ring_files, int(max_bytes))
     return argv + ["-w", out]
+
+
+def _ring_cap(ring_mb: int, ring_files: Optional[int], max_bytes: int) -> List[str]:
+    """What keeps a ring of ``ring_mb`` MB files within ``max_bytes``: nothing
+    when its last ``ring_files`` fit, else a stop after as many files as fit
+    (``-a files:N``); one line when not even one file fits, or ``-W`` keeps
+    more than fits."""
+    from ..model.limits import fmt
+    each = ring_mb * 10 ** 6
+    cap = fmt("capture", max_bytes)
+    if each > max_bytes:
+        raise InputError(f"-C {ring_mb}: one file of the ring ({ring_mb} MB) is over --max-size "
+                         f"{cap}: raise --max-size, or give a smaller -C")
+    if ring_files is not None:
+        if ring_files * each > max_bytes:
+            raise InputError(f"-C {ring_mb} -W {ring_files}: the ring keeps up to "
+                             f"{fmt('capture', ring_files * each)}, over --max-size {cap}: "
+                             "raise --max-size, or keep fewer files")
+        return []
+    return ["-a", f"files:{max_bytes // each}"]
 
 
 def packets_of(lines: Sequence[str]) -> Optional[int]:

@@ -33,7 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import IO, Any, List, Mapping, Optional, Union
 
-from .capture import HOP_ENV, Target, check_filter, parse_target
+from .capture import HOP_ENV, Keep, Target, check_filter, parse_target
 from .capturerun import CaptureProcess
 from ..errors import InputError, LabError
 from ..model.multihost import HOST_RE
@@ -101,12 +101,13 @@ def host_of(record: Mapping[str, Any], run: str, node: str) -> RemoteHost:
 
 def remote_argv(host: RemoteHost, target: Target, *, count: Optional[int] = None,
                 duration: Optional[float] = None, filt: Optional[str] = None,
-                snaplen: Optional[int] = None, grace: float = GRACE) -> List[str]:
+                keep: Keep = Keep(), as_wire: bool = False, grace: float = GRACE) -> List[str]:
     """The command run on ``host`` (one argv element each, for
     :meth:`nslab.hosts.remote.Ssh.argv` to quote): ``nslab capture TARGET RUN -w -
-    [-c N] [--duration S] [-s N] [-f FILTER]`` under the lifeline. Every
-    element is checked first: what the remote shell sees can only be these
-    arguments."""
+    [-c N] [--duration S] -s N|--full --max-size BYTES|none [--as-wire] [-f
+    FILTER]`` under the lifeline (what ``keep`` keeps is said, never left to
+    the other host's defaults). Every element is checked first: what the
+    remote shell sees can only be these arguments."""
     text = str(target)
     if parse_target(text) != target or target.node != host.node:
         raise InputError(f"capture target {text!r}: not a target of node {host.node}")
@@ -119,10 +120,18 @@ def remote_argv(host: RemoteHost, target: Target, *, count: Optional[int] = None
         if not (math.isfinite(duration) and 0 < duration <= 86400 * 366):
             raise InputError(f"--duration {duration}: a number of seconds above 0")
         cmd += ["--duration", repr(float(duration))]
-    if snaplen is not None:
+    snaplen, most = keep.snaplen, keep.max_bytes
+    if snaplen is None:
+        cmd += ["--full"]
+    else:
         if isinstance(snaplen, bool) or int(snaplen) != snaplen or not 64 <= snaplen <= 262144:
             raise InputError(f"-s {snaplen}: 64 to 262144 bytes")
         cmd += ["-s", str(int(snaplen))]
+    if most is not None and (isinstance(most, bool) or int(most) != most or most < 1):
+        raise InputError(f"--max-size {most}: a number of bytes")
+    cmd += ["--max-size", "none" if most is None else str(int(most))]
+    if as_wire:
+        cmd += ["--as-wire"]
     if filt is not None:
         cmd += ["-f", check_filter(filt)]  # printable: no line break reaches the shell
     return ["sh", "-c", LIFELINE, "nslab-capture", f"{grace:g}"] + cmd

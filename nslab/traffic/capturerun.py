@@ -50,16 +50,20 @@ def root_ports(run: str, links: Optional[List[dict]] = None) -> Dict[str, Dict[s
     return out
 
 
-def lab_map(run: str, nodes: Sequence[str]) -> LabMap:
+def lab_map(run: str, nodes: Sequence[str], peers: bool = False) -> LabMap:
     """The live map of lab ``run``: its topology (written beside its
     journal), its namespaces, its root-namespace ports; the interfaces in
-    the namespaces of ``nodes`` (the only ones listed)."""
+    the namespaces of ``nodes`` (the only ones listed), and of the nodes
+    linked to them with ``peers`` (``--as-wire`` changes both ends)."""
     topo = load_topology(run)
     journal = clean.read_journal(run) or {}
     host = journal.get("host") if isinstance(journal.get("host"), str) else None
     nss = watch.namespaces(run)
     roots = root_ports(run)
     links = [(a, ia, b, ib) for _, a, ia, b, ib in topo.interfaces()] if topo is not None else []
+    if peers:
+        nodes = list(nodes) + [b if a in nodes else a for a, _, b, _ in links
+                               if (a in nodes) != (b in nodes)]
     every = list(topo.nodes) if topo is not None else sorted(set(nss) | set(roots))
     topo_intfs: Dict[str, List[str]] = {}
     for a, ia, b, ib in links:

@@ -242,3 +242,71 @@ def test_a_study_file_keeps_its_capture_beside_the_raw_output_and_names_it(tmp_p
     assert all("captures" not in r["measurements"] for r in recs if r["params"]["repeat"] == 1)
     report = (run / "report.md").read_text()
     assert "## Packet captures" in report and files[0].name in report.replace("\\", "")
+
+
+# -- what a capture keeps on a busy link ----------------------------------------------------
+def frame_lengths(path):
+    """Each packet's (kept, original) length in a pcapng file (its enhanced
+    packet blocks), read without a tool."""
+    import struct
+    data, out, i = path.read_bytes(), [], 0
+    while i + 8 <= len(data):
+        kind, size = struct.unpack_from("<II", data, i)
+        if size < 12:
+            break
+        if kind == 6:  # an enhanced packet block: ..., captured length, original length
+            out.append(struct.unpack_from("<II", data, i + 20))
+        i += size
+    return out
+
+
+def iperf_for(lab, seconds):
+    from nslab.traffic.iperf import run_client, start_server, wait_listening
+    start_server(lab["h2"])
+    wait_listening(lab["h2"])
+    t = threading.Thread(target=run_client, args=(lab["h1"], lab["h2"].ip), kwargs={"time": seconds},
+                         daemon=True)
+    t.start()
+    return t
+
+
+@needs("iperf")
+@pytest.mark.versioned  # dumpcap's -a filesize
+def test_a_capture_during_iperf_stays_under_its_cap_and_keeps_256_bytes(make_lab, tmp_path):
+    lab = make_lab(pair())
+    out = tmp_path / "h1.pcapng"
+    client = iperf_for(lab, 3)
+    cap = Cli("capture", "h1:h1-eth0", lab.run_id, "-w", str(out), "--max-size", "2M",
+              "--duration", "10")
+    cap.wait_for(r"capturing h1:h1-eth0 of lab nl\w+ into .*: 256 bytes of each packet, at "
+                 r"most 2\.0 MiB; Ctrl-C to stop")
+    rc, err = cap.finish(timeout=15)
+    client.join(timeout=10)
+    assert rc == 0, err
+    assert "stopped at --max-size 2.0 MiB" in err, err  # long before --duration
+    assert 1_900_000 <= out.stat().st_size <= 2 * 1024 ** 2 + 70_000  # one super-packet more at most
+    lengths = frame_lengths(out)
+    assert lengths and max(kept for kept, _ in lengths) <= 256
+
+
+@needs("iperf", "ethtool")
+@pytest.mark.versioned  # dumpcap, ethtool's output
+def test_as_wire_cuts_frames_to_the_mtu_and_puts_the_offloads_back(make_lab, tmp_path):
+    from nslab.runtime.offloads import parse_features
+    lab = make_lab(pair())
+
+    def features(node):
+        return parse_features(lab[node].run(["ethtool", "-k", f"{node}-eth0"]).stdout)
+    before = {n: features(n) for n in ("h1", "h2")}
+    out = tmp_path / "wire.pcapng"
+    client = iperf_for(lab, 2)
+    cap = Cli("capture", "h2:h2-eth0", lab.run_id, "-w", str(out), "--as-wire", "-c", "2000")
+    cap.wait_for(r"segmentation offloads off on h2:h2-eth0, h1:h1-eth0 until it ends")
+    assert not features("h1")["tcp-segmentation-offload"][0]
+    assert not features("h2")["generic-segmentation-offload"][0]
+    rc, err = cap.finish(timeout=15)
+    client.join(timeout=10)
+    assert rc == 0, err
+    lengths = frame_lengths(out)
+    assert len(lengths) == 2000 and max(orig for _, orig in lengths) <= 1514  # the MTU's frames
+    assert {n: features(n) for n in ("h1", "h2")} == before

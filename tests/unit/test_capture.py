@@ -673,11 +673,11 @@ def test_the_ssh_command_of_a_remote_capture_passes_each_argument_as_given(tmp_p
     from nslab.hosts.remote import LIFELINE, Ssh
     host = remote_host()
     remote = remote_argv(host, parse_target("h2:h2-eth0"), count=10, duration=2.5,
-                         filt=HOSTILE, snaplen=128)
+                         filt=HOSTILE, keep=capture.Keep(128, 5_000_000), as_wire=True)
     assert remote == ["sh", "-c", LIFELINE, "nslab-capture", "5", "env",
                       f"{capture.HOP_ENV}=1", "/opt/ns lab/bin/nslab", "capture", "h2:h2-eth0",
                       "nl0a0b", "-w", "-", "-c", "10", "--duration", "2.5", "-s", "128",
-                      "-f", HOSTILE]
+                      "--max-size", "5000000", "--as-wire", "-f", HOSTILE]
     ssh = Ssh(host.dest, str(tmp_path), host.ssh_config).argv(remote)
     i = ssh.index("--")
     assert ssh[i - 1] == "root@box2" and len(ssh) == i + 2 and "-T" in ssh
@@ -709,7 +709,8 @@ def test_any_filter_accepted_reaches_the_remote_shell_as_one_word(text):
     (Target("node", "h2"), {"filt": "icmp\nreboot"}, "only printable characters"),
     (Target("node", "h2"), {"filt": "-w /etc/passwd"}, "may not start with '-'"),
     (Target("node", "h2"), {"count": 0}, "-c 0"),
-    (Target("node", "h2"), {"snaplen": 10}, "-s 10"),
+    (Target("node", "h2"), {"keep": capture.Keep(10)}, "-s 10"),
+    (Target("node", "h2"), {"keep": capture.Keep(128, -1)}, "--max-size -1"),
     (Target("node", "h2"), {"duration": float("nan")}, "--duration nan"),
 ])
 def test_what_could_reach_the_remote_shell_is_checked_first(target, kw, says):
@@ -917,7 +918,8 @@ def test_a_remote_capture_streams_into_its_file_and_stops_when_its_reader_goes(f
     assert (cap.packets, cap.ended) == (7, "stopped")  # SIGINT through the lifeline
     assert out.read_bytes() == b"PCAPNG END"  # it finished its stream
     assert json.load(open(fake_remote / "args.json")) == [
-        "1", "capture", "h2:h2-eth0", "nl0a0b", "-w", "-", "-f", HOSTILE]
+        "1", "capture", "h2:h2-eth0", "nl0a0b", "-w", "-", "-s", "256", "--max-size",
+        str(100 * 1024 ** 2), "-f", HOSTILE]  # what is kept is said, not left to the host
     assert not (tmp_path / "PWNED").exists() and not os.path.exists("PWNED")
 
 
