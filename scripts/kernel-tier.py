@@ -42,6 +42,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiers  # noqa: E402 - scripts/tiers.py, beside this script
+import threading  # noqa: E402
+
+PRINT = threading.Lock()
 #: Kernels the guest tier boots by default (links made by setup-kernel.sh).
 KERNELS = "bookworm,trixie"
 #: Userlands other than this machine's, by kernel: (guest root, venv in the checkout,
@@ -60,6 +63,11 @@ def main() -> int:
     ap.add_argument("--kernels", default=os.environ.get("KERNEL_DISTS", KERNELS),
                     help="comma-separated kernels for the guest tier (links in .cache/kernel; "
                          f"default {KERNELS}); the two-box tier runs on the first")
+    ap.add_argument("--vcpus", type=int, default=int(os.environ.get("GUEST_VCPUS", "1")),
+                    help="vCPUs of each kernel's guest (default 1: the kernels' guests run "
+                         "side by side, one host CPU each)")
+    ap.add_argument("--one-by-one", action="store_true",
+                    help="the kernels' guests one after the other instead of side by side")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = ap.parse_args()
     from nslab.hosts import vm
@@ -76,10 +84,23 @@ def main() -> int:
     done: list = []  # (what, how it ended, its JUnit XML, its kernel's dying words)
     try:
         if args.only in ("guest", "all"):
+            # Side by side: a guest under TCG keeps one host CPU busy for most of
+            # its run (one vCPU), so two of them take about as long as the longer.
+            import threading
+            jobs = []
             for k in kernels:
                 marks = "kernel or guest" if k == kernels[-1] else "kernel"
-                rc |= guest_tier(args.out, args.timeout, args.pytest_args, k, vmlinuz[k], done,
-                                 marks)
+                res: dict = {}
+                job = threading.Thread(target=lambda k=k, marks=marks, res=res: res.update(
+                    rc=guest_tier(args.out, args.timeout, args.pytest_args, k, vmlinuz[k], done,
+                                  marks, args.vcpus)), name=f"guest-{k}")
+                jobs.append((job, res))
+                job.start()
+                if args.one_by_one:
+                    job.join()
+            for job, res in jobs:
+                job.join()
+                rc |= res.get("rc", 1)
         if args.only in ("vm", "all"):
             rc |= vm_tier(args.out, args.pytest_args, vmlinuz[kernels[0]], done)
     finally:  # what ran, even when a part raised or was interrupted
@@ -100,7 +121,7 @@ def summary(out: str, done: list) -> None:
 
 
 def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
-               done: list, marks: str) -> int:
+               done: list, marks: str, vcpus: int = 1) -> int:
     from nslab.hosts import vm
     py = os.path.join(os.path.dirname(sys.executable), "python")
     root, binds = None, []
@@ -130,8 +151,10 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
     ])
     t0, started = time.monotonic(), time.time()
     res = vm.run(vm.Guest("kernel-tier", cmd, out, cwd=ROOT, timeout=timeout, kernel=vmlinuz,
-                          root=root, binds=binds))
-    print(res.stdout[-6000:], end="" if res.stdout.endswith("\n") else "\n")
+                          root=root, binds=binds, cpus=vcpus))
+    with PRINT:  # one guest's output at a time
+        print(f"--- guest tier {name}: its pytest's output (last 6,000 characters)")
+        print(res.stdout[-6000:], end="" if res.stdout.endswith("\n") else "\n")
     status = "timed out" if res.timed_out else f"exit {res.returncode}"
     status += f" after {time.monotonic() - t0:.0f} s"
     what = f"guest tier {name} ({vm.kernel_release(vmlinuz)})"

@@ -34,10 +34,10 @@ class Rfc2544Config(StudyConfig):
         "kernel with one vCPU whose clock is its instruction count, so no host can disturb an "
         "answer) or real (this machine's CPUs: bare metal, physical NICs)")
     virtual_scale: Annotated[float, Field(ge=0.01, le=1.0)] = Field(
-        0.1, description="virtual bed: its rates against the paper's bed (links, the DUT's "
+        0.05, description="virtual bed: its rates against the paper's bed (links, the DUT's "
         "knee, the offered loads; latency differences are compared at 1/scale)")
     vcpu_shift: Annotated[int, Field(ge=0, le=6)] = Field(
-        2, description="virtual bed: one guest instruction per 2^N ns of virtual time "
+        3, description="virtual bed: one guest instruction per 2^N ns of virtual time "
         "(QEMU -icount shift=N)")
     frame_sizes: UniqueList[Annotated[int, Field(ge=64, le=9018)]] = Field(
         default_factory=lambda: list(FRAME_SIZES), description="frame sizes, FCS included")
@@ -140,6 +140,14 @@ class Rfc2544Config(StudyConfig):
         """A stored run's configuration: one stored before the virtual bed (no
         ``bed``) was measured on the real bed."""
         return cls.parse({"bed": "real", **data}, where)
+
+    def sampling_rounds(self) -> int:
+        """One round on the virtual bed: its trials repeat themselves to the
+        frame, so a second round would measure the same figures again and only
+        narrow the intervals on paper. Its searches, sweeps and latency trials
+        are still several samples each (dithered rates, phases of the guest's
+        tick)."""
+        return 1 if self.bed == "virtual" else self.rounds
 
     def scale(self) -> float:
         """The bed's rates against the paper's: ``virtual_scale`` on the virtual

@@ -55,6 +55,13 @@ def main(argv: "list[str] | None" = None) -> int:
         return 2
     logging.basicConfig(filename=LOG, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # what the study does between points, on the host's terminal too (relayed)
+    say = logging.StreamHandler(sys.stderr)
+    say.setLevel(logging.INFO)
+    say.setFormatter(logging.Formatter("%(message)s"))
+    for name in ("nslab.experiments.rfc2544", "nslab.run.study"):
+        logging.getLogger(name).addHandler(say)
+    sys.stderr.write(f"guest up (kernel {os.uname().release}); loading nslab\n")
     from nslab.errors import LabError
     from nslab.run.study import run_study
     from nslab.store.results import ResultStore
@@ -63,6 +70,7 @@ def main(argv: "list[str] | None" = None) -> int:
     from .study import Rfc2544Study
     from .virtual import GUEST_DIR, WALL, copy_guest_log
     warm_up()
+    sys.stderr.write("nslab loaded and its tools read; building the labs\n")
     # The harness reads a trial's counters when the trial's window opens and
     # closes, on the one vCPU the tester holds at SCHED_FIFO 50: it runs above
     # it, or its readings would wait for the tester to sleep. Its children

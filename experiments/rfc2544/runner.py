@@ -31,6 +31,8 @@ class Rfc2544Runner(Tests, Calibration):
 
     # -- setup ----------------------------------------------------------------
     def setup(self) -> Dict[str, Any]:
+        log.info("the %s lab is up: setting up its bed (%s)", self.dut,
+                 "one vCPU" if self.layout.shared else "CPU0 and CPU1")
         info: Dict[str, Any] = {"dut": self.dut, "static_arp": self.lab.static_arp(),
                                 "generator": self.cfg.generator}
         once = 0.0  # seconds of set-up measured once per run, reused by later labs

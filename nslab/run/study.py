@@ -118,6 +118,12 @@ class StudyConfig(BaseModel):
         data = {**cls.presets[name], **overrides}
         return cls.parse(data)
 
+    def sampling_rounds(self) -> int:
+        """How many sampling rounds :func:`run_study` may run: ``rounds``; a
+        study whose bed repeats itself to the frame runs one (a second round
+        would measure the same trials again)."""
+        return self.rounds
+
     @classmethod
     def saved(cls, data: Dict[str, Any], where: str = "") -> Self:
         """A configuration read back from a run's provenance (on resume): as
@@ -331,7 +337,8 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
         store.write_provenance(prov)
         away(cfg, store, run_id, progress)
         return store.path
-    rounds = int(getattr(cfg, "rounds", 1) or 1)
+    rounds = cfg.sampling_rounds() if isinstance(cfg, StudyConfig) else \
+        int(getattr(cfg, "rounds", 1) or 1)
     budget = getattr(cfg, "budget_s", None)
     labs = study.labs(cfg)
     # before any lab is built: the plan of the last round bounds them all

@@ -27,7 +27,8 @@ def test_the_guest_counts_instructions_on_one_vcpu_without_kvm(tmp_path):
     argv = g.argv()
     assert "--disable-kvm" in argv  # vng would add -accel kvm and -cpu host, which icount refuses
     assert argv[argv.index("--cpus") + 1] == "1"  # icount runs one vCPU thread (no MTTCG)
-    assert "--qemu-opts=-icount shift=2,sleep=off" in argv
+    shift = Rfc2544Config.preset("quick").vcpu_shift
+    assert f"--qemu-opts=-icount shift={shift},sleep=off" in argv
     assert argv[argv.index("--run") + 1] == "/boot/vmlinuz-6.1.0-56-amd64"
     # the run directory is shared read-write: records land there as they are measured
     assert f"--rwdir={tmp_path}" in argv
@@ -71,7 +72,8 @@ def test_qemu_carries_the_run_tag_so_clean_finds_it(tmp_path, monkeypatch):
 
 def test_describe_names_the_clock_the_kernel_and_the_scale(monkeypatch):
     monkeypatch.setattr(virtual, "qemu_version", lambda: "QEMU emulator version 7.2.22")
-    d = virtual.describe(Rfc2544Config.preset("quick"), "/x/boot/vmlinuz-6.1.0-56-amd64")
+    cfg = Rfc2544Config.preset("quick", vcpu_shift=2, virtual_scale=0.1)
+    d = virtual.describe(cfg, "/x/boot/vmlinuz-6.1.0-56-amd64")
     assert d["bed"] == "virtual" and d["icount_shift"] == 2 and d["vcpus"] == 1
     assert d["instructions_per_s"] == 250e6 and d["kernel"] == "6.1.0-56-amd64"
     assert d["scale"] == 0.1 and d["qemu"].startswith("QEMU") and "tcg" in d["accelerator"]
@@ -83,7 +85,7 @@ def test_presets_run_on_the_virtual_bed_and_old_runs_read_as_real():
     # a run stored before there was a virtual bed has no `bed`: it ran on the real one
     assert Rfc2544Config.saved({"trial": 2.0}).bed == "real"
     assert Rfc2544Config.saved({"bed": "virtual"}).bed == "virtual"
-    cfg = Rfc2544Config.preset("quick")
+    cfg = Rfc2544Config.preset("quick", virtual_scale=0.1)
     assert cfg.scale() == 0.1 and cfg.line_bps() == pytest.approx(10e6)
     real = Rfc2544Config.preset("quick", bed="real")
     assert real.scale() == 1.0 and real.line_bps() == pytest.approx(100e6)
