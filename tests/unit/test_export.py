@@ -107,12 +107,16 @@ def test_nested_measurements_become_columns_and_lists_json(tmp_path):
         m = rec["measurements"]
         for iface, n in m["link_bytes"].items():
             assert row[f"measurements.link_bytes.{iface}"] == n
-        assert row["measurements.streams"] == m["streams"]  # an array in JSON
-    rc, out_csv = _export(tmp_path / "c", run, "--table", "points")
+        assert "measurements.streams" not in row  # a table of its own: streams
+    rc, out_csv = _export(tmp_path / "c", run, "--table", "streams")
     assert rc == 0
-    with open(out_csv / "points.csv", newline="") as f:
-        first = next(csv.DictReader(f))
-    assert json.loads(first["measurements.streams"]) == stored[0]["measurements"]["streams"]
+    with open(out_csv / "streams.csv", newline="") as f:
+        streams = list(csv.DictReader(f))
+    assert len(streams) == sum(len(r["measurements"]["streams"]) for r in stored)
+    first = stored[0]["measurements"]["streams"][0]
+    assert {k: streams[0][k] for k in ("point_no", "stream_no")} == {"point_no": "1",
+                                                                     "stream_no": "1"}
+    assert all(streams[0][k] == str(v) for k, v in first.items() if not isinstance(v, (dict, list, bool)))
 
 
 def test_host_interference_of_a_point_is_in_its_row(tmp_path):
@@ -331,7 +335,9 @@ def test_a_missing_run_is_one_line(tmp_path, capsys, run, message):
 
 @pytest.mark.parametrize("args, message", [
     (["--format", "xml"], "--format xml: not one of csv, json, parquet"),
-    (["--table", "everything"], "--table everything: not one of points, claims, both"),
+    (["--table", "every thing"], "--table 'every thing': all, both, or table names"),
+    (["--table", "trials"], "--table trials: run "),
+    (["--table", "points,claims,nope"], "has no such table (it has: points, claims, streams)"),
 ])
 def test_a_bad_option_is_one_line(tmp_path, capsys, args, message):
     rc, out = _export(tmp_path, os.path.join(DATA, "ecmp_run"), *args)
@@ -353,7 +359,8 @@ def test_a_file_where_the_output_directory_goes_is_one_line(tmp_path, capsys, wh
 
 def test_two_tables_cannot_share_stdout(tmp_path, capsys):
     rc = main(["--results", str(tmp_path), "export", os.path.join(DATA, "ecmp_run"), "-o", "-"])
-    assert rc == 2 and "--table points or --table claims" in _one_line(capsys)
+    assert rc == 2 and "-o - writes one table: add --table points, --table claims" in \
+        _one_line(capsys)
 
 
 def test_two_runs_of_one_id_are_named(tmp_path, capsys):
@@ -419,8 +426,8 @@ def test_records_whose_keys_all_differ_are_refused_before_the_table_is_filled(
         tmp_path, capsys, monkeypatch):
     """Every row has every column: 40 records of 50 keys of their own would
     be 2,000 columns x 40 rows. Counted as the records are read."""
-    from nslab.cmdline import export
-    monkeypatch.setattr(export, "MAX_CELLS", 20_000)
+    from nslab.cmdline import exporttables
+    monkeypatch.setattr(exporttables, "MAX_CELLS", 20_000)
     # a run of nslab's own is far below the bound (same keys in every record)
     rc, out = _export(tmp_path / "ok", os.path.join(DATA, "failover_run"), "--table", "points")
     assert rc == 0 and (out / "points.csv").exists()
