@@ -66,6 +66,8 @@ def main() -> int:
     ap.add_argument("--vcpus", type=int, default=int(os.environ.get("GUEST_VCPUS", "1")),
                     help="vCPUs of each kernel's guest (default 1: the kernels' guests run "
                          "side by side, one host CPU each)")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="a tests/vm module the two-box part leaves out (run elsewhere)")
     ap.add_argument("--one-by-one", action="store_true",
                     help="the kernels' guests one after the other instead of side by side")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
@@ -102,7 +104,8 @@ def main() -> int:
                 job.join()
                 rc |= res.get("rc", 1)
         if args.only in ("vm", "all"):
-            rc |= vm_tier(args.out, args.pytest_args, vmlinuz[kernels[0]], done)
+            rc |= vm_tier(args.out, args.pytest_args + [f"--ignore={p}" for p in args.skip],
+                          vmlinuz[kernels[0]], done)
     finally:  # what ran, even when a part raised or was interrupted
         summary(args.out, done)
     return 1 if rc else 0

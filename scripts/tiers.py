@@ -49,6 +49,14 @@ def record(name: str, seconds: float, rc: int, junit: Optional[str] = None,
     os.replace(path + ".tmp", path)
 
 
+def reset() -> None:
+    """Forget every earlier record (a new run of the whole suite begins)."""
+    d = records_dir()
+    for n in os.listdir(d) if os.path.isdir(d) else []:
+        if n.endswith(".json"):
+            os.unlink(os.path.join(d, n))
+
+
 def load() -> List[Dict]:
     d = records_dir()
     out = []
@@ -117,10 +125,7 @@ def main() -> int:
     sub.add_parser("reset")
     args = ap.parse_args()
     if args.what == "reset":
-        d = records_dir()
-        for n in os.listdir(d) if os.path.isdir(d) else []:
-            if n.endswith(".json"):
-                os.unlink(os.path.join(d, n))
+        reset()
         return 0
     if args.what == "summary":
         print("\n".join(summary()), flush=True)

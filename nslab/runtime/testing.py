@@ -59,6 +59,8 @@ MARKERS = {
              "last kernel of KERNEL_DISTS (Debian 13's, with its userland, by default)",
     "vm": "starts QEMU guests (two boxes, real NIC drivers): run by `make test-kernel`",
     "needs": "needs(*tools_or_capabilities): skip (or fail on a stock kernel) when missing",
+    "quiet": "reads a CPU's idle time as a measure (the real RFC 2544 bed's DUT occupancy): "
+             "`make test` runs these while nothing else runs, not even at idle priority",
     "versioned": "exercises a tool or library whose version differs between Debian 12 and 13 "
                  "(FRR, OVS, iperf, iproute2, ethtool, dumpcap, OpenSSH, Python and mininet, "
                  "the C toolchain): runs in the host tier and again in the Debian 13 tier "

@@ -75,7 +75,8 @@ def test_the_quick_preset_measures_64_byte_frames_only():
 
 
 def test_one_lab_per_dut_and_the_points_in_order():
-    cfg = Rfc2544Config.preset("quick", duts=["router", "ovs"], frame_sizes=[64, 1518])
+    cfg = Rfc2544Config.preset("quick", duts=["router", "ovs"], frame_sizes=[64, 1518],
+                               tests=["cost", "throughput", "latency", "loss"])
     study = Rfc2544Study()
     assert list(study.labs(cfg)) == ["router", "ovs"]
     pts = study.points(cfg)
@@ -179,28 +180,6 @@ def test_the_rate_searches_of_one_point_round_independently():
     # uniform rounding over [0, step] has sd step / sqrt(12): dithered, the
     # spread is of that order, not zero
     assert 0.5 * step / 12 ** 0.5 < statistics.stdev(errors) < 1.5 * step / 12 ** 0.5
-
-
-def test_generator_and_sink_on_loopback_without_root():
-    try:
-        pg = pktgen_path()
-    except CapabilityError:
-        pytest.skip("nslab-pktgen not built (make setup)")
-    port = 20000 + os.getpid() % 20000
-    sink = subprocess.Popen([pg, "recv", "--port", str(port), "--duration", "2.5", "--warmup", "0.2"],
-                            stdout=subprocess.PIPE, text=True)
-    assert "ready" in sink.stdout.readline()
-    gen = subprocess.run([pg, "send", "--dst", "127.0.0.1", "--port", str(port), "--size", "64",
-                          "--rate", "5000", "--duration", "1"], capture_output=True, text=True,
-                         timeout=10)
-    g = json.loads(gen.stdout)
-    s = json.loads(sink.communicate(timeout=10)[0].strip().splitlines()[-1])
-    assert 4500 <= g["sent"] <= 5100 and g["batch"] == 1  # paced, one frame per send at 5 kfps
-    assert s["received"] == g["sent"]
-    lat = s["latency_us"]
-    assert 0 < lat["min"] <= lat["avg"] < 10_000
-    # the histogram's quantiles lie within what was seen, to its 0.1-us bins
-    assert lat["min"] - 0.1 <= lat["p50"] <= lat["p99"] <= lat["max"] + 0.1
 
 
 def test_generator_rejects_a_runt_frame():

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""`make test`: every tier, ordered and overlapped so the whole suite stays
+within CI's time. Run by the Makefile after `make setup` (this machine's
+packages and venv).
+
+The order, and what runs beside what:
+
+1. the host's unit tier, on every CPU (pytest-xdist);
+2. the host's tests marked ``quiet`` (the real RFC 2544 bed reads a CPU's
+   idle time as the DUT's occupancy: nothing else may run, not even at idle
+   priority);
+3. the host's other integration and smoke tests; beside them, at the
+   SCHED_IDLE policy (they take only CPU time the tests leave, and the
+   interference accounting counts no such task): the Debian 13 root and the
+   stock kernels are made, then the virtual RFC 2544 bed's tests run (its
+   guest's clock counts instructions: the host's load cannot move its
+   answers);
+4. the Debian 13 tier (its unit tier, then its tests marked versioned,
+   ``quiet`` ones first), once the background work has ended;
+5. the stock-kernel guests, one per kernel, side by side;
+6. the two boxes with real NIC drivers.
+
+Each part records its time and JUnit XML (scripts/tiers.py); the last lines
+are one table of every part and the ten slowest tests. Exit status: non-zero
+if any part failed (every part runs even after one fails, so one run says
+everything that is wrong).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import tiers  # noqa: E402 - scripts/tiers.py
+
+VENV = os.environ.get("VENV", ".venv")
+PY = os.path.join(ROOT, VENV, "bin", "python")
+CI_DIR = os.path.join(ROOT, "results", "ci")
+PYTEST_ARGS = os.environ.get("PYTEST_ARGS", "--durations=20").split()
+#: the virtual RFC 2544 bed's guest tests (run in the background of step 3)
+VBED = "tests/vm/test_virtual_bed.py"
+
+
+def say(line: str) -> None:
+    print(f"== ci {time.strftime('%H:%M:%S')}: {line}", flush=True)
+
+
+def idle() -> None:
+    """In a child, before its program: the SCHED_IDLE policy (inherited)."""
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+def part(name: str, argv: List[str], junit: Optional[str] = None,
+         background: bool = False) -> int:
+    """Run one part, record its time and exit status."""
+    say(f"{name}: {' '.join(argv)}" + (" (in the background, at idle priority)"
+                                       if background else ""))
+    t0, started = time.monotonic(), time.time()
+    if junit and os.path.exists(junit):
+        os.unlink(junit)
+    rc = subprocess.call(argv, cwd=ROOT, preexec_fn=idle if background else None)
+    tiers.record(name, time.monotonic() - t0, rc, junit, started)
+    say(f"{name}: exit {rc} after {time.monotonic() - t0:.0f} s")
+    return rc
+
+
+def pytest(name: str, *args: str, background: bool = False) -> int:
+    junit = os.path.join(CI_DIR, name.replace(" ", "-").replace(":", "") + ".xml")
+    return part(name, [PY, "-m", "pytest", *PYTEST_ARGS, f"--junitxml={junit}", *args],
+                junit, background)
+
+
+def main() -> int:
+    os.makedirs(CI_DIR, exist_ok=True)
+    tiers.reset()
+    rc = 0
+    rc |= pytest("host: unit", "tests/unit", "-n", "auto")
+    rc |= pytest("host: quiet", "-m", "quiet", "tests/integration", "tests/smoke")
+
+    behind: dict = {}
+
+    def background() -> None:
+        got = part("setup: Debian 13 and kernels", ["make", "--no-print-directory",
+                                                    "debian13-setup", "kernel-setup"],
+                   background=True)
+        behind["setup"] = got
+        if got == 0:
+            behind["vbed"] = pytest("virtual bed", "-m", "vm", VBED, background=True)
+    job = threading.Thread(target=background, name="ci-background")
+    job.start()
+    rc |= pytest("host: labs", "-m", "not quiet", "tests/integration", "tests/smoke")
+    if job.is_alive():
+        say("waiting for the background work (Debian 13 root, kernels, virtual bed)")
+    job.join()
+    rc |= behind.get("setup", 1) | behind.get("vbed", 1)
+    if behind.get("setup") == 0:
+        rc |= part("debian13", ["make", "--no-print-directory", "test-debian13"])
+        # the stock-kernel tier records its own parts (each guest, the two boxes)
+        out = os.path.join(ROOT, "results", "kernel-tier", "ci")
+        for only in ("guest", "vm"):
+            say(f"stock-kernel tier, {only}")
+            rc |= subprocess.call([PY, "scripts/kernel-tier.py", "--only", only, "--out", out,
+                                   "--skip", VBED, "--", *PYTEST_ARGS], cwd=ROOT)
+    print("\n".join(tiers.summary()), flush=True)
+    return 1 if rc else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
