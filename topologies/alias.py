@@ -14,9 +14,15 @@ CLIENT_IP = "192.168.1.2/16"
 
 
 def alias_pair(switch: str = "none", bw: Any = "1Gbit", framing: bool = False) -> Topology:
-    """Client ``cl`` and server ``srv`` (eth1 192.168.1.1/16), joined directly
-    (``switch=none``) or through ``s1`` (``bridge``/``ovs``). The client's link
-    is shaped to ``bw`` (``none`` for unshaped)."""
+    """Client ``cl`` and server ``srv`` (eth1 192.168.1.1/16) of the alias study.
+
+    Args:
+        switch: how they are joined: ``none`` (one veth), or through a switch
+            s1, ``bridge`` or ``ovs``.
+        bw: the client link's rate (``1Gbit``; ``none``: unshaped).
+        framing: count Ethernet's 24 bytes of preamble, gap and FCS per frame
+            in the shaped rate, as a real link does.
+    """
     if switch not in ("none", "bridge", "ovs"):
         raise InputError(f"unknown switch {switch!r} for the alias study (use none, bridge or ovs)")
     t = Topology(name=f"alias-{switch}", switch_type="bridge" if switch == "none" else switch,

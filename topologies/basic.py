@@ -38,9 +38,21 @@ def build_pair(t: Any, **link: Any) -> None:
 def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None,
            jitter: Any = None, loss: Any = None, framing: bool = False,
            uplink: Optional[str] = None, force: bool = False) -> Topology:
-    """k hosts (10.0.0.1..k/8) on switch s1 (``bridge`` or ``ovs``); ``uplink``
-    attaches a physical NIC to s1 (OVS only; ``force`` to allow the NIC of the
-    default route or SSH session)."""
+    """k hosts (10.0.0.1..k/8) on one switch s1.
+
+    Args:
+        k: how many hosts.
+        switch: what s1 is: ``bridge`` (a Linux bridge) or ``ovs`` (Open vSwitch).
+        bw: the links' rate (``100Mbit``, ``1Gbit``; a bare number is Mbit/s);
+            unshaped when not given.
+        delay: one-way delay added on each link (``10ms``, ``200us``; needs netem).
+        jitter: variation of that delay (``2ms``; needs a delay).
+        loss: frames dropped at random on each link, in percent (``0.5``).
+        framing: count Ethernet's 24 bytes of preamble, gap and FCS per frame
+            in the shaped rate, as a real link does.
+        uplink: a physical NIC of this machine to attach to s1 (OVS only).
+        force: allow an uplink that carries the default route or this SSH session.
+    """
     from nslab.errors import InputError
     from nslab.model.limits import topology_size
     from nslab.model.topo import Topology
@@ -61,7 +73,17 @@ def single(k: int = 2, switch: str = "bridge", bw: Any = None, delay: Any = None
 
 def pair(bw: Any = None, delay: Any = None, jitter: Any = None, loss: Any = None,
          framing: bool = False) -> Topology:
-    """h1 (10.0.0.1/8) and h2 (10.0.0.2/8) on one veth."""
+    """h1 (10.0.0.1/8) and h2 (10.0.0.2/8) on one veth.
+
+    Args:
+        bw: the links' rate (``100Mbit``, ``1Gbit``; a bare number is Mbit/s);
+            unshaped when not given.
+        delay: one-way delay added on each link (``10ms``, ``200us``; needs netem).
+        jitter: variation of that delay (``2ms``; needs a delay).
+        loss: frames dropped at random on each link, in percent (``0.5``).
+        framing: count Ethernet's 24 bytes of preamble, gap and FCS per frame
+            in the shaped rate, as a real link does.
+    """
     from nslab.model.topo import Topology
     t = Topology(name="pair")
     build_pair(t, bw=bw, delay=delay, jitter=jitter, loss=loss, framing=framing)

@@ -34,21 +34,39 @@ def clos(spines: int = 2, servers: Optional[int] = None, leaves: Optional[int] =
          bfd: bool = False, bfd_interval: int = 100, bfd_multiplier: int = 3,
          keepalive: int = 1, holdtime: int = 3, passive_spines: Any = "auto",
          update_delay: int = 10) -> Topology:
-    """Spines × servers (or leaves with hosts), each server/leaf linked to every spine.
+    """Spines x servers (or leaves with hosts), each server or leaf linked to
+    every spine, eBGP unnumbered on every link (FRR).
 
-    ``bfd`` runs FRR's bfdd on every node with a session per BGP neighbour
-    (``bfd_interval`` ms x ``bfd_multiplier``); ``keepalive``/``holdtime`` are
-    the BGP timers in seconds. ``passive_spines``: only the servers/leaves open
-    sessions (true, false, or auto: when the fabric has 256 sessions or more).
-    When both ends open at once FRR tears one down (a collision), and each
-    teardown clears and frees the session's buffers: at 16 x 64 on 2 cores
-    that took a quarter of bgpd's CPU. A small fabric in passive mode can wait a
-    connect-retry second longer (4x8: once 2.7 s instead of 1.7 s), hence auto.
-    ``update_delay``: seconds each bgpd may stay read-only after it starts (FRR
-    ``update-delay``; 0 = off). It computes best paths and sends updates only
-    once every peer is up and has sent its routes or a keepalive, so a server
-    installs each prefix once with all its paths, not once per arriving path
-    (16 x 64: 11.3-11.7 s to converge with both, 17.1-19.4 s with neither)."""
+    When both ends of a session open it at once, FRR tears one down (a
+    collision), and each teardown clears and frees the session's buffers: at
+    16 x 64 on 2 cores that took a quarter of bgpd's CPU. A small fabric in
+    passive mode can wait a connect-retry second longer (4x8: once 2.7 s
+    instead of 1.7 s), hence ``passive_spines="auto"``. With ``update_delay``
+    a bgpd computes best paths and sends updates only once every peer is up
+    and has sent its routes or a keepalive, so a server installs each prefix
+    once with all its paths, not once per arriving path (16 x 64: 11.3-11.7 s
+    to converge with both, 17.1-19.4 s with neither).
+
+    Args:
+        spines: how many spines.
+        servers: how many servers (routers with a loopback address each; 2
+            unless leaves are given).
+        leaves: how many leaves instead of servers, each with a rack switch
+            and its hosts behind it.
+        hosts_per_leaf: hosts on each leaf's rack switch.
+        link_rate: the rate of every spine link (``1Gbit``; ``none``: unshaped).
+        framing: count Ethernet's 24 bytes of preamble, gap and FCS per frame
+            in the shaped rate, as a real link does.
+        bfd: run FRR's bfdd on every node, a session per BGP neighbour.
+        bfd_interval: BFD's transmit and receive interval, in ms.
+        bfd_multiplier: BFD packets missed before a session is down.
+        keepalive: BGP's keepalive timer, in seconds.
+        holdtime: BGP's hold timer, in seconds.
+        passive_spines: only the servers or leaves open sessions: true, false,
+            or auto (when the fabric has 256 sessions or more).
+        update_delay: seconds each bgpd may stay read-only after it starts
+            (FRR's ``update-delay``; 0: off).
+    """
     spines = int(spines)
     if servers is not None and leaves is not None:
         raise InputError("clos: give either --servers or --leaves, not both")

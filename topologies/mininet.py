@@ -61,7 +61,13 @@ def _classes() -> Any:
 
 
 def linear(k: int = 2, n: int = 1, switch: str = "bridge") -> "Topology":
-    """Mininet's ``LinearTopo``: k switches in a chain, n hosts on each."""
+    """Mininet's ``LinearTopo``: k switches in a chain, n hosts on each.
+
+    Args:
+        k: how many switches.
+        n: hosts on each switch.
+        switch: what each switch is: ``bridge`` (a Linux bridge) or ``ovs``.
+    """
     from nslab.errors import InputError
     if int(k) < 1 or int(n) < 1:
         raise InputError(f"linear: k={k} and n={n} must be at least 1")
@@ -71,8 +77,13 @@ def linear(k: int = 2, n: int = 1, switch: str = "bridge") -> "Topology":
 
 
 def tree(depth: int = 1, fanout: int = 2, switch: str = "bridge") -> "Topology":
-    """Mininet's ``TreeTopo``: switches ``depth`` levels deep, ``fanout`` children
-    each, hosts at the leaves."""
+    """Mininet's ``TreeTopo``: a tree of switches, hosts at its leaves.
+
+    Args:
+        depth: levels of switches.
+        fanout: children of each switch (the last level's are hosts).
+        switch: what each switch is: ``bridge`` (a Linux bridge) or ``ovs``.
+    """
     from nslab.errors import InputError
     if int(depth) < 1 or int(fanout) < 1:
         raise InputError(f"tree: depth={depth} and fanout={fanout} must be at least 1")
@@ -92,8 +103,15 @@ def tree(depth: int = 1, fanout: int = 2, switch: str = "bridge") -> "Topology":
 
 
 def torus(x: int = 3, y: int = 3, n: int = 1, switch: str = "bridge") -> "Topology":
-    """Mininet's ``TorusTopo``: an x-by-y grid of switches wrapped at its edges,
-    n hosts on each; STP on every switch (the torus has loops)."""
+    """Mininet's ``TorusTopo``: a grid of switches wrapped at its edges, with
+    STP on every switch (the torus has loops).
+
+    Args:
+        x: switches across (at least 3).
+        y: switches down (at least 3).
+        n: hosts on each switch.
+        switch: what each switch is: ``bridge`` (a Linux bridge) or ``ovs``.
+    """
     from nslab.errors import InputError
     if int(x) < 3 or int(y) < 3 or int(n) < 1:
         raise InputError(f"torus: x={x} and y={y} must be at least 3 (a smaller torus has "

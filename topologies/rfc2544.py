@@ -21,7 +21,15 @@ DUTS = ("bridge", "router", "ovs")
 
 
 def dut_chain(dut: str = "bridge", link_rate: Any = "100Mbit", framing: bool = True) -> Topology:
-    """gen -- dut -- sink with the DUT as a bridge, a router or OVS."""
+    """gen -- dut -- sink: RFC 2544's tester and device under test.
+
+    Args:
+        dut: what the DUT is: ``bridge`` (a Linux bridge), ``router`` (Linux
+            forwarding) or ``ovs``.
+        link_rate: the rate of both links (``100Mbit``; ``none``: unshaped).
+        framing: count Ethernet's 24 bytes of preamble, gap and FCS per frame
+            in the shaped rate, as a real link does.
+    """
     if dut not in DUTS:
         raise InputError(f"unknown DUT {dut!r} (use {', '.join(DUTS)})")
     shaping: Dict[str, Any] = {}

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
+import textwrap
 import time
-from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import click
 
@@ -90,13 +92,71 @@ def topo_check(ctx: click.Context, path: str, custom: Optional[str]) -> None:
 
 @topo.command("list")
 def topo_list() -> None:
-    """List the ready topologies and their options."""
-    for name, fn in sorted(topologies().items()):
-        opts = " ".join(f"--{p.replace('_', '-')}" for p in inspect.signature(fn).parameters
-                        if not p.startswith("_"))
-        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
-        echo(f"{name:10} {doc}")
-        echo(f"{'':10} options: {opts}")
+    """List the ready topologies, each with its options and their defaults."""
+    import shutil
+    width = min(100, shutil.get_terminal_size((100, 24)).columns)
+    for i, (name, fn) in enumerate(sorted(topologies().items())):
+        summary, options = describe_topology(fn)
+        if i:
+            echo("")
+        lines = textwrap.wrap(f"{name}: {summary}", width, subsequent_indent="  ")
+        for opt, desc in options:
+            lines += textwrap.wrap(desc, width, initial_indent=f"  {opt:<24} ",
+                                   subsequent_indent=" " * 27)
+        for line in lines:
+            echo(line)
+    echo("")
+    echo("Give options after the name: nslab topo up single --k 3 --bw 100Mbit")
+
+
+#: reStructuredText roles and literals a docstring uses, and what plain text shows.
+_RST = [(re.compile(r":[a-z]+:`~?(?:[\w.]*\.)?([^`]+)`"), r"\1"), (re.compile(r"``([^`]+)``"), r"\1")]
+
+
+def plain(text: str) -> str:
+    """A docstring's reStructuredText as plain text (``x`` and :func:`a.b` read
+    as x and b), its lines joined."""
+    for pattern, repl in _RST:
+        text = pattern.sub(repl, text)
+    return " ".join(text.split())
+
+
+def describe_topology(fn: Callable[..., Any]) -> Tuple[str, List[Tuple[str, str]]]:
+    """A ready topology's first paragraph, and ``(--option, what it does
+    (default: ...))`` for each of its parameters, from its signature and the
+    ``Args:`` section of its docstring (Google style)."""
+    doc = inspect.getdoc(fn) or ""
+    paragraphs = doc.split("\n\n")
+    summary = plain(paragraphs[0]) if paragraphs and paragraphs[0].strip() else ""
+    args: Dict[str, str] = {}
+    lines = doc.splitlines()
+    if "Args:" in lines:
+        current = None
+        for line in lines[lines.index("Args:") + 1:]:
+            if line.strip() and not line.startswith(" "):
+                break  # the next section
+            m = re.match(r"^ {4}(\w+)(?: \([^)]*\))?: (.*)$", line)
+            if m:
+                current = m.group(1)
+                args[current] = m.group(2)
+            elif current and line.strip():
+                args[current] += " " + line.strip()
+    options = []
+    for pname, param in inspect.signature(fn).parameters.items():
+        if pname.startswith("_") or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        default = param.default
+        desc = plain(args.get(pname, "")).rstrip(".") or "(not described)"
+        opt = f"--{pname.replace('_', '-')}"
+        if isinstance(default, bool):  # --x turns it on, --x false off
+            desc += f" (on unless {opt} false)" if default else " (a flag)"
+        else:
+            number = isinstance(default, int) or re.search(r"\bint\b", str(param.annotation))
+            opt += " N" if number else " VALUE"
+            if default is not param.empty and default is not None:
+                desc += f" (default: {default})"
+        options.append((opt, desc))
+    return summary, options
 
 
 @topo.command("draw", context_settings={"ignore_unknown_options": True,
