@@ -63,6 +63,20 @@ def _stem(name: str) -> str:
     return re.sub(r"\d+$", "", name)
 
 
+def natural_key(name: str) -> Tuple[Any, ...]:
+    """Sort ``server2`` before ``server10``: digits compare as numbers."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def end_label(node: str, intf: str) -> str:
+    """What is written at ``node``'s end of a link: its interface's name
+    without the node's name before it (``eth0`` at spine1 for
+    ``spine1-eth0``), which the node beside it says already; shorter labels
+    overlap less where many links meet."""
+    return intf[len(node) + 1:] if intf.startswith(f"{node}-") and len(intf) > len(node) + 1 \
+        else intf
+
+
 def link_label(link: Any) -> str:
     """Rate, delay, loss and MTU of a link, as a short label."""
     parts = []
@@ -111,14 +125,27 @@ def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None,
     # the graph's own name is a constant: Graphviz writes it into the SVG's
     # <title> and a comment, and versions differ on names it treats as
     # anonymous ("%..."); the topology's name is the label, drawn as text
+    labels = {link_label(link) for link in topo.links}
+    shared = labels.pop() if len(labels) == 1 and len(topo.links) > 1 else None
+    title = topo.name + (f"\nevery link: {shared}" if shared else "")
+    # the more links meet at a node, the further apart the tiers, so that the
+    # interface names at its end of them stand apart (labeldistance: farther
+    # from the node, where the links have spread)
+    ends: Dict[str, int] = {}
+    for link in topo.links:
+        ends[link.a] = ends.get(link.a, 0) + 1
+        ends[link.b] = ends.get(link.b, 0) + 1
+    fan = max(ends.values(), default=1)
     g = graphviz.Graph(name="topology", graph_attr={"rankdir": "TB", "splines": "true",
                                                           "fontname": "Helvetica",
-                                                          "label": _text(topo.name),
+                                                          "label": _text(title),
                                                           "labelloc": "t",
                                                           "nodesep": "1.8" if spacious else "0.5",
-                                                          "ranksep": "1.4" if spacious else "0.5"},
+                                                          "ranksep": "1.4" if spacious else
+                                                          f"{min(3.0, 0.5 + 0.15 * fan):.2f}"},
                        node_attr={"fontname": "Helvetica", "fontsize": "11"},
-                       edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555"})
+                       edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555",
+                                  "labeldistance": "1.6"})
     tiers: Dict[str, list] = {}
     for name in topo.nodes:
         kind = node_kind(topo, name)
@@ -127,20 +154,27 @@ def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None,
         tiers.setdefault(_stem(name), []).append(name)
     for stem, names in tiers.items():
         if len(names) > 1:
+            names = sorted(names, key=natural_key)
             with g.subgraph(name=_text(f"tier_{stem}")) as sub:
                 sub.attr(rank="same")
                 for n in names:
                     sub.node(_node_id(n))
+                # invisible edges left to right hold the tier in its order
+                # (server1, server2 ... server10), whatever dot's crossing
+                # minimisation would have chosen
+                for left, right in zip(names, names[1:]):
+                    sub.edge(_node_id(left), _node_id(right), style="invis")
     for l, (link, *_) in zip(links(topo), topo.interfaces()):
         lid, a, ia, b, ib = l["id"], l["a"], l["ia"], l["b"], l["ib"]
-        ta, tb = ia, ib
+        ta, tb = end_label(a, ia), end_label(b, ib)
         if rates:
-            ta = f"{ia}\n{rates.get((a, ia), '')}".strip()
-            tb = f"{ib}\n{rates.get((b, ib), '')}".strip()
+            ta = f"{ta}\n{rates.get((a, ia), '')}".strip()
+            tb = f"{tb}\n{rates.get((b, ib), '')}".strip()
         attrs = {"id": lid, "class": "link"}
         if colors and lid in colors:
             attrs.update(color=_text(colors[lid]), penwidth="3")
-        g.edge(_node_id(a), _node_id(b), label=_text(link_label(link)), taillabel=_text(ta),
+        label = "" if shared else link_label(link)
+        g.edge(_node_id(a), _node_id(b), label=_text(label), taillabel=_text(ta),
                headlabel=_text(tb), **attrs)
     return g
 

@@ -2,7 +2,7 @@
 its kind and interface names. No root."""
 import pytest
 
-from nslab.store.draw import available, draw, links, node_kind, to_graph
+from nslab.store.draw import available, draw, end_label, links, natural_key, node_kind, to_graph
 from nslab.run.registry import topologies
 from nslab.topologies.clos import clos
 from nslab.topologies.basic import single
@@ -20,8 +20,8 @@ def test_every_ready_topology_is_drawn_whole(name, tmp_path):
     for l in links(topo):
         assert f'id="{l["id"]}" class="edge link"' in svg
     for _, a, ia, b, ib in topo.interfaces():
-        for intf in (ia, ib):  # Graphviz escapes '-' as &#45; in SVG text
-            assert ">" + intf.replace("-", "&#45;") + "<" in svg
+        for node, intf in ((a, ia), (b, ib)):  # Graphviz escapes '-' as &#45; in SVG text
+            assert ">" + end_label(node, intf).replace("-", "&#45;") + "<" in svg
 
 
 def test_kinds_and_tiers():
@@ -97,3 +97,29 @@ def test_a_node_id_must_be_a_node_name():
     t.nodes["<x>:<y>"] = t.nodes.pop("h2")  # past validation, as only code could
     with pytest.raises(TopologyError, match="not a safe interface name"):
         to_graph(t)
+
+
+def test_a_tier_is_drawn_in_its_natural_order():
+    """server1, server2 ... server10 left to right (dot's crossing minimisation
+    drew clos 2x4's servers 3, 2, 1, 4)."""
+    import re
+    assert sorted(["server10", "server2", "server1"], key=natural_key) == \
+        ["server1", "server2", "server10"]
+    t = clos(spines=2, servers=10)
+    svg = to_graph(t).pipe(format="svg").decode()
+    xs = {}
+    for m in re.finditer(r'<title>(\w+)</title>\s*<polygon[^>]* points="([-0-9.]+),', svg):
+        xs[m.group(1)] = float(m.group(2))
+    servers = [f"server{i}" for i in range(1, 11)]
+    assert [xs[s] for s in servers] == sorted(xs[s] for s in servers)
+    assert xs["spine1"] < xs["spine2"]
+
+
+def test_end_labels_are_short_and_a_rate_every_link_has_is_said_once():
+    assert end_label("spine1", "spine1-eth0") == "eth0"
+    assert end_label("h1", "eth1") == "eth1" and end_label("h1", "h1-") == "h1-"
+    assert end_label("s1", "s10-eth1") == "s10-eth1"
+    src = to_graph(clos(spines=2, servers=4)).source
+    assert "every link: 1 Gbit/s" in src and 'label="1 Gbit/s"' not in src
+    src = to_graph(single(k=2, bw="1Gbit")).source
+    assert "every link: 1 Gbit/s" in src
