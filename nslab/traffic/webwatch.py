@@ -120,12 +120,21 @@ def link_rates(links: List[Dict[str, Any]], rows: List[Rate]) -> List[Dict[str, 
 
 
 def payload(run: str, links: List[Dict[str, Any]], rows: List[Rate]) -> Dict[str, Any]:
-    """One event: per-link and per-interface rates."""
-    return {"run": run, "links": link_rates(links, rows),
-            "interfaces": [{"node": r.node, "intf": r.intf, "rx_bps": r.rx_bps,
-                            "tx_bps": r.tx_bps, "rx_pps": r.rx_pps, "tx_pps": r.tx_pps,
-                            "drops": r.drops, "rx": format_rate(r.rx_bps),
-                            "tx": format_rate(r.tx_bps)} for r in rows]}
+    """One event: per-link and per-interface rates. Each interface's row
+    has the load and colour its link has on the picture (the busier way, as
+    a share of the link's rate; an interface of no link's, of 1 Gbit/s), so
+    that the table reads as the legend says."""
+    rate = {}
+    for l in links:
+        rate[(l["a"], l["ia"])] = rate[(l["b"], l["ib"])] = l["rate"] or UNSHAPED_FULL
+    out = []
+    for r in rows:
+        load = max(r.rx_bps, r.tx_bps) / rate.get((r.node, r.intf), UNSHAPED_FULL)
+        out.append({"node": r.node, "intf": r.intf, "rx_bps": r.rx_bps, "tx_bps": r.tx_bps,
+                    "rx_pps": r.rx_pps, "tx_pps": r.tx_pps, "drops": r.drops,
+                    "rx": format_rate(r.rx_bps), "tx": format_rate(r.tx_bps),
+                    "load": load, "colour": colour(load)})
+    return {"run": run, "links": link_rates(links, rows), "interfaces": out}
 
 
 class UnsafeSvgError(InputError):

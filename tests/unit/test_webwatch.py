@@ -82,6 +82,23 @@ def test_the_page_and_its_event_stream(monkeypatch):
     assert l0["a"] in ("h1", "h2") and l0["known"]
     assert max(l0["ab_bps"], l0["ba_bps"]) == pytest.approx(1e9)
     assert event["interfaces"][0]["tx"] == "1.0 Gbit/s"
+    # the interface's row is coloured as its link on the picture, by the legend
+    assert event["interfaces"][0]["colour"] == l0["colour"] == LOAD_COLOURS[-1][1]
+    assert "tr.style.color = r.colour" in page and "color: #2e7d32" not in page
+
+
+def test_each_row_takes_the_colour_its_load_has_in_the_legend():
+    from nslab.traffic.watch import Rate
+    from nslab.traffic.webwatch import payload
+    links = [{"id": "link0", "a": "s1", "ia": "s1-eth1", "b": "h1", "ib": "h1-eth0",
+              "rate": 100e6}]
+    rows = [Rate("h1", "h1-eth0", 0, 20e6, 0, 0, 0),    # 20 % of its 100 Mbit/s link: green
+            Rate("s1", "s1-eth1", 50e6, 0, 0, 0, 0),     # 50 %: amber
+            Rate("h1", "lo0", 0, 5e6, 0, 0, 0),          # no link's: of 1 Gbit/s, green
+            Rate("s1", "s1", 0, 0, 0, 0, 0)]             # idle: grey
+    got = [(r["load"], r["colour"]) for r in payload("nl1234", links, rows)["interfaces"]]
+    assert got == [(pytest.approx(0.2), "#2e7d32"), (pytest.approx(0.5), "#f9a825"),
+                   (pytest.approx(0.005), "#2e7d32"), (0, "#9aa0a6")]
 
 
 def test_the_stream_says_when_the_lab_is_gone(monkeypatch):
