@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 from ..errors import CapabilityError, InputError
-from ..traffic.iperf import run_client, start_server, wait_listening
+from ..traffic.iperf import IperfReport, parse_text, run_client, start_server, wait_listening
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..runtime.lab import Lab
@@ -48,7 +48,9 @@ def run_cli(lab: "Lab", script: Any = None) -> None:
 
     class LabMininet(Mininet):
         """Mininet's network object over the lab. ``iperf`` is replaced: Mininet's
-        kills every process named iperf on the machine, not only the lab's."""
+        kills every process named iperf on the machine, not only the lab's. As
+        Mininet's, it gives the server's rate (what it received, from its own
+        output) and the client's, each as iperf prints it."""
 
         def iperf(self, hosts: Optional[List[Any]] = None, l4Type: str = "TCP",  # noqa: N803
                   udpBw: str = "10M", fmt: Optional[str] = None,  # noqa: N803 - Mininet's names
@@ -68,9 +70,11 @@ def run_cli(lab: "Lab", script: Any = None) -> None:
                 rep = run_client(client, server_ip, time=seconds, udp=udp,
                                  rate=udpBw if udp else None, port=port)
             finally:
-                srv.stop()
-            rate = rep.server_reports[0].bps if rep.server_reports else rep.total_bps
-            result = [f"{rate / 1e6:.1f} Mbits/sec", f"{rep.total_bps / 1e6:.1f} Mbits/sec"]
+                srv.stop()  # it prints its last report on the way out
+            said = srv.popen.stdout.read() if srv.popen.stdout is not None else ""
+            result = iperf_results(said, rep)
+            if udp:
+                result.insert(0, udpBw)
             output(f"*** Results: {result}\n")
             return result
 
@@ -97,3 +101,30 @@ def run_cli(lab: "Lab", script: Any = None) -> None:
     finally:
         for h in shells:
             h.terminate()
+
+
+def iperf_rate(bps: float) -> str:
+    """A rate as iperf prints it (three figures, its adaptive unit): ``13.1
+    Gbits/sec``, ``954 Mbits/sec``."""
+    for unit, size in (("Gbits", 1e9), ("Mbits", 1e6), ("Kbits", 1e3)):
+        if bps >= size:
+            return f"{bps / size:.3g} {unit}/sec"
+    return f"{bps:.3g} bits/sec"
+
+
+def iperf_results(server_output: str, client: IperfReport) -> List[str]:
+    """``[server's rate, client's rate]`` of one ``iperf`` of the CLI, as
+    Mininet's ``Mininet.iperf`` gives them: what the server received, read
+    from its own output (for UDP, the server report the client got when the
+    server printed nothing), and what the client sent. iperf2's TCP client
+    gets no server report: the client's figure taken for both printed one
+    number twice (``13000.0 Mbits/sec`` for each end)."""
+    server = parse_text(server_output)
+    got: Optional[float] = None
+    if server.sum is not None or server.streams:
+        got = server.total_bps
+    elif client.server_reports:
+        got = client.server_reports[0].bps
+    return [iperf_rate(got) if got is not None else "no server report",
+            iperf_rate(client.total_bps)]
+
