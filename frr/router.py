@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 from nslab.errors import LabError, ReadinessError
-from nslab.runtime.extension import Extension
+from nslab.runtime.extension import ExtendedLab, Extension
 
 from .daemon import Daemon, container_configs, daemon_kinds, node_configs
 from .rundir import NodeDir, frr_ids
@@ -30,7 +30,6 @@ from .version import FrrVersion, detect, parse_version
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.model.fields import BgpOptions
-    from nslab.runtime.lab import Lab
     from nslab.runtime.node import LabLike, LabNode
     from nslab.runtime.plan import BuildPlan
     from nslab.model.topo import Topology
@@ -41,12 +40,12 @@ log = logging.getLogger(__name__)
 EXPORT_RELEASE = "10.3"
 
 
-def node_dir(lab: "Lab", node: str) -> str:
+def node_dir(lab: ExtendedLab, node: str) -> str:
     """The node's FRR run directory (``frr``'s: sockets, pid files, logs)."""
     return os.path.join(lab.workdir, "frr", node)
 
 
-def conf_dir(lab: "Lab", node: str) -> str:
+def conf_dir(lab: ExtendedLab, node: str) -> str:
     """The node's FRR configuration directory (root's, readable by group ``frr``)."""
     return os.path.join(lab.workdir, "frr-conf", node)
 
@@ -61,7 +60,7 @@ class FrrRouter:
         version: the FRR it runs (default: this machine's, see :func:`frr.version.detect`).
     """
 
-    def __init__(self, lab: "Lab", node: "LabNode", bgp: "BgpOptions",
+    def __init__(self, lab: ExtendedLab, node: "LabNode", bgp: "BgpOptions",
                  version: Optional[FrrVersion] = None) -> None:
         self.lab = lab
         self.node = node
@@ -128,7 +127,7 @@ class FrrExtension(Extension):
     def needs(self, topo) -> List[str]:
         return ["frr"]
 
-    def build(self, lab: "Lab", plan: "BuildPlan") -> None:
+    def build(self, lab: ExtendedLab, plan: "BuildPlan") -> None:
         topo = lab.topology
         version = self.version = detect()
         log.info("%s", version.label)
@@ -152,7 +151,7 @@ class FrrExtension(Extension):
             if kind.READY:  # mgmtd before zebra (its back end), zebra before the rest
                 wait_ready(started, 30)
 
-    def teardown(self, lab: "Lab") -> List[str]:
+    def teardown(self, lab: ExtendedLab) -> List[str]:
         for r in self.routers.values():
             r.stop()
         return []
@@ -248,7 +247,7 @@ def link_locals(ip_j_addr: str) -> Dict[str, Tuple[str, str]]:
     return out
 
 
-def pin_peer_neighbours(lab: "Lab") -> int:
+def pin_peer_neighbours(lab: ExtendedLab) -> int:
     """Give every unnumbered BGP session's peer a permanent IPv6 neighbour entry
     (its link-local address and MAC, read from the kernel). Returns how many.
 

@@ -15,11 +15,10 @@ import shutil
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from nslab.errors import InputError
-from nslab.runtime.extension import Extension
+from nslab.runtime.extension import ExtendedLab, Extension
 from nslab.model.naming import ovs_bridge
 
 if TYPE_CHECKING:  # pragma: no cover
-    from nslab.runtime.lab import Lab
     from nslab.runtime.plan import BuildPlan
 
 log = logging.getLogger(__name__)
@@ -41,12 +40,12 @@ class OvsExtension(Extension):
     def needs(self, topo) -> List[str]:
         return ["ovs"]
 
-    def _switches(self, lab: "Lab") -> List[str]:
+    def _switches(self, lab: ExtendedLab) -> List[str]:
         topo = lab.topology
         return sorted(s for s in topo.switches()
                       if topo.switch_type_of(s) == "ovs" and lab.is_local(s))
 
-    def check(self, lab: "Lab") -> None:
+    def check(self, lab: ExtendedLab) -> None:
         """Refuse an unsafe uplink before anything is built."""
         from .uplink import check_uplink
         for sw in self._switches(lab):
@@ -54,10 +53,10 @@ class OvsExtension(Extension):
             if node.uplink:
                 check_uplink(node.uplink, force=node.force)
 
-    def journal(self, lab: "Lab") -> Dict[str, Any]:
+    def journal(self, lab: ExtendedLab) -> Dict[str, Any]:
         return {"bridges": len(self._switches(lab))}
 
-    def build(self, lab: "Lab", plan: "BuildPlan") -> None:
+    def build(self, lab: ExtendedLab, plan: "BuildPlan") -> None:
         from nslab.runtime.lab import ethtool_each
 
         from .bridge import add_bridge
@@ -86,7 +85,7 @@ class OvsExtension(Extension):
             # stalls unless the veths attached to it compute them in software.
             ethtool_each(plan.root_switch_links, ["tx", "off"])
 
-    def _attach_uplink(self, lab: "Lab", sw: str, br: str, iface: str) -> None:
+    def _attach_uplink(self, lab: ExtendedLab, sw: str, br: str, iface: str) -> None:
         """Journal how to restore the NIC, then attach it (see :mod:`nslab.ovs.uplink`)."""
         from .uplink import attach, restore_argv, snapshot
         snap = snapshot(iface)
@@ -118,10 +117,10 @@ class OvsExtension(Extension):
         release([j["run"] for j in live_runs if self.name in (j.get("extensions") or {})])
 
 
-def bridge_of(lab: "Lab", switch: str) -> str:
+def bridge_of(lab: ExtendedLab, switch: str) -> str:
     """The OVS bridge of ``switch`` in ``lab``."""
     ext = lab.extension("ovs")
     try:
-        return ext.bridges[switch]  # type: ignore[attr-defined]
+        return ext.bridges[switch]
     except KeyError:
         raise InputError(f"{switch} is not an OVS switch of this lab") from None

@@ -1,7 +1,8 @@
 """Lab extensions: pieces of a lab that live outside the core (OVS bridges, FRR
 daemons), plugged in through entry points so that the core never imports them.
 
-The core :class:`~nslab.runtime.lab.Lab` builds namespaces, veth links, Linux bridges,
+The core :class:`~nslab.runtime.lab.Lab` (to an extension, an
+:class:`ExtendedLab`) builds namespaces, veth links, Linux bridges,
 addresses, routes, sysctls and shaping from a pure :mod:`build plan
 <nslab.runtime.plan>`. An extension adds what a topology asks for beyond that, in
 stages, after IPMininet's daemons (each with its own start, stop and checks)
@@ -22,19 +23,46 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
 
 from ..errors import LabError
 from ..errors import CapabilityError
 
+from .node import LabLike
+
 if TYPE_CHECKING:  # pragma: no cover
-    from .lab import Lab
     from .plan import BuildPlan
     from ..model.topo import Topology
 
 log = logging.getLogger(__name__)
 
 GROUP = "nslab.extensions"
+
+
+class OwnedObjects(Protocol):
+    """What a lab owns besides its namespaces and interfaces, by extension
+    (``{"ovs": ["nl3f2a-b1"]}``): teardown removes them."""
+
+    extra: Dict[str, List[str]]
+
+
+class ExtendedLab(LabLike, Protocol):
+    """The lab an extension's hooks extend: a :class:`~nslab.runtime.node.LabLike`
+    that also says which nodes it builds on this machine, owns the objects an
+    extension adds (``inventory.extra``) and records how to undo a change
+    outside them. :class:`~nslab.runtime.lab.Lab` is one. A protocol, not the
+    class: this module is imported by what removes a lab's leftovers
+    (:mod:`nslab.runtime.clean`), which :mod:`nslab.runtime.lab` imports."""
+
+    @property
+    def inventory(self) -> OwnedObjects:
+        """The objects the lab owns (extensions add theirs to ``extra``)."""
+
+    def is_local(self, node: str) -> bool:
+        """Does this lab build ``node`` here (not another host of a lab across machines)?"""
+
+    def record_restore(self, what: str, argv_list: List[List[str]]) -> None:
+        """Journal commands that undo a change outside the lab's own objects."""
 
 
 class Extension:
@@ -62,13 +90,13 @@ class Extension:
     def needs(self, topo: "Topology") -> List[str]:
         return []
 
-    def check(self, lab: "Lab") -> None:
+    def check(self, lab: ExtendedLab) -> None:
         """Checks that need the machine, before anything is built."""
 
-    def build(self, lab: "Lab", plan: "BuildPlan") -> None:
+    def build(self, lab: ExtendedLab, plan: "BuildPlan") -> None:
         """Build this extension's part, after the core's."""
 
-    def teardown(self, lab: "Lab") -> List[str]:
+    def teardown(self, lab: ExtendedLab) -> List[str]:
         """Undo :meth:`build` (best effort); return the problems met."""
         return []
 
@@ -81,7 +109,7 @@ class Extension:
         its tag says (``10.3.1``)."""
         return {}
 
-    def journal(self, lab: "Lab") -> Dict[str, Any]:
+    def journal(self, lab: ExtendedLab) -> Dict[str, Any]:
         """What to record in the run's journal before building (read by :meth:`release`)."""
         return {}
 

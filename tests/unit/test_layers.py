@@ -107,3 +107,19 @@ def test_docs_architecture_is_generated_from_this_code():
     spec.loader.exec_module(gen)
     with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as fh:
         assert fh.read() == gen.render(ROOT), "run scripts/gen-architecture.py"
+
+
+def test_no_core_module_is_in_an_import_cycle_not_even_for_types():
+    """Layers allow a cycle inside one layer; the core has none, not even
+    through an import made only for type checking (runtime.clean ->
+    runtime.extension -> runtime.lab -> runtime.clean was one: extensions now
+    take an ExtendedLab, a protocol that Lab satisfies)."""
+    import grimp
+    graph = grimp.build_graph("nslab")  # TYPE_CHECKING imports included
+    _, packages = _core_tree()
+    core = {m for m in graph.modules if any(m == p or m.startswith(p + ".") for p in packages)}
+    cycles = sorted({tuple(sorted((a, b))) for a in core
+                     for b in graph.find_modules_directly_imported_by(a)
+                     if b in core and b != a
+                     and graph.find_shortest_chain(importer=b, imported=a)})
+    assert not cycles, cycles
