@@ -146,7 +146,8 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
     # collects, and under TCG importing one costs seconds (collected here, natively).
     files = selected_files(marks)
     cmd = " ".join([
-        "PYTHONDONTWRITEBYTECODE=1", "NSLAB_STOCK_KERNEL=1", f"NSLAB_RESULTS={out}/results",
+        "PYTHONDONTWRITEBYTECODE=1", "NSLAB_STOCK_KERNEL=1", "NSLAB_NO_PLOTS=1",
+        f"NSLAB_RESULTS={out}/results",
         py, "-m", "pytest", "-m", f"'{marks}'",
         "-p", "no:cacheprovider",
         "--basetemp=/tmp/nslab-pytest", f"--junitxml={out}/junit-guest.xml",

@@ -115,6 +115,34 @@ class Rfc2544Study(Study):
                              f"{type(lab).__name__}): run it without --hosts")
         return Rfc2544Runner(lab, cfg, key, store)
 
+    def figures(self, run_dir: str) -> Dict[str, float]:
+        """Each DUT's 64-byte throughput (the median of its searches), its mean
+        latency at the nominal rate, and its occupancy at each load of the
+        sweep (the median over the sweeps)."""
+        from .claims import bed_scale
+        from .records import SCHEMA
+        from .tables import nominal_latencies, searches, table3
+        from nslab.store.results import ResultStore
+        import statistics
+        recs = SCHEMA.load(run_dir)
+        scale = bed_scale(ResultStore.open(run_dir).provenance())
+        out: Dict[str, float] = {}
+        for dut, by_frame in searches(recs).items():
+            for frame, found in by_frame.items():
+                if found:
+                    out[f"{dut} throughput {frame} B (fps)"] = statistics.median(found)
+        for dut, by_frame in nominal_latencies(recs, scale).items():
+            for frame, lat in by_frame.items():
+                out[f"{dut} latency {frame} B at the nominal rate (us)"] = statistics.fmean(lat)
+        for dut in sorted({r.params.dut for r in recs}):
+            rows: Dict[float, List[float]] = {}
+            for x in table3(recs, dut):
+                if not x["invalid"] and x["cpu_ok"]:
+                    rows.setdefault(x["fps"], []).append(x["cpu_pct"])
+            for fps, occ in sorted(rows.items()):
+                out[f"{dut} occupancy at {fps:,.0f} fps (%)"] = statistics.median(occ)
+        return out
+
     def report(self, run_dir: str) -> StudyReport:
         from .report import write_report
         return write_report(run_dir)

@@ -127,8 +127,10 @@ class TrialBed:
         self.speed: Any = _SteadyClock() if self.layout.shared else SpeedWatch(self.layout.cpus)
         self._excluded_streak = 0
         self.baseline_ok = True
-        #: the throughput searches' dither (:func:`~.model.rate_search`)
-        self._rng = random.Random()
+        #: the throughput searches' dither (:func:`~.model.rate_search`): seeded on
+        #: the virtual bed, whose trials repeat themselves, so that a run repeats
+        #: itself too (a point's searches still differ: the generator moves on)
+        self._rng = random.Random(f"{cfg.vcpu_shift}/{dut}" if self.layout.shared else None)
 
     # -- the generator's send path ------------------------------------------------
     def gen_args(self, iface: str = "gen-eth0", dst_mac: Optional[str] = None) -> List[str]:

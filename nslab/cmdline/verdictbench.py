@@ -45,6 +45,8 @@ class RunResult:
     reruns: int = 0
     excluded: int = 0
     failed: Optional[str] = None
+    #: (study, figure) -> value: each study's headline figures (Study.figures)
+    figures: Dict[Tuple[str, str], float] = field(default_factory=dict)
 
     @property
     def decided(self) -> int:
@@ -65,6 +67,30 @@ def claims_of(root: str) -> Dict[Tuple[str, str], str]:
             continue
         for c in report_of(cls(), run_dir).claims:
             out[(name, c.claim)] = c.verdict
+    return out
+
+
+def figures_of(root: str) -> Dict[Tuple[str, str], float]:
+    """(study, figure) -> value for every study of a reproduction directory."""
+    out: Dict[Tuple[str, str], float] = {}
+    for name, cls in ordered_studies().items():
+        run_dir = results_dir_of(root, name)
+        if run_dir:
+            out.update({(name, k): v for k, v in cls().figures(run_dir).items()})
+    return out
+
+
+def spread(runs: Sequence[RunResult]) -> List[Tuple[str, str, float, float, float]]:
+    """Per figure every run has: (study, figure, min, max, their spread in
+    percent of the mean)."""
+    ok = [r for r in runs if not r.failed]
+    keys = set.intersection(*(set(r.figures) for r in ok)) if ok else set()
+    out = []
+    for k in sorted(keys):
+        vals = [r.figures[k] for r in ok]
+        mean = sum(vals) / len(vals)
+        pct = 100.0 * (max(vals) - min(vals)) / abs(mean) if mean else 0.0
+        out.append((k[0], k[1], min(vals), max(vals), pct))
     return out
 
 
@@ -113,6 +139,11 @@ def table(runs: Sequence[RunResult], noise: str) -> str:
                      f"{r.seconds / 60:.1f} min; host interference: {r.reruns} trials re-run, "
                      f"{r.excluded} excluded; {r.root}")
     ok = [r for r in runs if not r.failed]
+    moved = spread(runs)
+    if moved and len(ok) > 1:
+        lines += ["", "figures across runs (min, max, spread in % of their mean):"]
+        lines += [f"  {s}: {f}: {lo:,.2f} .. {hi:,.2f}  ({pct:.2f} %)"
+                  for s, f, lo, hi, pct in moved]
     if ok:
         lines.append(f"decided: {min(r.share for r in ok) * 100:.0f}-"
                      f"{max(r.share for r in ok) * 100:.0f} % of claims per run; "
@@ -154,7 +185,7 @@ def run_once(results: str, mode: str, only: Optional[str]) -> RunResult:
         return RunResult(roots[-1] if roots else results, dt,
                          failed=f"nslab reproduce exited with {rc} (its log is under {results})")
     root = roots[-1]
-    res = RunResult(root, dt, claims_of(root))
+    res = RunResult(root, dt, claims_of(root), figures=figures_of(root))
     res.reruns, res.excluded = interference_counts(root)
     return res
 
@@ -196,5 +227,6 @@ def verdicts_cmd(ctx: click.Context, runs: int, noise: str, mode: str, only: Opt
                   "failed": r.failed,
                   "verdicts": [[s, c, v] for (s, c), v in sorted(r.verdicts.items())]}
                  for r in results],
-        "flips": [[s, c] for s, c in flips(results)]})
+        "flips": [[s, c] for s, c in flips(results)],
+        "figures": [[s, f, lo, hi, pct] for s, f, lo, hi, pct in spread(results)]})
     click.echo(f"saved: {path}", err=True)

@@ -185,6 +185,9 @@ def nic_pair(model_a: str, model_b: str, tag: int = 1) -> "tuple[Nic, Nic]":
 #: process that plots builds the cache again: importing pyplot took 22.8-23.9 s
 #: against 15.6 s, 6.1 guest under TCG).
 GUEST_ENV: Dict[str, str] = {"MPLCONFIGDIR": "/tmp/nslab-mpl"}
+#: The stock-kernel tier's guests also write reports without their figures
+#: (nslab.store.reporting.NO_PLOTS_ENV): drawing under TCG costs tens of seconds.
+TIER_ENV: Dict[str, str] = {"NSLAB_NO_PLOTS": "1"}
 
 
 @dataclass

@@ -46,7 +46,8 @@ IPV6_CONF: Dict[str, Tuple[str, str]] = {
     "accept_ra_pinfo": ("1", "0"), "autoconf": ("1", "0"), "accept_redirects": ("1", "0"),
     "accept_source_route": ("0", "-1"), "router_solicitations": ("3", "1"),
     "use_tempaddr": ("0", "1"), "keep_addr_on_down": ("0", "1"),
-    "ignore_routes_with_linkdown": ("0", "1"), "proxy_ndp": ("0", "1"),
+    # not ignore_routes_with_linkdown: Linux 6.1 refuses it for "all" (EINVAL)
+    "proxy_ndp": ("0", "1"),
     "hop_limit": ("64", "63"), "ndisc_notify": ("0", "1"), "drop_unsolicited_na": ("0", "1"),
 }
 

@@ -204,6 +204,12 @@ class Study:
     def report(self, run_dir: str) -> StudyReport:
         raise NotImplementedError
 
+    def figures(self, run_dir: str) -> Dict[str, float]:
+        """A run's headline figures by name, from its stored records (``nslab
+        bench verdicts`` shows how far each moves from run to run); none by
+        default."""
+        return {}
+
     def elsewhere(self, cfg: Any) -> Optional[Callable[..., None]]:
         """What runs this study somewhere else than this machine's namespaces,
         or None (the default): here. A study whose trials run in a guest (the

@@ -393,6 +393,12 @@ def writing() -> bool:
     return _WRITING.get()
 
 
+#: Set to 1, reports are written without their figures: the stock-kernel tier's
+#: guests set it (under TCG, drawing one study's figures took 30 s and more; the
+#: figures are tested on the host's tiers, the kernels' features there).
+NO_PLOTS_ENV = "NSLAB_NO_PLOTS"
+
+
 def study_report(run_dir: str, markdown_text: str, title: str, claims: List[Claim],
                  plot: Optional[Callable[[], Dict[str, str]]] = None,
                  body: Optional[str] = None) -> StudyReport:
@@ -407,7 +413,7 @@ def study_report(run_dir: str, markdown_text: str, title: str, claims: List[Clai
                            markdown=markdown_text if body is None else body)
     files = write_markdown_and_html(run_dir, "report", markdown_text, title)
     figures: List[str] = []
-    if plot is not None:
+    if plot is not None and os.environ.get(NO_PLOTS_ENV) != "1":
         out = plot()
         files.update(out)
         figures.append(out["plot_png"])

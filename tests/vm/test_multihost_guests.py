@@ -40,7 +40,7 @@ def across(tmp_path_factory):
     # One vCPU each: two guests of two vCPUs are four TCG threads on this 2-core
     # machine, and the tier took 772 s; with one each, 617 s (same host, same day).
     common = dict(out_dir=out, cwd=ROOT, timeout=2400, cpus=1, memory="2G")
-    env = {"BOX_OUT": out, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {"BOX_OUT": out, "PYTHONDONTWRITEBYTECODE": "1", **vm.TIER_ENV}
     b = vm.Guest("mh-b", f"{PY} {BOX} host", nics=[nic_b], env={**env, "NIC_MAC": nic_b.mac},
                  **common)
     a = vm.Guest("mh-a", f"{PY} {BOX} controller", nics=[nic_a],

@@ -39,10 +39,10 @@ def boxes(tmp_path_factory):
     # machine, and the tier took 772 s; with one each, 617 s (same host, same day).
     common = dict(out_dir=out, cwd=ROOT, timeout=1500, cpus=1, memory="2G")
     b = vm.Guest("box-b", f"{PY} {BOX} server", nics=[nic_b],
-                 env={"NIC_MAC": nic_b.mac, "BOX_OUT": out, "PYTHONDONTWRITEBYTECODE": "1"},
+                 env={"NIC_MAC": nic_b.mac, "BOX_OUT": out, "PYTHONDONTWRITEBYTECODE": "1", **vm.TIER_ENV},
                  **common)
     a = vm.Guest("box-a", f"{PY} {BOX} client", nics=[nic_a],
-                 env={"NIC_MAC": nic_a.mac, "BOX_OUT": out, "PYTHONDONTWRITEBYTECODE": "1"},
+                 env={"NIC_MAC": nic_a.mac, "BOX_OUT": out, "PYTHONDONTWRITEBYTECODE": "1", **vm.TIER_ENV},
                  **common)
     t0 = time.monotonic()
     with vm.start(b, stdin=True) as gb, vm.start(a) as ga:
