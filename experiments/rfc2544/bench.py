@@ -125,7 +125,7 @@ def _measure(lab, sizes: List[int], modes: List[str], seconds: float, repeat: in
     from .bed import GEN_CPU, napi_on
     # the sink on the other CPU; on a machine of one (a guest with one vCPU) on
     # the generator's, which its figures then say (sink_other_cpu is False)
-    DUT_CPU = 1 if (os.cpu_count() or 1) > 1 else GEN_CPU  # noqa: N806 - the bed's name
+    DUT_CPU = 1 if (os.cpu_count() or 1) > 1 else GEN_CPU
     lab.static_arp()
     lab["h1"].run(["ethtool", "-K", "h1-eth0", "tso", "off", "gso", "off"], check=False)
     napi = napi_on(lab["h2"], "h2-eth0", DUT_CPU)
