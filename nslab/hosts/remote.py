@@ -34,7 +34,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..runtime import grants
-from ..runtime.clean import make_control_dir, remove_controller, write_controller
+from ..runtime.clean import remove_controller, write_controller
+from ..runtime.sshcontrol import make_control_dir
 from ..errors import CommandError, InputError, LabError
 from ..runtime.grants import HostGrants
 from ..model.multihost import Part, parse_hosts, place, tunnels

@@ -7,29 +7,28 @@ with ``external_ids:nslab-run``, processes with ``NSLAB_RUN`` in their
 environment, the journal ``/run/nslab/<run>.json`` and work dir
 ``/run/nslab/<run>/``, and the controller's record of a lab across machines
 ``/run/nslab/<run>.controller.json`` with its SSH control directory
-``$TMPDIR/nslab-<run>-XXXXXXXX``. Nothing without the tag is touched.
+``$TMPDIR/nslab-<run>-XXXXXXXX`` (:mod:`nslab.runtime.sshcontrol`). Nothing
+without the tag is touched; what a journal asks to restore runs only once
+checked (:mod:`nslab.runtime.restore`).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
-import ipaddress
 import json
 import logging
 import os
-import re
 import shutil
 import signal
-import stat
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager, Dict, Iterator, List, Optional, Tuple
+from typing import Callable, ContextManager, Dict, Iterator, List, Optional
 
 from . import extension, offloads, statefile
+from .restore import printable_text, run_restore
+from .sshcontrol import control_dirs, remove_control_dir
 from ..errors import InputError, LabError
-from ..model.fields import IFNAME_RE
 from ..model.naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR, check_state_dir
 from .proc import kill_pids, pids_with_tag, process_name, process_start_time, run
 from ..model import bounded
@@ -73,7 +72,7 @@ class Inventory:
             out += [exts[name].describe(o) if name in exts else f"{name} {o}" for o in objs]
         out += [f"process {p} ({process_name(p)})" for p in self.pids]
         for restore in (self.journal or {}).get("restore", []):
-            out.append(f"restore {_printable(restore.get('what', '?'))}")
+            out.append(f"restore {printable_text(restore.get('what', '?'))}")
         if self.journal is not None:
             out.append(f"journal {journal_path(self.run_id)}")
         elif os.path.exists(journal_tmp_path(self.run_id)):
@@ -171,119 +170,6 @@ def write_controller(run_id: str, data: dict) -> None:
     """Write the controller's record atomically (root's own state directory)."""
     check_state_dir(STATE_DIR)
     statefile.write(controller_path(run_id), data)
-
-
-#: The SSH control directory of a lab across machines (``tempfile.mkdtemp``'s
-#: suffix: eight of ``[a-z0-9_]``); ``nslab capture``'s own (``-capture-``) is not one.
-CONTROL_DIR_RE = re.compile(r"nslab-([a-z0-9]+)-[a-z0-9_]{8}")
-
-
-#: A control directory whose owner record is not there yet, younger than this,
-#: is a lab being started (between ``mkdtemp`` and the record's rename): left alone.
-CONTROL_GRACE_S = 60.0
-
-
-def _pid_ns() -> str:
-    """This process's PID namespace (``pid:[4026531836]``): a pid in an owner
-    record means something only there."""
-    try:
-        return os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-
-
-def _private_dir(st: os.stat_result) -> bool:
-    """A real directory of this user's that nobody else can write to."""
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077
-
-
-def control_dirs(run_id: Optional[str] = None
-                 ) -> Dict[str, List[Tuple[str, Optional[dict]]]]:
-    """The SSH control directories of labs across machines left in the temporary
-    directory, with the owner record of each (``{run: [(path, owner or None)]}``),
-    of ``run_id`` or of every run: only private
-    directories of this user's (not links, writable by nobody else) named by a
-    run id, and not those of a lab being started (no owner record yet, younger
-    than :data:`CONTROL_GRACE_S`) or of a controller in another PID namespace
-    that shares this temporary directory (its pid cannot be checked here)."""
-    found: Dict[str, List[Tuple[str, Optional[dict]]]] = {}
-    top = tempfile.gettempdir()
-    try:
-        entries = sorted(os.listdir(top))
-    except OSError:
-        return found
-    for entry in entries:
-        m = CONTROL_DIR_RE.fullmatch(entry)
-        if not m or not RUN_RE.fullmatch(m.group(1)) or run_id not in (None, m.group(1)):
-            continue
-        path = os.path.join(top, entry)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            continue
-        if not _private_dir(st):
-            continue
-        owner = control_dir_owner(path)
-        if owner is None and time.time() - st.st_mtime < CONTROL_GRACE_S:
-            continue
-        if owner is not None and owner.get("pid_ns") != _pid_ns():
-            continue
-        found.setdefault(m.group(1), []).append((path, owner))
-    return found
-
-
-#: The file in a control directory naming the process that made it (a record
-#: like a journal's: run, pid, pid_start, and its PID namespace), so that a lab
-#: still coming up (no controller record yet) keeps its directory.
-CONTROL_OWNER = "owner.json"
-
-
-def make_control_dir(run_id: str) -> str:
-    """A new SSH control directory for lab ``run_id`` (mode 0700), with its owner
-    recorded in it (:data:`CONTROL_OWNER`, complete or absent: written aside
-    and renamed): ``nslab clean`` removes it once that process is gone."""
-    me = os.getpid()
-    record = {"run": run_id, "pid": me, "pid_start": process_start_time(me),
-              "pid_ns": _pid_ns()}
-    path = tempfile.mkdtemp(prefix=f"nslab-{run_id}-")  # mode 0700
-    tmp = os.path.join(path, CONTROL_OWNER + ".tmp")
-    with open(tmp, "x") as f:  # a new file in a new directory
-        json.dump(record, f)
-    os.replace(tmp, os.path.join(path, CONTROL_OWNER))
-    return path
-
-
-def control_dir_owner(path: str) -> Optional[dict]:
-    """The owner record of control directory ``path`` (data; None if it is not a
-    regular file or does not parse)."""
-    owner = os.path.join(path, CONTROL_OWNER)
-    try:
-        if not stat.S_ISREG(os.lstat(owner).st_mode):
-            return None
-        data = bounded.load(owner, 4096)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _remove_control_dir(path: str) -> None:
-    """Remove one control directory, checked again just before (a private
-    directory of this user's, not a link put in its place). A master still
-    persisting there (``ControlPersist``) is asked to exit over its own socket
-    first; one that does not answer is logged, and the directory goes anyway."""
-    if not _private_dir(os.lstat(path)):
-        raise LabError(f"{path}: not a private directory of this user's; left alone")
-    for entry in os.listdir(path):
-        sock = os.path.join(path, entry)
-        try:
-            if not stat.S_ISSOCK(os.lstat(sock).st_mode) or not shutil.which("ssh"):
-                continue
-            # the host name only fills in a ControlPath's tokens; this one has none
-            run(["ssh", "-o", "BatchMode=yes", "-o", f"ControlPath={sock}", "-O", "exit",
-                 "nslab-control"], check=False, timeout=10)
-        except (OSError, LabError) as exc:
-            log.warning("ssh master at %s: %s; its directory goes anyway", sock, exc)
-    shutil.rmtree(path)
 
 
 def remove_controller(run_id: str) -> None:
@@ -386,8 +272,8 @@ def remove(inv: Inventory) -> List[str]:
     journal = inv.journal or read_journal(inv.run_id) or {}
     # Restore anything the run changed outside its own objects (e.g. an uplink NIC).
     for item in reversed(journal.get("restore", [])):
-        stage(f"restore {_printable(item.get('what'))}",
-              functools.partial(_restore, item, inv.run_id))
+        stage(f"restore {printable_text(item.get('what'))}",
+              functools.partial(run_restore, item, inv.run_id))
     stage("processes", lambda: _kill_tagged(inv))
     exts = extension.registered()
     for name, objs in inv.extra.items():
@@ -405,7 +291,7 @@ def remove(inv: Inventory) -> List[str]:
     stage("journal", lambda: remove_journal(inv.run_id))
     stage("controller record", lambda: remove_controller(inv.run_id))
     for path in inv.control:
-        stage(f"ssh control dir {path}", functools.partial(_remove_control_dir, path))
+        stage(f"ssh control dir {path}", functools.partial(remove_control_dir, path))
     used = set((journal.get("extensions") or {})) | {n for n, o in inv.extra.items() if o}
     if used:
         live = live_journals(exclude=inv.run_id)
@@ -501,130 +387,6 @@ def _del_root_interfaces(names: List[str], paired_in_root: set, settle: float = 
         _batch([("link", "del", "dev", n) for n in left])
 
 
-def _restore(item: dict, run_id: str) -> None:
-    """Undo a recorded change: its commands, each checked first
-    (:func:`restore_problem`); one that is not of a form nslab journals stops
-    the whole item before any of it runs."""
-    argvs = item.get("argv", [])
-    if not isinstance(argvs, list):
-        raise RuntimeError("refused: 'argv' is not a list of commands")
-    ifaces = set()
-    for argv in argvs:
-        why = restore_problem(argv, run_id)
-        if why:
-            raise RuntimeError(f"refused: not a restore command nslab writes ({why}); "
-                               "nothing of this item was run")
-        ifaces.add(_restore_iface(argv))
-    if len(ifaces) > 1:
-        raise RuntimeError(f"refused: one item restores one interface, not "
-                           f"{', '.join(sorted(ifaces))}")
-    for argv in argvs:
-        run(argv, check=False)
-
-
-def _printable(value: object, most: int = 120) -> str:
-    """A journal's text as one printable line (no terminal control characters)."""
-    text = "".join(c if c.isprintable() else "?" for c in str(value))
-    return text[:most] + ("..." if len(text) > most else "")
-
-
-def _restore_iface(argv: List[str]) -> str:
-    """The interface a checked restore command acts on (``NS/IFACE`` for
-    one in a namespace of the run)."""
-    if argv[:3] == ["ip", "netns", "exec"]:
-        return f"{argv[3]}/{_restore_iface(argv[4:])}"
-    if argv[0] == "ovs-vsctl":
-        return argv[5]
-    if argv[0] == "ethtool":
-        return argv[2]
-    return argv[argv.index("dev") + 1]
-
-
-#: The features a journalled ``ethtool -K`` may set.
-ETHTOOL_FEATURES = ("tx", "gso", "tso", "gro")
-
-
-def _ethtool_ok(a: List[str]) -> bool:
-    """``ethtool -K IFACE F on|off [F on|off ...]``, each F one of
-    :data:`ETHTOOL_FEATURES` at most once."""
-    if a[:2] != ["ethtool", "-K"] or len(a) < 5 or len(a) % 2 == 0 \
-            or not IFNAME_RE.fullmatch(a[2]):
-        return False
-    names, states = a[3::2], a[4::2]
-    return (all(f in ETHTOOL_FEATURES for f in names) and len(set(names)) == len(names)
-            and all(v in ("on", "off") for v in states))
-
-
-def restore_problem(argv: object, run_id: str) -> Optional[str]:
-    """Why ``argv`` is not one of the restore commands nslab journals (an
-    uplink NIC put back: :func:`nslab.ovs.uplink.restore_argv`; the aliases
-    ``nslab alias serve`` added, removed), or None.
-
-    A journal is data: ``nslab clean`` runs no command from it that is not,
-    token by token, one of::
-
-        ovs-vsctl --timeout=10 --if-exists del-port <run>-bN IFACE
-        ip link set dev IFACE mtu N | up | down
-        ip addr replace IPV4/PREFIX dev IFACE
-        ip addr del IPV4/PREFIX dev IFACE     (aliases of `nslab alias serve`)
-        ip route replace DST [via ADDR] dev IFACE [metric N]
-        ethtool -K IFACE tx|gso|tso|gro on|off [tx|gso|tso|gro on|off ...]
-        ip netns exec <run>-NODE ethtool -K IFACE ...   (an interface of a node:
-                                                     nslab capture --as-wire)
-    """
-
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-        return "not a list of words"
-    if argv[:3] == ["ip", "netns", "exec"] and len(argv) > 4:
-        m = NS_RE.fullmatch(argv[3])
-        if m is None or m.group(1) != run_id:
-            return f"{_printable(argv[3], 40)}: not a namespace of run {run_id}"
-        if not _ethtool_ok(argv[4:]):
-            return " ".join(_printable(a, 40) for a in argv[:10])
-        return None
-
-    def iface(x: str) -> bool:
-        return bool(IFNAME_RE.fullmatch(x))
-
-    def number(x: str, lo: int, hi: int) -> bool:
-        return x.isdigit() and lo <= int(x) <= hi
-
-    def parses(kind: Callable[[str], object], x: str) -> bool:
-        try:
-            kind(x)
-        except ValueError:
-            return False
-        return x == x.strip() and x != ""
-
-    shown = " ".join(_printable(a, 40) for a in argv[:8])
-    a = argv
-    if a[:4] == ["ovs-vsctl", "--timeout=10", "--if-exists", "del-port"] and len(a) == 6:
-        if re.fullmatch(rf"{re.escape(run_id)}-b[0-9]{{1,6}}", a[4]) and iface(a[5]):
-            return None
-        return f"{shown}: not a bridge of run {run_id} and an interface"
-    if a[:4] == ["ip", "link", "set", "dev"] and len(a) >= 6 and iface(a[4]):
-        if a[5:] in (["up"], ["down"]) or (len(a) == 7 and a[5] == "mtu"
-                                           and number(a[6], 68, 65535)):
-            return None
-    if a[:3] in (["ip", "addr", "replace"], ["ip", "addr", "del"]) and len(a) == 6 \
-            and a[4] == "dev" and iface(a[5]):
-        if "/" in a[3] and parses(ipaddress.IPv4Interface, a[3]):
-            return None
-    if a[:3] == ["ip", "route", "replace"] and len(a) >= 6:
-        dst, rest = a[3], a[4:]
-        ok = dst == "default" or parses(lambda x: ipaddress.ip_network(x, strict=False), dst)
-        if rest[:1] == ["via"] and len(rest) >= 2 and parses(ipaddress.ip_address, rest[1]):
-            rest = rest[2:]
-        if ok and rest[:1] == ["dev"] and len(rest) >= 2 and iface(rest[1]):
-            rest = rest[2:]
-            if rest == [] or (len(rest) == 2 and rest[0] == "metric"
-                              and number(rest[1], 0, 2**32 - 1)):
-                return None
-    if _ethtool_ok(a):
-        return None
-    return shown
-
-
 def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = False
           ) -> Dict[str, List[str]]:
     """Remove leftovers of crashed runs (skip live ones unless ``force``).
@@ -652,20 +414,20 @@ def restore_stale_offloads(run_id: str, dry_run: bool = False) -> List[str]:
     """Put back the segmentation offloads a process turned off on a live
     lab's interfaces (``nslab capture --as-wire``) and died before putting
     back (:mod:`nslab.runtime.offloads`): each record's commands checked as a
-    journal's are (:func:`restore_problem`), then the record removed. What
+    journal's are (:func:`~nslab.runtime.restore.restore_problem`), then the record removed. What
     was (or would be) done, one line each."""
     out = []
     for path, record in offloads.stale(workdir(run_id)):
         pid = record.get("pid")
         for item in record.get("restore", []):
-            what = _printable(item.get("what", "?") if isinstance(item, dict) else "?")
+            what = printable_text(item.get("what", "?") if isinstance(item, dict) else "?")
             if dry_run:
                 out.append(f"would restore {what} (process {pid} is gone)")
                 continue
             try:
                 if not isinstance(item, dict):
                     raise RuntimeError("refused: not a restore record")
-                _restore(item, run_id)
+                run_restore(item, run_id)
                 out.append(f"restored {what} (process {pid} is gone)")
             except (RuntimeError, OSError, LabError) as exc:
                 out.append(f"problem: restore {what}: {exc}")

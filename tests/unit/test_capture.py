@@ -801,7 +801,7 @@ def test_a_dead_controllers_ssh_control_dir_is_cleaned_and_a_live_ones_kept(stat
     import socket
     import time
     from nslab.errors import CommandError
-    from nslab.runtime import clean
+    from nslab.runtime import clean, sshcontrol
     from nslab.runtime.proc import Result, process_start_time
     ran = []
 
@@ -811,17 +811,18 @@ def test_a_dead_controllers_ssh_control_dir_is_cleaned_and_a_live_ones_kept(stat
         ran.append(argv)
         raise CommandError(argv, None, "", "timed out after 10 s")  # a master that never answers
     monkeypatch.setattr(clean, "run", fake_run)
-    monkeypatch.setattr(clean.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(sshcontrol, "run", fake_run)
+    monkeypatch.setattr(sshcontrol.shutil, "which", lambda name: f"/usr/bin/{name}")
     tmp = tempfile.gettempdir()
-    old = time.time() - 2 * clean.CONTROL_GRACE_S
+    old = time.time() - 2 * sshcontrol.CONTROL_GRACE_S
 
     def owned(run, **change):
-        path = clean.make_control_dir(run)
-        rec = json.load(open(os.path.join(path, clean.CONTROL_OWNER)))
-        with open(os.path.join(path, clean.CONTROL_OWNER), "w") as f:
+        path = sshcontrol.make_control_dir(run)
+        rec = json.load(open(os.path.join(path, sshcontrol.CONTROL_OWNER)))
+        with open(os.path.join(path, sshcontrol.CONTROL_OWNER), "w") as f:
             json.dump(dict(rec, **change), f)
         return path
-    live = clean.make_control_dir("nl0a0b")
+    live = sshcontrol.make_control_dir("nl0a0b")
     assert oct(os.stat(live).st_mode & 0o777) == "0o700" and os.listdir(live) == ["owner.json"]
     dead = owned("nl0c0d", pid_start=-1.0)  # its controller died
     with socket.socket(socket.AF_UNIX) as sock:  # a master's socket, left behind
@@ -851,7 +852,7 @@ def test_a_dead_controllers_ssh_control_dir_is_cleaned_and_a_live_ones_kept(stat
     # with the controller's record as well (the lab was up), and its owner file unreadable
     me = {"run": "nl0a0b", "pid": os.getpid(), "pid_start": process_start_time(os.getpid())}
     clean.write_controller("nl0a0b", dict(me, pid_start=-1.0))
-    with open(os.path.join(live, clean.CONTROL_OWNER), "w") as f:
+    with open(os.path.join(live, sshcontrol.CONTROL_OWNER), "w") as f:
         f.write("{")
     assert clean.clean() == {"nl0a0b": [f"controller record {state}/nl0a0b.controller.json"]}
     assert os.path.isdir(live)  # no owner to read, made a moment ago: maybe a lab coming up

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from nslab.errors import InputError
-from nslab.runtime import clean, offloads
+from nslab.runtime import clean, offloads, restore
 from nslab.runtime.proc import Result, process_start_time
 from nslab.traffic.capture import Keep, dumpcap_argv, keep_of, resolve, parse_target, wire_ends
 from tests.conftest import data
@@ -144,7 +144,7 @@ class FakeEthtool:
     def __init__(self, monkeypatch):
         self.calls = []
         self.state = {}
-        for mod in (offloads, clean):
+        for mod in (offloads, clean, restore):
             monkeypatch.setattr(mod, "run", self)
 
     def __call__(self, argv, check=True, **kw):
@@ -192,7 +192,7 @@ def test_offloads_go_off_while_capturing_and_come_back_after(lab_dir, monkeypatc
         # every command a record holds passes the check nslab clean makes
         for item in record["restore"]:
             for argv in item["argv"]:
-                assert clean.restore_problem(argv, "nl0a0b") is None
+                assert restore.restore_problem(argv, "nl0a0b") is None
         # a second capture --as-wire of the same interface is refused in one line
         with pytest.raises(InputError, match=f"held by process {os.getpid()}"):
             offloads.OffloadsOff("nl0a0b", ENDS[:1], lab_dir).__enter__()
@@ -277,4 +277,4 @@ def test_a_forged_record_runs_nothing(lab_dir, monkeypatch):
     (["ip", "netns", "exec", "other", "ethtool", "-K", "s1-eth1", "gro", "on"], False),
 ])
 def test_the_restore_commands_clean_may_run(argv, ok):
-    assert (clean.restore_problem(argv, "nl0a0b") is None) == ok
+    assert (restore.restore_problem(argv, "nl0a0b") is None) == ok

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from nslab.model import bounded, naming
-from nslab.runtime import clean
+from nslab.runtime import clean, restore
 from nslab.errors import CapabilityError, InputError
 
 STUDY = """\
@@ -277,14 +277,14 @@ def test_the_uplink_restore_commands_nslab_writes_pass_the_check():
                          "tcp-segmentation-offload": "on"}}
     argvs = restore_argv(snap, "nl12ab-b1")
     assert len(argvs) == 10
-    assert [clean.restore_problem(a, "nl12ab") for a in argvs] == [None] * 10
+    assert [restore.restore_problem(a, "nl12ab") for a in argvs] == [None] * 10
 
 
 def test_the_alias_removals_of_alias_serve_pass_the_check():
     # experiments/alias/twobox.py journals one `ip addr del` per alias it adds
     argvs = [["ip", "addr", "del", f"10.0.1.{i}/8", "dev", "h2-eth0"] for i in range(1, 5)]
-    assert [clean.restore_problem(a, "nl12ab") for a in argvs] == [None] * 4
-    assert clean.restore_problem(["ip", "addr", "del", "10.0.1.1/8", "dev", "h2-eth0",
+    assert [restore.restore_problem(a, "nl12ab") for a in argvs] == [None] * 4
+    assert restore.restore_problem(["ip", "addr", "del", "10.0.1.1/8", "dev", "h2-eth0",
                                   "label", "x"], "nl12ab")
 
 
@@ -302,22 +302,22 @@ def test_the_alias_removals_of_alias_serve_pass_the_check():
     ["ip", "link", "set", "dev", "eth1", 5],
 ])
 def test_anything_else_is_refused(argv):
-    assert clean.restore_problem(argv, "nl12ab")
+    assert restore.restore_problem(argv, "nl12ab")
 
 
 def test_a_forged_restore_item_runs_nothing_at_all(monkeypatch):
     ran = []
-    monkeypatch.setattr(clean, "run", lambda argv, **kw: ran.append(argv))
+    monkeypatch.setattr(restore, "run", lambda argv, **kw: ran.append(argv))
     item = {"what": "uplink eth1", "argv": [["ip", "link", "set", "dev", "eth1", "up"],
                                             ["sh", "-c", "id"]]}
     with pytest.raises(RuntimeError, match="refused: not a restore command nslab writes"):
-        clean._restore(item, "nl12ab")
+        restore.run_restore(item, "nl12ab")
     two = {"what": "x", "argv": [["ip", "link", "set", "dev", "eth1", "up"],
                                  ["ip", "link", "set", "dev", "eth0", "down"]]}
     with pytest.raises(RuntimeError, match="one item restores one interface"):
-        clean._restore(two, "nl12ab")
+        restore.run_restore(two, "nl12ab")
     assert ran == []
-    clean._restore({"what": "ok", "argv": [["ip", "link", "set", "dev", "eth1", "up"]]}, "nl12ab")
+    restore.run_restore({"what": "ok", "argv": [["ip", "link", "set", "dev", "eth1", "up"]]}, "nl12ab")
     assert ran == [["ip", "link", "set", "dev", "eth1", "up"]]
 
 
