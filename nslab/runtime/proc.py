@@ -99,7 +99,10 @@ def run(argv: Sequence[str], *, netns: Optional[str] = None, run_id: Optional[st
     full = netns_argv(netns, argv)
     log.debug("run%s: %s", f" [{netns}]" if netns else "", " ".join(full))
     try:
+        # a tool's output is read as UTF-8, a stray byte replaced: iperf 2.2.1
+        # printed one (0xa5) in a guest, and the whole alias client failed on it
         cp = subprocess.run(full, input=input, capture_output=True, text=True,
+                            encoding="utf-8", errors="replace",
                             timeout=scaled(timeout), env=tagged_env(run_id, env))
     except FileNotFoundError as exc:
         raise CommandError(full, None, "", f"{exc.filename}: not found", where) from None
@@ -134,8 +137,8 @@ class Process:
 
         def spawn() -> "subprocess.Popen[str]":
             return subprocess.Popen(self.argv, stdin=stdin, stdout=stdout, stderr=stderr,
-                                    text=True, env=tagged_env(run_id, env),
-                                    start_new_session=True)
+                                    text=True, encoding="utf-8", errors="replace",
+                                    env=tagged_env(run_id, env), start_new_session=True)
         try:
             self.popen = _spawned_in(netns, spawn) if direct and netns else spawn()
         except FileNotFoundError as exc:

@@ -79,3 +79,13 @@ def test_a_failed_command_is_raised_by_job_order(entered, monkeypatch):
         run_in_namespaces([NetnsJob("n1", ["ok"]), NetnsJob("n2", ["bad"], where="second"),
                            NetnsJob("n3", ["bad"], where="third")], workers=1)
     assert "second" in str(err.value)
+
+
+def test_a_tools_stray_byte_is_replaced_not_fatal():
+    """A tool's output that is not UTF-8 (iperf 2.2.1 printed a 0xa5 in a guest)
+    is read with the byte replaced, by run() and by a Process alike."""
+    from nslab.runtime.proc import Process, run
+    argv = ["printf", "a\\245b\\n"]
+    assert run(argv).stdout == "a\ufffdb\n"
+    p = Process(argv)
+    assert p.wait(timeout=10).stdout == "a\ufffdb\n"
