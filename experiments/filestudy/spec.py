@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 from pydantic import BaseModel, ValidationError
 
 from nslab.errors import InputError, TopologyError
+from nslab.model import checkfile
 from nslab.model.limits import active, product
 from nslab.model.topo import Topology, explain, field_path, loc_path
 
@@ -144,7 +145,7 @@ def build_topology(loaded: Loaded, options: Dict[str, Any]) -> Topology:
             fn = topology(spec.ready)
             return fn(**coerce(fn, dict(options)))
         if spec.file:
-            return Topology.from_yaml(path)
+            return checkfile.topology_file(path)  # it may carry checks (nslab check)
         data = dict(spec.inline or {})
         data.setdefault("name", loaded.spec.name)
         return Topology.from_dict(data)

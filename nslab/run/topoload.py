@@ -15,6 +15,7 @@ import types
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from ..errors import InputError, LabError
+from ..model.checkfile import topology_file
 from ..runtime.grants import HostGrants
 from ..model.topo import Topology
 from ..safeio import read_bytes
@@ -108,7 +109,7 @@ def load_topology(spec: str, options: Dict[str, Any], custom: Optional[str] = No
     if spec.endswith((".yaml", ".yml")):
         if options:
             raise InputError("a YAML topology takes no options (put them in the file)")
-        return Topology.from_yaml(spec)
+        return topology_file(spec)  # its checks: and stages:, if any, set aside (nslab check)
     if is_python(spec):
         path, _, name = spec.partition(":")
         raise InputError(f"{path}: a Python topology is a program, and nslab runs one (as root "
