@@ -118,6 +118,8 @@ class FrrExtension(Extension):
 
     name = "frr"
     provides = ("bgp",)
+    #: ``nslab check`` hands these to :meth:`judge` (:mod:`frr.checks`)
+    check_kinds = ("bgp", "bfd")
 
     def __init__(self) -> None:
         self.routers: Dict[str, FrrRouter] = {}
@@ -155,6 +157,11 @@ class FrrExtension(Extension):
         for r in self.routers.values():
             r.stop()
         return []
+
+    def judge(self, node, check):
+        """One try of an ``nslab check`` bgp or bfd check (:func:`frr.checks.judge`)."""
+        from .checks import judge
+        return judge(node, check)
 
     def export_files(self, topo: "Topology", node: str,
                      release: Optional[str] = None) -> Dict[str, str]:

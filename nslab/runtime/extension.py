@@ -15,7 +15,9 @@ and munet's staged teardown:
 * ``build(lab, plan)``: after the core has built its part;
 * ``teardown(lab)``: first at teardown (daemons before their namespaces);
 * ``discover(run_id)`` / ``remove(run_id, objects)`` / ``release(journal,
-  live_runs)``: for ``nslab clean`` after a crash, by tag only.
+  live_runs)``: for ``nslab clean`` after a crash, by tag only;
+* ``judge(node, check)``: one try of an ``nslab check`` check of a kind it
+  answers for (``check_kinds``: FRR's ``bgp`` and ``bfd``), on a running lab.
 
 Extensions are registered under the entry point group ``nslab.extensions``.
 """
@@ -32,6 +34,7 @@ from .node import LabLike
 
 if TYPE_CHECKING:  # pragma: no cover
     from .plan import BuildPlan
+    from .proc import Result
     from ..model.topo import Topology
 
 log = logging.getLogger(__name__)
@@ -65,6 +68,21 @@ class ExtendedLab(LabLike, Protocol):
         """Journal commands that undo a change outside the lab's own objects."""
 
 
+class CheckNode(Protocol):
+    """A node of a running lab as an ``nslab check`` check reaches it (from
+    any process, not only the lab's own): its run, name, namespace (None:
+    the root one), the run's work directory, and a command run there
+    (argv only, tagged with the run, never raising on a non-zero exit)."""
+
+    run_id: str
+    name: str
+    netns: Optional[str]
+    workdir: str
+
+    def run(self, argv: List[str], timeout: float) -> "Result":
+        ...
+
+
 class Extension:
     """Base class of lab extensions; every hook does nothing by default.
 
@@ -79,6 +97,8 @@ class Extension:
 
     name: str = ""
     provides: Tuple[str, ...] = ()
+    #: Kinds of ``nslab check`` checks it judges (see :meth:`judge`).
+    check_kinds: Tuple[str, ...] = ()
 
     @property
     def switch_types(self) -> Tuple[str, ...]:
@@ -126,6 +146,13 @@ class Extension:
     def release(self, journal: Dict[str, Any], live_runs: List[Dict[str, Any]]) -> None:
         """A run that used this extension ended (``journal``); ``live_runs`` are
         the journals of runs still alive. Stop shared things nobody uses."""
+
+    def judge(self, node: CheckNode, check: Any) -> Any:
+        """One try of ``check`` (a typed check of :mod:`nslab.model.checks`
+        whose kind is in :attr:`check_kinds`) on ``node``: an
+        :class:`~nslab.model.checks.Outcome`, or
+        :class:`~nslab.model.checks.CannotRun` when it cannot be run."""
+        raise NotImplementedError(f"extension {self.name} judges no checks")
 
 
 class ExtensionError(LabError):
