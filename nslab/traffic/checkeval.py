@@ -232,11 +232,6 @@ def judge_throughput(check: Throughput, bps: Optional[float], why: str = "") -> 
     return Outcome(True, expected, seen)
 
 
-def judge_expect(expect: Any, data: Any, what: str) -> List[str]:
-    """The differences of ``data`` (the JSON of ``what``) from ``expect``."""
-    return [str(d) for d in differences(expect, data)]
-
-
 def _first_line(text: str) -> str:
     for line in (text or "").splitlines():
         if line.strip():
