@@ -5,161 +5,29 @@ value (:mod:`nslab.model.fields`) when it is set, and unknown keys are refused. 
 be written directly with Mininet-style builder calls, converted from a Mininet
 ``Topo`` (:meth:`Topology.from_mininet`) or loaded from YAML
 (:meth:`Topology.from_yaml`); ``nslab topo schema`` prints the JSON Schema of
-the YAML format. Nothing here touches the system.
+the YAML format. Nothing here touches the system. Its parts (nodes, links) are
+:mod:`nslab.model.topo_parts`; the one-line messages about a field are
+:mod:`nslab.model.topo_errors`.
 """
 from __future__ import annotations
 
 import ipaddress
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from pydantic import (BaseModel, StringConstraints, ConfigDict, Field, PrivateAttr, StrictBool, StrictInt,
-                      ValidationError, ValidationInfo, field_validator, model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StringConstraints,
+                      ValidationError, field_validator, model_validator)
 from typing_extensions import Annotated, Literal
 
-from ..errors import InputError, TopologyError
-from .fields import (BgpOptions, Bytes, ControllerTarget, Delay, Dpid, IfName, Interface, Label,
-                     Mac, Mtu, NAME_RE, NodeName, Percent, QueueLimit, Rate, Route, SYSCTL_KEY_RE,
-                     StrictModel, SysctlKey, SysctlValue, check_name)
+from ..errors import TopologyError
+from .fields import NAME_RE, SYSCTL_KEY_RE, Label, NodeName, check_name
 from .limits import active, topology_size
-from .shaping import ETHERNET_OVERHEAD, Shaping
+from .topo_errors import explain, fail, field_path, loc_path
+from .topo_parts import (BRIDGE_MAX_PORTS, HOST_ONLY, KINDS, NO_IPV6, SWITCH_ONLY, SWITCH_TYPES,
+                         Link, LinkEnd, Node)
 from .topo_yaml import LineDict, line_of, read_yaml
 
 __all__ = ["Topology", "Node", "Link", "LinkEnd", "check_name", "KINDS", "SWITCH_TYPES",
-           "explain", "raw_size"]
-
-KINDS = ("host", "switch", "router")
-SWITCH_TYPES = ("bridge", "ovs")
-#: The most ports a Linux bridge takes (the kernel's BR_MAX_PORTS is 1024, port 0 unused).
-BRIDGE_MAX_PORTS = 1023
-#: Options that only a switch takes.
-SWITCH_ONLY = ("type", "stp", "dpid", "controller", "uplink", "force")
-#: Options that only a host or router takes (a switch has no address of its own).
-HOST_ONLY = ("ip", "loopback", "routes", "bgp", "mac")
-
-
-#: The sysctls of a namespace with IPv6 disabled (set before its links exist).
-NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
-
-
-class Node(StrictModel):
-    """A node of the topology (its name is its key in :attr:`Topology.nodes`).
-
-    A ``host`` is a namespace with addresses and routes, a ``router`` a host
-    that forwards, a ``switch`` a Linux bridge (in its own namespace) or an
-    OVS bridge.
-    """
-
-    kind: Literal["host", "switch", "router"] = "host"
-    ip: Optional[Interface] = Field(None, description="address of the node's first interface")
-    mac: Optional[Mac] = Field(None, description="MAC of the node's first interface")
-    loopback: Optional[Interface] = Field(None, description="an address on lo")
-    routes: List[Route] = Field(default_factory=list)
-    sysctls: Dict[SysctlKey, SysctlValue] = Field(
-        default_factory=dict, description="per-namespace net.* sysctls only")
-    type: Optional[Literal["bridge", "ovs"]] = Field(None, description="switches: bridge or ovs")
-    stp: StrictBool = False
-    dpid: Optional[Dpid] = None
-    controller: Optional[ControllerTarget] = None
-    uplink: Optional[IfName] = Field(None, description="OVS switches: a physical NIC to attach")
-    force: StrictBool = Field(False, description="allow an uplink that carries the default "
-                                                 "route or the SSH session")
-    bgp: Optional[BgpOptions] = None
-
-    @field_validator(*SWITCH_ONLY)
-    @classmethod
-    def _switch_only(cls, value: Any, info: ValidationInfo) -> Any:
-        kind = info.data.get("kind", "host")
-        if kind != "switch":
-            raise ValueError(f"{info.field_name} applies to switches only, not to a {kind}")
-        return value
-
-    @field_validator(*HOST_ONLY)
-    @classmethod
-    def _host_only(cls, value: Any, info: ValidationInfo) -> Any:
-        if info.data.get("kind") == "switch":
-            raise ValueError(f"a switch takes no {info.field_name} (it has no address of its own)")
-        return value
-
-    @property
-    def is_switch(self) -> bool:
-        return self.kind == "switch"
-
-    def options(self) -> Dict[str, Any]:
-        """The options given for this node (as they would be written in YAML)."""
-        return self.model_dump(mode="json", exclude_unset=True, exclude={"kind"})
-
-
-class LinkEnd(StrictModel):
-    """One end of a link: interface name, address, MAC (all optional). An address
-    goes on a host's or router's end: a switch's port is layer 2 and takes none."""
-
-    intf: Optional[IfName] = None
-    ip: Optional[Interface] = None
-    mac: Optional[Mac] = None
-
-
-class Link(StrictModel):
-    """A point-to-point link between two nodes (a veth pair when built).
-
-    Shaping options follow Mininet's ``TCLink``: ``bw`` (Mbit/s or with a
-    unit), ``delay``, ``jitter``, ``loss`` (%), ``max_queue_size`` (packets),
-    plus ``qdisc`` (htb/tbf), ``burst`` (bytes), ``overhead`` (bytes per
-    frame) and ``framing`` (count Ethernet's 24 bytes of preamble, gap and FCS).
-    Shaping applies to both directions.
-    """
-
-    a: NodeName
-    b: NodeName
-    params1: LinkEnd = Field(default_factory=LinkEnd)
-    params2: LinkEnd = Field(default_factory=LinkEnd)
-    bw: Optional[Rate] = None
-    delay: Optional[Delay] = None
-    jitter: Optional[Delay] = None
-    loss: Optional[Percent] = None
-    max_queue_size: Optional[QueueLimit] = None
-    qdisc: Optional[Literal["htb", "tbf"]] = None
-    burst: Optional[Bytes] = None
-    overhead: Optional[Annotated[StrictInt, Field(ge=0, le=255)]] = None
-    framing: StrictBool = False
-    mtu: Optional[Mtu] = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _short_form(cls, data: Any) -> Any:
-        if isinstance(data, (list, tuple)):
-            if len(data) != 2:
-                raise ValueError(f"the short form of a link is [node_a, node_b], got {len(data)} "
-                                 "items")
-            return {"a": data[0], "b": data[1]}
-        return data
-
-    @model_validator(mode="after")
-    def _shaping_ok(self) -> "Link":
-        if self.a == self.b:
-            raise ValueError(f"link {self.a}-{self.b}: a node cannot link to itself")
-        try:
-            self.shaping  # noqa: B018 - builds and checks the shaping spec
-        except InputError as exc:
-            raise ValueError(str(exc)) from None
-        return self
-
-    @property
-    def shaping(self) -> Optional[Shaping]:
-        """The shaping of each direction, or None for an unshaped link.
-
-        With framing overhead the default qdisc is tbf: measured on Linux 6.18,
-        tbf charges the rate-spec overhead per packet (TCP at 1 Gbit/s + 24 B:
-        936 Mbit/s, theory 941) while htb ignored it (953, as without overhead).
-        """
-        overhead = ETHERNET_OVERHEAD if self.framing else int(self.overhead or 0)
-        s = Shaping(rate=self.bw, qdisc=self.qdisc or ("tbf" if overhead else "htb"),
-                    burst=self.burst, overhead=overhead, delay_ms=self.delay or 0.0,
-                    jitter_ms=self.jitter or 0.0, loss_pct=self.loss or 0.0,
-                    limit=self.max_queue_size)
-        return None if s.empty else s
-
-    def end(self, node: str) -> LinkEnd:
-        return self.params1 if node == self.a else self.params2
+           "NO_IPV6", "explain", "field_path", "loc_path", "raw_size", "schema"]
 
 
 class Topology(BaseModel):
@@ -430,7 +298,7 @@ class Topology(BaseModel):
                 continue
             bad = v6.get(name) or next((str(r.dst) for r in node.routes if r.family == 6), None)
             if bad:
-                raise _fail(("nodes", name), f"{bad} is IPv6, and the topology has ipv6: false "
+                raise fail(("nodes", name), f"{bad} is IPv6, and the topology has ipv6: false "
                                              "(--no-ipv6)")
 
     def _check(self) -> None:
@@ -440,60 +308,60 @@ class Topology(BaseModel):
         for i, link in enumerate(self.links):
             for key, end in (("a", link.a), ("b", link.b)):
                 if end not in self.nodes:
-                    raise _fail(("links", i, key), f"link {link.a}-{link.b}: unknown node {end!r}")
+                    raise fail(("links", i, key), f"link {link.a}-{link.b}: unknown node {end!r}")
         for i, link in enumerate(self.links):
             for key, at, port in (("params1", link.a, link.params1), ("params2", link.b, link.params2)):
                 if port.ip is not None and self.nodes[at].is_switch:
-                    raise _fail(("links", i, key, "ip"),
+                    raise fail(("links", i, key, "ip"),
                                 f"link {link.a}-{link.b}: {port.ip} is on a port of switch {at}, "
                                 "which is layer 2 and never uses it: put the address on the "
                                 "other end")
         for placed in self.placement:
             if placed not in self.nodes:
-                raise _fail(("hosts", placed), f"hosts: unknown node {placed!r}")
+                raise fail(("hosts", placed), f"hosts: unknown node {placed!r}")
         if not self.ipv6:
             self._check_ipv4_only()
         intfs = self.node_interfaces()
         for owner, names in intfs.items():
             if len(set(names)) != len(names):
                 dup = next(n for n in names if names.count(n) > 1)
-                raise _fail(("nodes", owner), f"node {owner}: duplicate interface {dup!r}")
+                raise fail(("nodes", owner), f"node {owner}: duplicate interface {dup!r}")
         for name, node in self.nodes.items():
             where = ("nodes", name)
             if node.is_switch:
                 if (node.type or self.switch_type) != "ovs" and len(intfs[name]) > BRIDGE_MAX_PORTS:
-                    raise _fail(where, f"switch {name} has {len(intfs[name])} links; a Linux bridge "
+                    raise fail(where, f"switch {name} has {len(intfs[name])} links; a Linux bridge "
                                        f"holds at most {BRIDGE_MAX_PORTS} ports (the kernel's "
                                        "BR_MAX_PORTS): use type: ovs, or more switches")
                 if (node.type or self.switch_type) != "ovs":
                     bad = [k for k in ("dpid", "controller", "uplink") if getattr(node, k)]
                     if bad:
-                        raise _fail(where + (bad[0],), f"{', '.join(bad)} apply to OVS switches "
+                        raise fail(where + (bad[0],), f"{', '.join(bad)} apply to OVS switches "
                                                        "only (type: ovs)")
                 continue
             mine = set(intfs[name]) | {"lo"}
             for r, route in enumerate(node.routes):
                 if route.dev is not None and route.dev not in mine:
-                    raise _fail(where + ("routes", r), f"route to {route.dst} uses dev {route.dev}, "
+                    raise fail(where + ("routes", r), f"route to {route.dst} uses dev {route.dev}, "
                                 f"which {name} does not have (it has {', '.join(sorted(mine))})")
             if node.bgp:
                 for j, intf in enumerate(node.bgp.unnumbered):
                     if intf not in mine:
-                        raise _fail(where + ("bgp", "unnumbered", j),
+                        raise fail(where + ("bgp", "unnumbered", j),
                                     f"{intf} is not an interface of {name}")
             if (node.ip or node.mac) and not intfs[name]:
-                raise _fail(where + ("ip" if node.ip else "mac",),
+                raise fail(where + ("ip" if node.ip else "mac",),
                             f"{name} has no link to put its address on")
         ips: Dict[Any, str] = {}
         for (owner, _intf), iface in self.addresses().items():
             if iface.ip in ips:
-                raise _fail(("nodes", owner), f"address {iface.ip} is used twice "
+                raise fail(("nodes", owner), f"address {iface.ip} is used twice "
                                               f"({ips[iface.ip]} and {owner})")
             ips[iface.ip] = owner
         macs: Dict[str, str] = {}
         for (owner, _intf), mac in self.macs().items():
             if mac in macs:
-                raise _fail(("nodes", owner), f"MAC {mac} is used twice ({macs[mac]} and {owner})")
+                raise fail(("nodes", owner), f"MAC {mac} is used twice ({macs[mac]} and {owner})")
             macs[mac] = owner
 
     def locate(self, exc: TopologyError) -> TopologyError:
@@ -642,79 +510,3 @@ def schema() -> Dict[str, Any]:
                                  {"type": "string",
                                   "description": "DST [via ADDR] [dev IF] [metric N] [src ADDR]"}]}
     return sch
-
-
-# -- error messages ---------------------------------------------------------------------
-def field_path(loc: Tuple[Any, ...]) -> str:
-    """``("nodes", "h1", "sysctls", "net.x")`` -> ``nodes.h1.sysctls['net.x']``."""
-    out = ""
-    for p in loc:
-        if isinstance(p, str) and "." in p:
-            out += f"[{p!r}]"
-        else:
-            out += ("." if out else "") + str(p)
-    return out
-
-
-def _fail(loc: Tuple[Any, ...], message: str) -> TopologyError:
-    return TopologyError(f"{field_path(loc)}: {message}", loc)
-
-
-def loc_path(loc: Tuple[Any, ...]) -> Tuple[Any, ...]:
-    """A pydantic error location without pydantic's own markers (``function-before[...]``)."""
-    return tuple(p for p in loc if isinstance(p, int) or (isinstance(p, str) and "[" not in p
-                                                              and p not in ("tagged-union",)))
-
-
-def explain(exc: ValidationError, where: Tuple[Any, ...] = (), root: Any = None,
-            what: str = "") -> str:
-    """One line for the first error of ``exc``: ``field.path: [what: ]message``.
-
-    ``where`` is the location of the validated value in a topology
-    (``("nodes", "h1")``), ``root`` its model (for the list of allowed keys),
-    ``what`` a short description put before the message.
-    """
-    err = exc.errors(include_url=False)[0]
-    loc = loc_path(tuple(err.get("loc", ())))
-    msg = str(err.get("msg", "invalid"))
-    for noise in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(noise):
-            msg = msg[len(noise):]
-    kind = err.get("type")
-    if kind == "extra_forbidden" and loc:
-        model = model_at(root, loc[:-1])
-        msg = f"unknown key {loc[-1]!r}"
-        if model is not None:
-            msg += f" (allowed: {', '.join(_keys(model))})"
-        loc = loc[:-1]
-    elif kind == "missing" and loc:
-        msg = f"{loc[-1]!r} is required"
-    elif kind == "literal_error":
-        msg = f"{err.get('input')!r} is not one of {err.get('ctx', {}).get('expected', '')}"
-    field = field_path(tuple(where) + loc)
-    return ": ".join(p for p in (field, what, msg) if p)
-
-
-def _keys(model: Any) -> List[str]:
-    return [f.alias or k for k, f in model.model_fields.items()]
-
-
-def model_at(root: Any, loc: Tuple[Any, ...]) -> Any:
-    """The model found at ``loc`` under ``root`` (None if ``loc`` leads elsewhere)."""
-    model = root
-    i = 0
-    while model is not None and i < len(loc):
-        part = loc[i]
-        if model is Topology and part == "nodes":
-            model, i = Node, i + 2
-        elif model is Topology and part == "links":
-            model, i = Link, i + 2
-        elif model is Link and part in ("params1", "params2"):
-            model, i = LinkEnd, i + 1
-        elif model is Node and part == "bgp":
-            model, i = BgpOptions, i + 1
-        elif model is Node and part == "routes":
-            model, i = Route, i + 2
-        else:
-            return None
-    return model

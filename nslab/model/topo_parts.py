@@ -1,0 +1,151 @@
+"""A topology's parts: its nodes, the ends of its links and its links, each a
+typed model checked on its own as it is read (a switch takes no address, a
+host no switch option; a link's shaping must make sense). What holds across
+parts (a link's nodes exist, an address is used once) is the whole
+:class:`~nslab.model.topo.Topology`'s to check."""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from pydantic import Field, StrictBool, StrictInt, ValidationInfo, field_validator, model_validator
+from typing_extensions import Annotated, Literal
+
+from ..errors import InputError
+from .fields import (BgpOptions, Bytes, ControllerTarget, Delay, Dpid, IfName, Interface, Mac,
+                     Mtu, NodeName, Percent, QueueLimit, Rate, Route, StrictModel, SysctlKey,
+                     SysctlValue)
+from .shaping import ETHERNET_OVERHEAD, Shaping
+
+KINDS = ("host", "switch", "router")
+SWITCH_TYPES = ("bridge", "ovs")
+#: The most ports a Linux bridge takes (the kernel's BR_MAX_PORTS is 1024, port 0 unused).
+BRIDGE_MAX_PORTS = 1023
+#: Options that only a switch takes.
+SWITCH_ONLY = ("type", "stp", "dpid", "controller", "uplink", "force")
+#: Options that only a host or router takes (a switch has no address of its own).
+HOST_ONLY = ("ip", "loopback", "routes", "bgp", "mac")
+
+
+#: The sysctls of a namespace with IPv6 disabled (set before its links exist).
+NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+
+
+class Node(StrictModel):
+    """A node of the topology (its name is its key in :attr:`Topology.nodes`).
+
+    A ``host`` is a namespace with addresses and routes, a ``router`` a host
+    that forwards, a ``switch`` a Linux bridge (in its own namespace) or an
+    OVS bridge.
+    """
+
+    kind: Literal["host", "switch", "router"] = "host"
+    ip: Optional[Interface] = Field(None, description="address of the node's first interface")
+    mac: Optional[Mac] = Field(None, description="MAC of the node's first interface")
+    loopback: Optional[Interface] = Field(None, description="an address on lo")
+    routes: List[Route] = Field(default_factory=list)
+    sysctls: Dict[SysctlKey, SysctlValue] = Field(
+        default_factory=dict, description="per-namespace net.* sysctls only")
+    type: Optional[Literal["bridge", "ovs"]] = Field(None, description="switches: bridge or ovs")
+    stp: StrictBool = False
+    dpid: Optional[Dpid] = None
+    controller: Optional[ControllerTarget] = None
+    uplink: Optional[IfName] = Field(None, description="OVS switches: a physical NIC to attach")
+    force: StrictBool = Field(False, description="allow an uplink that carries the default "
+                                                 "route or the SSH session")
+    bgp: Optional[BgpOptions] = None
+
+    @field_validator(*SWITCH_ONLY)
+    @classmethod
+    def _switch_only(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = info.data.get("kind", "host")
+        if kind != "switch":
+            raise ValueError(f"{info.field_name} applies to switches only, not to a {kind}")
+        return value
+
+    @field_validator(*HOST_ONLY)
+    @classmethod
+    def _host_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("kind") == "switch":
+            raise ValueError(f"a switch takes no {info.field_name} (it has no address of its own)")
+        return value
+
+    @property
+    def is_switch(self) -> bool:
+        return self.kind == "switch"
+
+    def options(self) -> Dict[str, Any]:
+        """The options given for this node (as they would be written in YAML)."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude={"kind"})
+
+
+class LinkEnd(StrictModel):
+    """One end of a link: interface name, address, MAC (all optional). An address
+    goes on a host's or router's end: a switch's port is layer 2 and takes none."""
+
+    intf: Optional[IfName] = None
+    ip: Optional[Interface] = None
+    mac: Optional[Mac] = None
+
+
+class Link(StrictModel):
+    """A point-to-point link between two nodes (a veth pair when built).
+
+    Shaping options follow Mininet's ``TCLink``: ``bw`` (Mbit/s or with a
+    unit), ``delay``, ``jitter``, ``loss`` (%), ``max_queue_size`` (packets),
+    plus ``qdisc`` (htb/tbf), ``burst`` (bytes), ``overhead`` (bytes per
+    frame) and ``framing`` (count Ethernet's 24 bytes of preamble, gap and FCS).
+    Shaping applies to both directions.
+    """
+
+    a: NodeName
+    b: NodeName
+    params1: LinkEnd = Field(default_factory=LinkEnd)
+    params2: LinkEnd = Field(default_factory=LinkEnd)
+    bw: Optional[Rate] = None
+    delay: Optional[Delay] = None
+    jitter: Optional[Delay] = None
+    loss: Optional[Percent] = None
+    max_queue_size: Optional[QueueLimit] = None
+    qdisc: Optional[Literal["htb", "tbf"]] = None
+    burst: Optional[Bytes] = None
+    overhead: Optional[Annotated[StrictInt, Field(ge=0, le=255)]] = None
+    framing: StrictBool = False
+    mtu: Optional[Mtu] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, data: Any) -> Any:
+        if isinstance(data, (list, tuple)):
+            if len(data) != 2:
+                raise ValueError(f"the short form of a link is [node_a, node_b], got {len(data)} "
+                                 "items")
+            return {"a": data[0], "b": data[1]}
+        return data
+
+    @model_validator(mode="after")
+    def _shaping_ok(self) -> "Link":
+        if self.a == self.b:
+            raise ValueError(f"link {self.a}-{self.b}: a node cannot link to itself")
+        try:
+            self.shaping  # noqa: B018 - builds and checks the shaping spec
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def shaping(self) -> Optional[Shaping]:
+        """The shaping of each direction, or None for an unshaped link.
+
+        With framing overhead the default qdisc is tbf: measured on Linux 6.18,
+        tbf charges the rate-spec overhead per packet (TCP at 1 Gbit/s + 24 B:
+        936 Mbit/s, theory 941) while htb ignored it (953, as without overhead).
+        """
+        overhead = ETHERNET_OVERHEAD if self.framing else int(self.overhead or 0)
+        s = Shaping(rate=self.bw, qdisc=self.qdisc or ("tbf" if overhead else "htb"),
+                    burst=self.burst, overhead=overhead, delay_ms=self.delay or 0.0,
+                    jitter_ms=self.jitter or 0.0, loss_pct=self.loss or 0.0,
+                    limit=self.max_queue_size)
+        return None if s.empty else s
+
+    def end(self, node: str) -> LinkEnd:
+        return self.params1 if node == self.a else self.params2
