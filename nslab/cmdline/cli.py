@@ -176,7 +176,7 @@ def clean(run_id: Optional[str], dry_run: bool, force: bool, hosts: Optional[str
     if run_id:
         check_run_id(run_id)
     if hosts:
-        from ..hosts.remote import clean_hosts
+        from ..hosts.ssh import clean_hosts
         args = (["--run", run_id] if run_id else []) + (["--dry-run"] if dry_run else []) + \
                (["--force"] if force else [])
         failed = []
@@ -209,7 +209,7 @@ def agent() -> None:
 @agent.command("up")
 def agent_up_cmd() -> None:
     """Build this host's part of a lab (JSON on stdin); keep it until `down` or end of input."""
-    from ..hosts.remote import agent_up
+    from ..hosts.agent import agent_up
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     caps.require_root("nslab agent")

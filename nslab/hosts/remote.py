@@ -1,4 +1,4 @@
-"""Labs that span machines: the controller and the agent (issue 17).
+"""Labs that span machines: the controller, and its view of each host's agent (issue 17).
 
 The controller (``nslab topo up ... --hosts a,b``, ``nslab run STUDY --hosts
 a,b``) places the topology's nodes on the hosts (:func:`nslab.model.multihost.place`),
@@ -14,8 +14,9 @@ host through the same kind of connection.
 Commands in a node run on its host in the node's namespace, tagged with the
 run (``env NSLAB_RUN=... ip netns exec ...``); background processes run under
 a small shell lifeline that stops them when the controller's side of the
-session closes. Nothing here invents
-a protocol: SSH carries the commands, the kernel's VXLAN carries the links.
+session closes. Nothing here invents a protocol: SSH carries the commands
+(:mod:`nslab.hosts.ssh`), the kernel's VXLAN carries the links. What each
+host runs is :mod:`nslab.hosts.agent`.
 """
 from __future__ import annotations
 
@@ -23,158 +24,32 @@ import json
 import logging
 import os
 import re
-import shlex
 import shutil
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
+from ..errors import CommandError, InputError, LabError
+from ..model.multihost import parse_hosts, place, tunnels
+from ..model.naming import check_run_id, new_run_id
+from ..model.topo import Topology
 from ..runtime import grants
 from ..runtime.clean import remove_controller, write_controller
-from ..runtime.sshcontrol import make_control_dir
-from ..errors import CommandError, InputError, LabError
 from ..runtime.grants import HostGrants
-from ..model.multihost import Part, parse_hosts, place, tunnels
+from ..runtime.lab import TORN_DOWN
 from ..runtime.node import LabNode
-from ..runtime.proc import TAG_ENV, Process, Result, process_start_time, stop_all
-from ..model.topo import Topology
-from ..runtime.lab import TORN_DOWN, Lab
-from ..model.multihost import HOST_RE
-from ..model.naming import check_run_id
-from ..model.naming import new_run_id
-from ..runtime.proc import ip_json_routes
+from ..runtime.proc import TAG_ENV, Process, Result, ip_json_routes, process_start_time
+from ..runtime.sshcontrol import make_control_dir
+from .ssh import LIFELINE, RemoteProcess, Ssh, default_remote_nslab, stop_all_remote
 
 log = logging.getLogger(__name__)
 
-#: How long an idle SSH master connection outlives its last use (a crashed
-#: controller's connections go away on their own).
-CONTROL_PERSIST_S = 300
 ENV_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: How a background process runs on its host (``sh -c LIFELINE name GRACE CMD...``):
-#: in a session of its own, its group signalled SIGINT, SIGTERM, then SIGKILL
-#: (GRACE seconds apart) once this shell's stdin reaches its end, which is
-#: when the controller closes it or its SSH session ends; the shell exits
-#: with the command's status.
-LIFELINE = """g=$1; shift
-exec 3<&0
-setsid "$@" </dev/null &
-c=$!
-{ cat <&3 >/dev/null 2>&1
-  for s in INT TERM; do kill -s $s -- -$c 2>/dev/null || exit 0; sleep $g; done
-  kill -s KILL -- -$c 2>/dev/null; } >/dev/null 2>&1 &
-w=$!
-exec 3<&-
-wait $c; rc=$?
-kill $w 2>/dev/null
-exit $rc"""
 #: Seconds an agent has to build its part and to tear it down.
 AGENT_UP_TIMEOUT = 600.0
 AGENT_DOWN_TIMEOUT = 180.0
-
-
-def default_remote_nslab() -> str:
-    """The ``nslab`` command to run on the other hosts: the one next to this
-    Python (the same checkout or venv path on every host), else ``nslab``."""
-    cand = os.path.join(os.path.dirname(sys.executable), "nslab")
-    return cand if os.path.exists(cand) else "nslab"
-
-
-class Ssh:
-    """One host reached with OpenSSH through a multiplexed master connection.
-
-    Args:
-        dest: the SSH destination (``[user@]host``; the user's SSH
-            configuration applies).
-        control_dir: where the master's socket lives.
-        config: an ``ssh -F`` file, else the user's own configuration.
-    """
-
-    def __init__(self, dest: str, control_dir: str, config: Optional[str] = None) -> None:
-        if not shutil.which("ssh"):
-            raise LabError("a lab across hosts needs OpenSSH's client (apt install openssh-client)")
-        self.dest = dest
-        self.config = config
-        self.control = os.path.join(control_dir, "%C")
-
-    def _opts(self) -> List[str]:
-        opts = ["-F", self.config] if self.config else []
-        return opts + ["-o", "BatchMode=yes", "-o", f"ControlPath={self.control}",
-                       "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=6"]
-
-    def connect(self, timeout: float = 60.0) -> None:
-        """Open the master connection (in the background, its output to /dev/null:
-        a master that kept the caller's pipes would hold every later call open)."""
-        argv = ["ssh", *self._opts(), "-o", "ControlMaster=yes",
-                "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-f", "-N", self.dest]
-        try:
-            res = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True, timeout=timeout,
-                                 start_new_session=True)
-        except subprocess.TimeoutExpired:
-            raise LabError(f"ssh {self.dest}: no connection after {timeout:.0f} s") from None
-        if res.returncode != 0:
-            last = (res.stderr.strip().splitlines() or ["no output"])[-1]
-            raise LabError(f"ssh {self.dest}: {last}")
-
-    def close(self) -> None:
-        subprocess.run(["ssh", *self._opts(), "-O", "exit", self.dest], stdin=subprocess.DEVNULL,
-                       capture_output=True, timeout=30, check=False)
-
-    def argv(self, remote: Sequence[str]) -> List[str]:
-        """``ssh ... DEST -- 'quoted remote argv'`` (the remote shell sees each
-        argument exactly as given)."""
-        return ["ssh", *self._opts(), "-o", "ControlMaster=no", "-T", self.dest, "--",
-                " ".join(shlex.quote(str(a)) for a in remote)]
-
-
-class RemoteProcess(Process):
-    """A background process in a node on another host, under :data:`LIFELINE`:
-    its stdin is the lifeline, so closing it (or this side's SSH dying) stops
-    the process there."""
-
-    def __init__(self, argv: Sequence[str], *, where: str = "", name: str = "",
-                 stdout: Union[int, IO, None] = subprocess.PIPE,
-                 stderr: Union[int, IO, None] = subprocess.PIPE) -> None:
-        self.argv = list(argv)
-        self.where = where
-        self.name = name or "remote"
-        self.popen = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=stdout,
-                                      stderr=stderr, text=True, start_new_session=True)
-
-    def wait(self, timeout: Optional[float] = None) -> Result:
-        try:
-            self.popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.stop()
-            out, err = self.popen.communicate()
-            raise CommandError(self.argv, None, out or "", f"timed out after {timeout} s",
-                               self.where) from None
-        out, err = self.popen.communicate()
-        return Result(self.argv, self.popen.returncode, out or "", err or "")
-
-    def close_lifeline(self) -> None:
-        """Close stdin (``communicate`` must not touch it afterwards)."""
-        stdin, self.popen.stdin = self.popen.stdin, None
-        if stdin is not None:
-            try:
-                stdin.close()
-            except OSError:
-                pass
-
-    def stop(self, grace: float = 2.0) -> Optional[int]:
-        """Close the lifeline: the process gets SIGINT, SIGTERM, then SIGKILL
-        (``grace`` / 2 apart) and the session ends with its exit status."""
-        if self.popen.poll() is not None:
-            return self.popen.returncode
-        self.close_lifeline()
-        try:
-            return self.popen.wait(timeout=grace + 10)
-        except subprocess.TimeoutExpired:
-            return super().stop(grace)
 
 
 class RemoteNode(LabNode):
@@ -190,8 +65,8 @@ class RemoteNode(LabNode):
         """The ssh command line that runs ``argv`` in this node on its host:
         ``env NSLAB_RUN=<run> ip netns exec NS ARGV`` there (no Python starts: under
         TCG, starting one took seconds). A background process runs under
-        :data:`LIFELINE`, which stops it when this side closes its stdin or the
-        session ends."""
+        :data:`~nslab.hosts.ssh.LIFELINE`, which stops it when this side closes
+        its stdin or the session ends."""
         lab: MultiLab = self.lab  # type: ignore[assignment]
         extra = sorted((env or {}).items())
         for k, _ in extra:
@@ -538,114 +413,3 @@ class MultiLab:
         return problems
 
 
-def stop_all_remote(procs: Sequence[Process]) -> None:
-    """Close every remote process's lifeline at once, then wait (one grace for all)."""
-    remote = [p for p in procs if isinstance(p, RemoteProcess)]
-    for p in remote:
-        p.close_lifeline()
-    deadline = time.monotonic() + 15
-    for p in remote:
-        try:
-            p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
-    stop_all(list(procs))
-
-
-def clean_hosts(hosts: Union[str, Mapping[str, str]], args: Sequence[str] = (),
-                ssh_config: Optional[str] = None,
-                remote_nslab: Optional[str] = None) -> Dict[str, Result]:
-    """``nslab clean ARGS`` on every host, through SSH; ``{host: result}``."""
-    parsed = parse_hosts(hosts) if isinstance(hosts, str) else dict(hosts)
-    nslab = remote_nslab or default_remote_nslab()
-    out: Dict[str, Result] = {}
-    with tempfile.TemporaryDirectory(prefix="nslab-clean-") as d:
-        for host in parsed:  # one host that cannot be reached does not stop the others
-            ssh = Ssh(host, d, ssh_config)
-            argv = ssh.argv([nslab, "clean", *args])
-            try:
-                ssh.connect()
-            except LabError as exc:
-                out[host] = Result(argv, 255, "", str(exc))
-                continue
-            try:
-                res = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
-                                     text=True, timeout=300)
-                out[host] = Result(argv, res.returncode, res.stdout, res.stderr)
-            except subprocess.TimeoutExpired:
-                out[host] = Result(argv, 124, "", "nslab clean timed out after 300 s")
-            finally:
-                ssh.close()
-    return out
-
-
-# -- the agent (runs on each host) ------------------------------------------------------
-def agent_up(stdin: IO[str], stdout: IO[str]) -> int:
-    """``nslab agent up``: build this host's part of a lab read from ``stdin``
-    (one JSON line), answer one line, keep it up until ``down`` or end of input,
-    tear it down, answer one line."""
-    from pydantic import BaseModel, ConfigDict, ValidationError
-
-
-    class Request(BaseModel):
-        model_config = ConfigDict(extra="forbid")
-        run_id: str
-        host: str
-        topology: Dict[str, Any]
-        placement: Dict[str, str]
-        underlay: Dict[str, str]
-        underlay_mtu: int = 1500
-
-    def say(ev: Dict[str, Any]) -> None:
-        stdout.write(json.dumps(ev) + "\n")
-        stdout.flush()
-
-    try:
-        raw = stdin.readline()
-        req = Request.model_validate_json(raw)
-        check_run_id(req.run_id)
-        if not HOST_RE.fullmatch(req.host) or req.host not in req.underlay:
-            raise InputError(f"host {req.host!r} is not one of the lab's hosts")
-        topo = Topology.from_dict(req.topology)
-        underlay = parse_hosts(",".join(f"{h}={a}" for h, a in req.underlay.items()))
-        placement = place(topo, list(underlay), req.placement)
-        part = Part(req.host, placement, underlay,
-                    tuple(tunnels(topo, placement, req.underlay_mtu)))
-    except ValidationError as exc:
-        e = exc.errors(include_url=False)[0]
-        where = ".".join(str(x) for x in e.get("loc", ()))
-        say({"event": "error", "message": f"bad request: {where}: {e.get('msg')}"})
-        return 2
-    except (ValueError, LabError) as exc:
-        say({"event": "error", "message": f"bad request: {str(exc).splitlines()[0]}"})
-        return 2
-    log.info("agent %s: building %d of %d nodes, %d tunnels", req.host,
-             sum(1 for n in topo.nodes if part.is_local(n)), len(topo.nodes),
-             sum(1 for t in part.tunnels if req.host in (t.host_a, t.host_b)))
-    lab = Lab(topo, run_id=req.run_id, part=part)
-    try:
-        lab.start()
-    except BaseException as exc:  # noqa: BLE001 - reported in one line
-        say({"event": "error", "message": f"{type(exc).__name__}: {exc}".splitlines()[0]})
-        return 1
-    try:
-        nodes = {n.name: {"kind": n.kind, "netns": n.netns, "intfs": n.intfs, "addrs": n.addrs}
-                 for n in lab}
-        ev: Dict[str, Any] = {"event": "ready", "host": req.host, "pid": os.getpid(),
-                              "nodes": nodes, "build_s": lab.build_seconds,
-                              "datapath": lab.datapath}
-        frr = lab.extensions.get("frr")
-        if frr is not None and getattr(frr, "started_at", None) is not None:
-            ev["frr_started_ago"] = time.monotonic() - frr.started_at  # type: ignore[attr-defined]
-            ev["frr_dirs"] = {n: r.dir for n, r in frr.routers.items()}  # type: ignore[attr-defined]
-        say(ev)
-        try:
-            for line in stdin:
-                if line.strip() == "down":
-                    break
-        except KeyboardInterrupt:
-            pass
-    finally:
-        problems = lab.stop()
-    say({"event": "down", "problems": problems})
-    return 0

@@ -15,8 +15,8 @@ the lab's ``ControlMaster`` directory; it is data, checked before use.
 
 SSH joins the remote arguments into one shell command line, so every one is
 checked against its pattern first (target, run id, printable filter with no
-line break, numbers) and then quoted one by one (:meth:`nslab.hosts.remote.Ssh.argv`).
-The remote command runs under :data:`nslab.hosts.remote.LIFELINE`: when this side
+line break, numbers) and then quoted one by one (:meth:`nslab.hosts.ssh.Ssh.argv`).
+The remote command runs under :data:`nslab.hosts.ssh.LIFELINE`: when this side
 closes the session's stdin (Ctrl-C, the reader gone, the lab gone) or the
 session dies, the remote ``nslab capture`` gets SIGINT (it stops dumpcap,
 which finishes its stream), then SIGTERM and SIGKILL.
@@ -38,7 +38,7 @@ from .capturerun import CaptureProcess
 from ..errors import InputError, LabError
 from ..model.multihost import HOST_RE
 from ..model.naming import check_run_id
-from ..hosts.remote import LIFELINE, RemoteProcess, Ssh
+from ..hosts.ssh import LIFELINE, RemoteProcess, Ssh
 
 #: What the remote ``nslab capture`` prints once dumpcap captures.
 READY = "capturing "
@@ -103,7 +103,7 @@ def remote_argv(host: RemoteHost, target: Target, *, count: Optional[int] = None
                 duration: Optional[float] = None, filt: Optional[str] = None,
                 keep: Keep = Keep(), as_wire: bool = False, grace: float = GRACE) -> List[str]:
     """The command run on ``host`` (one argv element each, for
-    :meth:`nslab.hosts.remote.Ssh.argv` to quote): ``nslab capture TARGET RUN -w -
+    :meth:`nslab.hosts.ssh.Ssh.argv` to quote): ``nslab capture TARGET RUN -w -
     [-c N] [--duration S] -s N|--full --max-size BYTES|none [--as-wire] [-f
     FILTER]`` under the lifeline (what ``keep`` keeps is said, never left to
     the other host's defaults). Every element is checked first: what the

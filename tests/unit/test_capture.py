@@ -670,7 +670,7 @@ def shell_words(tmp_path, line):
 
 def test_the_ssh_command_of_a_remote_capture_passes_each_argument_as_given(tmp_path):
     from nslab.traffic.captureremote import remote_argv
-    from nslab.hosts.remote import LIFELINE, Ssh
+    from nslab.hosts.ssh import LIFELINE, Ssh
     host = remote_host()
     remote = remote_argv(host, parse_target("h2:h2-eth0"), count=10, duration=2.5,
                          filt=HOSTILE, keep=capture.Keep(128, 5_000_000), as_wire=True)
@@ -691,7 +691,7 @@ def test_any_filter_accepted_reaches_the_remote_shell_as_one_word(text):
     import tempfile
 
     from nslab.traffic.captureremote import remote_argv
-    from nslab.hosts.remote import Ssh
+    from nslab.hosts.ssh import Ssh
     try:
         check_filter(text)
     except InputError:

@@ -137,7 +137,7 @@ def test_bad_hosts_are_refused_in_one_line(spec, msg):
 
 def test_the_remote_command_reaches_the_far_shell_argument_by_argument():
     import shlex
-    from nslab.hosts.remote import Ssh
+    from nslab.hosts.ssh import Ssh
     argv = ["nslab", "agent", "exec", "--", "sh", "-c", "echo a; echo $HOME 'b' \"c\""]
     ssh = Ssh("h1", "/tmp", config="/tmp/cfg").argv(argv)
     i = ssh.index("--")
@@ -172,7 +172,7 @@ def test_an_agent_refuses_a_bad_request_in_one_line_before_building_anything():
     import io
     import json
 
-    from nslab.hosts.remote import agent_up
+    from nslab.hosts.agent import agent_up
     t = clos(spines=2, servers=2)
     good = {"run_id": "nl0a0a", "host": "a", "topology": t.to_dict(),
             "placement": {n: "a" for n in t.nodes}, "underlay": {"a": "192.0.2.1"}}
@@ -197,7 +197,7 @@ def test_a_remote_background_process_is_stopped_when_its_lifeline_closes(tmp_pat
     import subprocess
     import time
 
-    from nslab.hosts.remote import LIFELINE
+    from nslab.hosts.ssh import LIFELINE
 
     def start(grace, *cmd):
         return subprocess.Popen(["sh", "-c", LIFELINE, "t", str(grace), "env",
