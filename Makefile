@@ -26,7 +26,7 @@ IN_DEBIAN13 := scripts/in-debian13.sh make --no-print-directory VENV=$(DEBIAN13_
 # The tiers make namespaces and labs: never two at once, even under make -j.
 .NOTPARALLEL:
 
-.PHONY: setup system venv demo check test test-tiers test-host test-debian13 test-kernel kernel-setup \
+.PHONY: setup system venv demo bed-kernel check test test-tiers test-host test-debian13 test-kernel kernel-setup \
         debian13-setup unit clean-lab help
 
 help:
@@ -63,7 +63,18 @@ venv: $(STAMP) $(PKTGEN)
 
 setup: system venv
 
-demo: setup
+# The kernel the virtual RFC 2544 bed boots: this machine's release's, unpacked into
+# .cache/kernel (never installed), with QEMU (scripts/setup-kernel.sh).
+bed-kernel: system
+	@KERNEL_PKG=$(KERNEL_PKG) scripts/setup-kernel.sh
+
+# The set-up's output goes to a log (its last lines shown if it fails), then the
+# quick reproduction, which ends with the report's path.
+demo:
+	@mkdir -p results
+	@echo "nslab: setting up what is missing (apt, the venv, the virtual bed's kernel); log: $(CURDIR)/results/setup.log"
+	@$(MAKE) --no-print-directory setup bed-kernel > results/setup.log 2>&1 || \
+	  { tail -n 20 results/setup.log; echo "nslab: set-up failed; the whole log: $(CURDIR)/results/setup.log"; exit 1; }
 	$(BIN)/nslab reproduce --quick
 
 # Every tier, ordered and overlapped to keep within CI's time (scripts/ci.py says

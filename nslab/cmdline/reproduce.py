@@ -332,5 +332,7 @@ def reproduce_cmd(ctx: click.Context, mode: str, only: Optional[str], resume: Op
             echo("nslab: interrupted; measured points are kept; continue with "
                  "`nslab reproduce --resume <dir>` (the newest results/reproduce/*)", err=True)
         raise
+    path = os.path.abspath(path)
     echo(f"report: {path}")
     echo(f"        {path[:-5]}.md")
+    echo(f"        file://{urllib.parse.quote(path)}")
