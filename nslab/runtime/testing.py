@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Callable, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -157,6 +157,16 @@ def make_lab() -> Iterator[Callable[..., Lab]]:
     leftovers = {r: i.describe() for r, i in discover().items()
                  if r in {lab.run_id for lab in labs} and not i.empty}
     assert not leftovers, f"lab objects left behind: {leftovers}"
+
+
+def left_behind() -> Dict[str, Any]:
+    """Every run that left tagged objects and whose owner is gone
+    (:func:`~nslab.runtime.clean.discover`, less the runs a live process
+    owns: another test's lab, or a guest `make test` runs beside the tests):
+    what a test that killed or tore down its labs expects to be empty."""
+    from .clean import run_is_live
+    return {r: i for r, i in discover().items()
+            if not i.empty and not run_is_live(i.journal) and not run_is_live(i.controller)}
 
 
 def hold_rx_timestamps() -> Any:

@@ -15,7 +15,8 @@ from nslab.errors import CapabilityError, CommandError
 from nslab.traffic.pktgen import pktgen_path
 from nslab.topologies import pair
 
-pytestmark = pytest.mark.root
+# quiet: pacing and rates to the frame (make test runs these with nothing else)
+pytestmark = [pytest.mark.root, pytest.mark.quiet]
 
 
 def mac(node, intf):

@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from nslab.runtime.clean import discover
 from nslab.model.naming import STATE_DIR
 
-from nslab.runtime.testing import needs
+from nslab.runtime.testing import left_behind, needs
 
 pytestmark = pytest.mark.root
 
@@ -48,7 +47,7 @@ def test_twenty_random_sigkills_leave_nothing_tagged_and_spare_the_rest(tmp_path
         p.wait()
         res = subprocess.run([NSLAB, "clean"], capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stderr
-        left = {r: inv.describe() for r, inv in discover().items() if not inv.empty}
+        left = {r: inv.describe() for r, inv in left_behind().items()}
         assert not left, f"kill {i} ({' '.join(argv[3:])}): left {left}"
         assert frr_tmp() <= frr_before, f"kill {i}: FRR left {frr_tmp() - frr_before}"
         assert state_files() <= state_before, f"kill {i}: left {state_files() - state_before}"

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from nslab.runtime.clean import discover
+from nslab.runtime.testing import left_behind
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]
+# quiet: pacing and rates to the frame (make test runs these with nothing else)
+pytestmark = [pytest.mark.root, pytest.mark.slow, pytest.mark.quiet]
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 
@@ -43,4 +44,4 @@ def test_bench_generator_prints_and_saves_the_sink_ceiling_and_spaced_pacing(tmp
     assert "live (frames spaced)" in res.stdout
     assert {p["target_pps"] for p in spaced} <= {p["target_pps"] for p in out["pacing"]
                                                  if p["mode"] == "live" and p["spacing"] == "slots"}
-    assert not discover()  # nothing of the bench's lab is left
+    assert not left_behind()  # nothing of the bench's lab is left
