@@ -120,17 +120,21 @@ def main() -> int:
     run = sub.add_parser("run")
     run.add_argument("name")
     run.add_argument("--junit")
-    run.add_argument("cmd", nargs=argparse.REMAINDER)
+    run.add_argument("cmd", nargs="*", help="after --: the command")
     sub.add_parser("summary")
     sub.add_parser("reset")
-    args = ap.parse_args()
+    argv = sys.argv[1:]
+    cmd_after = argv.index("--") if "--" in argv else len(argv)
+    args = ap.parse_args(argv[:cmd_after])
+    if args.what == "run":
+        args.cmd = argv[cmd_after + 1:]
     if args.what == "reset":
         reset()
         return 0
     if args.what == "summary":
         print("\n".join(summary()), flush=True)
         return 0
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    cmd = args.cmd
     if not cmd:
         ap.error("run: no command")
     if args.junit and os.path.exists(args.junit):  # an earlier run's

@@ -78,21 +78,30 @@ def test_the_virtual_bed_is_what_the_run_and_its_report_say(twice):
 
 
 def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
+    """The same rates offered twice on the instruction-counted clock (the
+    searches' dither is seeded there): every trial the DUT kept up with
+    forwards the same frames to within 1 %, the nominal rate's latency is
+    the same to within 1 %, and so is each DUT's throughput, what the claims
+    read. A trial past the DUT's knee is chaotic (a full ring, the tester's
+    bursts landing where the timers' phase puts them when the trial starts):
+    its count, within 10 %."""
     a, b = (_trials(recs) for _, recs, _ in twice)
     assert a.keys() == b.keys()
     for key in a:
         for x, y in zip(a[key], b[key]):
-            # the same rate offered on the same instruction-counted clock: the
-            # same frames, to the frame or nearly (a trial starts at another
-            # phase of the guest's tick)
-            assert abs(x["received_fps"] - y["received_fps"]) <= 0.01 * max(1, x["received_fps"]), \
-                (key, x["received_fps"], y["received_fps"])
-    # and the same latency at the nominal rate, within 1 %
+            kept_up = x["loss_pct"] == 0 and y["loss_pct"] == 0
+            tol = 0.01 if kept_up else 0.10
+            assert abs(x["received_fps"] - y["received_fps"]) <= tol * max(1, x["received_fps"]), \
+                (key, kept_up, x["received_fps"], y["received_fps"])
     for (dut, test, fps), ts in a.items():
-        if test == "latency":
+        if test == "latency" and fps < 1000:  # the nominal rate, at the bed's scale
             for x, y in zip(ts, b[(dut, test, fps)]):
                 assert abs(x["latency_us"]["avg"] - y["latency_us"]["avg"]) <= \
                     0.01 * x["latency_us"]["avg"], (dut, fps, x["latency_us"], y["latency_us"])
+    tp = [{(r["params"]["dut"]): r["measurements"]["throughput_fps"] for r in recs
+           if r["params"]["test"] == "throughput"} for _, recs, _ in twice]
+    for dut in tp[0]:
+        assert abs(tp[0][dut] - tp[1][dut]) <= 0.01 * tp[0][dut], (dut, tp)
 
 
 def _tagged(run_id):
