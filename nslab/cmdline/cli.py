@@ -107,6 +107,10 @@ def doctor() -> None:
                   f"{noise['samples']:.0f} sleeps")
     for study, (ok, why) in fitness(noise, os.cpu_count() or 1).items():
         console.print(f"  fit for {study}: {'[green]yes[/]' if ok else '[red]no[/]'} ({why})")
+    from . import fitness as study_fitness
+    for fit in study_fitness.rfc2544(found):  # by the study's own rules, per bed
+        console.print(f"  fit for {fit.what}: {'[green]yes[/]' if fit.ok else '[red]no[/]'} "
+                      f"({escape(fit.why)})")
     from ..traffic.interference import accounting_source
     console.print(f"host interference is accounted from {escape(accounting_source())}")
     if not found.get("root", None) or not found["root"].ok:
@@ -331,8 +335,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 def _main(argv: Optional[List[str]]) -> int:
     try:
         _register_plugins()
-        cli.main(args=argv, prog_name="nslab", standalone_mode=False, obj=None)
-        return 0
+        # without standalone mode, click returns ctx.exit(N)'s code (or what
+        # the command returned) instead of raising it
+        rv = cli.main(args=argv, prog_name="nslab", standalone_mode=False, obj=None)
+        return rv if type(rv) is int else 0
     except click.exceptions.Abort:
         click.echo("nslab: interrupted", err=True)
         return 130

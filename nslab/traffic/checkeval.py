@@ -114,7 +114,8 @@ def nexthops(route: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 def _route_text(route: Dict[str, Any]) -> str:
     hops = nexthops(route)
-    devs = [str(h.get("dev")) for h in hops if h.get("dev")]
+    # by name: the kernel lists an ECMP route's paths in the order they came
+    devs = sorted(str(h.get("dev")) for h in hops if h.get("dev"))
     proto = route.get("protocol")
     return (f"{len(hops)} nexthop{'' if len(hops) == 1 else 's'}"
             + (f" via {', '.join(devs)}" if devs else "")

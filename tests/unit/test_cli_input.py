@@ -62,3 +62,14 @@ def test_an_interrupted_command_says_a_lab_was_torn_down_only_if_one_was(monkeyp
     monkeypatch.setattr(lab, "TORN_DOWN", list(torn))
     assert main(["capture", "h1"]) == 130
     assert capsys.readouterr().err == says
+
+
+@pytest.mark.parametrize("code", [0, 1, 2])
+def test_a_command_exit_code_is_the_process_exit_code(monkeypatch, tmp_path, code):
+    """`nslab check` ends with ctx.exit(1) when a check failed: the process
+    exits 1 (click, run without standalone mode, returns that code instead of
+    raising it, and a CI job read 0 for a failed check)."""
+    from nslab.cmdline import checkcli
+
+    monkeypatch.setattr(checkcli, "_check", lambda *a: code)
+    assert main(["--results", str(tmp_path), "check", "nl1a2b"]) == code
