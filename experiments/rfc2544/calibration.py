@@ -39,6 +39,11 @@ MAX_FILTERS = 5000
 #: the filters in place: their mean within this fraction of the target, or
 #: calibrated again (at most CAL_CHECKS times).
 CAL_CHECK_TOLERANCE = 0.05
+#: On the virtual bed, whose readings repeat to a few tenths of a percent, the
+#: calibration goes on to within 1 % (its check 2 %): at 4 % two runs stopped at
+#: 147 and 149 filters, and their throughputs were 1 % apart.
+CAL_TOLERANCE_SHARED = 0.01
+CAL_CHECK_TOLERANCE_SHARED = 0.02
 CAL_CHECKS = 2
 CAL_CHECK_READINGS = 2
 #: Seconds of one calibration reading (see :meth:`Rfc2544Runner.calibrate`); on
@@ -196,6 +201,8 @@ class Calibration(TrialBed):
         calibration there puts the knee far too high."""
         target_ns, source = self.target_ns()
         target = 1e9 / target_ns
+        tol, chk = ((CAL_TOLERANCE_SHARED, CAL_CHECK_TOLERANCE_SHARED) if self.layout.shared
+                    else (CAL_TOLERANCE, CAL_CHECK_TOLERANCE))
         line = self.line_fps(64)
         if target > 0.9 * line:
             raise CapabilityError(
@@ -214,9 +221,9 @@ class Calibration(TrialBed):
                     if len(steps) - since >= CAL_STEPS:
                         break  # the check says whether it got there
                     if self._disturbed(m) and not calibration_still_says_more(
-                            m, target, CAL_TOLERANCE):
+                            m, target, tol):
                         continue  # the same count again
-                    nxt = calibration_step(n, m, target, CAL_TOLERANCE)
+                    nxt = calibration_step(n, m, target, tol)
                     if nxt is None:
                         break
                     n = nxt
@@ -229,7 +236,7 @@ class Calibration(TrialBed):
                 check = statistics.fmean(float(x["received_fps"]) for x in ms)
                 saturated = all(calibration_saturated(x) for x in ms)
                 clean = not any(self._disturbed(x) for x in ms)
-                ok = saturated and clean and abs(check / target - 1) <= CAL_CHECK_TOLERANCE
+                ok = saturated and clean and abs(check / target - 1) <= chk
                 checks.append({"filters": n, "capacity_fps": check, "ok": ok,
                                "readings": [_cal_entry(n, x) for x in ms]})
                 if ok or len(checks) >= CAL_CHECKS:
@@ -239,8 +246,8 @@ class Calibration(TrialBed):
                             "%s: calibrating again", n, check, target,
                             "not saturated" if not saturated else
                             "a reading disturbed by the host" if not clean else
-                            f"not within {CAL_CHECK_TOLERANCE * 100:.0f} %")
-                if clean or any(calibration_still_says_more(x, target, CAL_TOLERANCE)
+                            f"not within {chk * 100:.0f} %")
+                if clean or any(calibration_still_says_more(x, target, tol)
                                 for x in ms):  # else the same count again
                     n = calibration_next(n, check, saturated, target, 0.0) or n
                 self._check_filters(n, target)
