@@ -274,16 +274,26 @@ def write_report(run_dir: str) -> StudyReport:
 
 
 def plot(run_dir: str, summary: Summary, pub: Dict[str, Any], cfg: Dict[str, Any]) -> Dict[str, str]:
-    """Mbit/s vs # of aliases (points and a smooth line), published series, the TCP
-    goodput ceiling; a second panel for start margin and CPU."""
+    """The figure (:func:`figure`) as ``alias.png`` and ``alias.svg`` in ``run_dir``."""
+    from nslab.store.plotting import save_figure
+    return save_figure(figure(summary, pub, cfg), run_dir, "alias")
+
+
+def figure(summary: Summary, pub: Dict[str, Any], cfg: Dict[str, Any]) -> Any:
+    """Mbit/s vs # of aliases (points and a smooth line), published series, the
+    TCP goodput ceiling; below it, the CPU and the clients' start margin, each
+    in a panel of its own (on twin axes, each scaled to its own range, their
+    first and last points met wherever the data fell). The legend stands
+    beside the panels, never over a point (post 1's series lies far below
+    the others, where an inside legend fell on it); the parallel mode's marks
+    are hollow, so the alias mode's show through where the two agree."""
     from nslab.store.plotting import pyplot
     plt = pyplot()
     import numpy as np
 
-    from nslab.store.plotting import save_figure
     from nslab.model.shaping import parse_rate
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(8, 8), sharex=True,
-                                  gridspec_kw={"height_ratios": [3, 1.4]})
+    fig, (ax, ax2, ax3) = plt.subplots(3, 1, figsize=(10.5, 8.5), sharex=True,
+                                       gridspec_kw={"height_ratios": [3, 1.1, 1.1]})
     for s, marker in zip(pub["series"], ("s", "^", "v")):
         xs = sorted(int(k) for k in s["points"])
         ax.plot(xs, [s["points"][str(x)] / 1e3 for x in xs], marker=marker, ls=":", color="grey",
@@ -300,8 +310,9 @@ def plot(run_dir: str, summary: Summary, pub: Dict[str, Any], cfg: Dict[str, Any
         med = np.array([data[x]["median"] for x in xs]) / 1e6
         lo = med - np.array([data[x]["min"] for x in xs]) / 1e6
         hi = np.array([data[x]["max"] for x in xs]) / 1e6 - med
+        hollow = {"mfc": "white", "ms": 8, "zorder": 3} if mode == "parallel" else {"zorder": 4}
         ax.errorbar(xs, med, yerr=[lo, hi], fmt=marker, color=color, capsize=3,
-                    label=f"ours, {mode}: {dict(METHODS)[metric]}")
+                    label=f"ours, {mode}: {dict(METHODS)[metric]}", **hollow)
         if len(xs) >= 3:
             fine = np.linspace(min(xs), max(xs), 200)
             ax.plot(fine, np.interp(fine, xs, med), ls=ls, color=color, alpha=0.6)
@@ -312,24 +323,28 @@ def plot(run_dir: str, summary: Summary, pub: Dict[str, Any], cfg: Dict[str, Any
     ax.set_ylabel("Mbits/sec")
     ax.set_title("Throughput vs number of IP aliases")
     ax.grid(True)
-    ax.legend(fontsize=7, loc="lower left")
-    for mode, color in (("alias", "C0"), ("parallel", "C2")):
+    import textwrap
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(handles, [textwrap.fill(x, 38, subsequent_indent="  ") for x in labels], fontsize=7,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    for mode, color, marker in (("alias", "C0", "o"), ("parallel", "C2", "D")):
         cpu = summary.get((mode, "cpu_busy_pct"))
         if cpu:
             xs = sorted(cpu)
-            ax2.plot(xs, [cpu[x]["median"] for x in xs], marker="o", color=color,
+            ax2.plot(xs, [cpu[x]["median"] for x in xs], marker=marker, color=color,
                      label=f"CPU busy % ({mode})")
-    ax3 = ax2.twinx()
+    ax2.set_ylabel("CPU busy %")
+    ax2.grid(True)
+    if ax2.get_legend_handles_labels()[0]:
+        ax2.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     marg: Optional[Dict[int, Dict[str, float]]] = summary.get(("alias", "start_margin_s"))
     if marg:
         xs = sorted(marg)
         ax3.plot(xs, [marg[x]["min"] for x in xs], marker="x", color="C1", ls="--",
-                 label="start margin, s (min; < 0 = a client started late)")
-        ax3.set_ylabel("start margin (s)")
-    ax2.set_ylabel("CPU busy %")
-    ax2.set_xlabel("# of aliases")
-    ax2.grid(True)
-    h1, l1 = ax2.get_legend_handles_labels()
-    h2, l2 = ax3.get_legend_handles_labels()
-    ax2.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
-    return save_figure(fig, run_dir, "alias")
+                 label="start margin, s (min;\n< 0: a client started late)")
+        ax3.axhline(0, color="k", lw=0.6)
+        ax3.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    ax3.set_ylabel("start margin (s)")
+    ax3.set_xlabel("# of aliases")
+    ax3.grid(True)
+    return fig

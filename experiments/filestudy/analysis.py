@@ -158,10 +158,19 @@ def expected(spec: ClaimSpec) -> str:
     return f"expected {low:g} to {high:g}{unit}"
 
 
+#: What decides a claim of a study file left undecided (:attr:`Claim.decide`):
+#: more trials where it reads, or a sweep that measures there at all.
+DECIDE_MORE = "more trials per point (--repeat 5, or more --rounds)"
+DECIDE_UNMEASURED = "a sweep that measures the points it names"
+
+
 def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     """A claim of a study file, checked on the stored records."""
     claim = _judge(spec, records)
     claim.published = expected(spec)
+    if claim.verdict == "undecided" and not claim.why.startswith("a relative margin"):
+        claim.decide = (DECIDE_UNMEASURED if claim.why == "nothing measured there"
+                        else DECIDE_MORE)
     # the points it reads: its where, and its where with its versus
     claim.reads = [dict(spec.where)] + ([{**spec.where, **spec.versus.where}]
                                         if spec.versus is not None else [])
@@ -183,7 +192,8 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
         else:
             low, high = spec.within  # type: ignore[misc]
             what = "the band"
-        chk = stats.judge(est, low, high, what, digits=_digits(a))
+        chk = stats.judge(est, low, high, what, digits=_digits(a),
+                          need=f"undecided: {DECIDE_MORE}")
         return Claim(spec.claim, f"{spec.value} at {where}: mean {est.fmt(digits=_digits(a))}",
                      chk.verdict, chk.why, spec.source or "")
     b_where = {**spec.where, **spec.versus.where}

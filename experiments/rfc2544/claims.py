@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import statistics
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple
 
+from nslab.store.glance import reason_parts
 from nslab.store.reporting import Claim
 
 from .model import knee_index, nominal_fps, paper_knee
 from .records import Mlr, RfcRecord, Throughput, Trials
 from .tables import (back_to_back_rows, baseline_why, bed_text, by_test, generator_limited,
-                     interfered, invalid_why, limited_why, nominal_latencies, nominal_why,
-                     published_figures, searches, sweep_knees, table3)
+                     host_note, interfered, invalid_why, limited_why, nominal_latencies,
+                     nominal_why, published_figures, searches, short_reason, sweep_knees, table3)
 
 #: "About the same" throughput: two one-sided tests against this margin.
 SAME_MARGIN = 0.05
@@ -30,6 +30,12 @@ SATURATED_PCT = 80.0
 #: Our occupancy curve "follows" Table 3: mean difference within +- this (points).
 OCCUPANCY_BAND = 10.0
 MORE = "undecided: run the default preset"
+#: What would decide a claim (:attr:`Claim.decide`), by what left it undecided.
+DECIDE_QUIET = "a quiet host, or --bed virtual"
+DECIDE_CALIBRATION = "a calibration that holds: a quiet host, or --bed virtual"
+DECIDE_GENERATOR = "a faster send path (--generator xdp --link-rate none) or more CPUs"
+DECIDE_KNEE = "--loss-sweeps 2"
+DECIDE_B2B = "more back-to-back searches (--b2b-repeat 3)"
 
 
 def reads(test: str, points: List[Tuple[str, int]]) -> List[Dict[str, Any]]:
@@ -47,23 +53,59 @@ def claims(recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],
             + on_the_calibration(knee_claims(c) + cpu_limit_claims(c) + load_curve_claims(c),
                                  prov)
             + mlrsearch_claims(c) + back_to_back_claims(c))
-    return [host_noted(x, recs) for x in made]
+    note = host_note(recs, (prov or {}).get("config"))
+    return [to_decide(host_noted(x, recs, note), prov) for x in made]
 
 
-def _first_pct(reason: str) -> float:
-    """The first "N %" of a reason (0 when it has none)."""
-    m = re.search(r"(\d+(?:\.\d+)?) %", reason)
-    return float(m.group(1)) if m else 0.0
-
-
-def host_noted(claim: Claim, recs: List[RfcRecord]) -> Claim:
-    """An undecided claim whose own reason does not name host interference,
-    with how many of the trials it reads (:attr:`Claim.reads`) host
-    interference left out, and the worst of it: the interval it gives may be
-    wide, or missing, for that reason rather than the DUT's."""
-    if claim.verdict != "undecided" or claim.why.startswith("host interference") \
-            or not claim.reads:
+def to_decide(claim: Claim, prov: Optional[Dict[str, Any]] = None) -> Claim:
+    """An undecided claim with the one thing that would decide it
+    (:attr:`Claim.decide`), read from what left it undecided: the host (on
+    the real bed: the virtual bed, where no host can disturb an answer, or a
+    quiet host), an unconfirmed calibration, the generator's ceiling, a
+    single load sweep, a single back-to-back search, or too few samples."""
+    if claim.verdict != "undecided" or claim.decide:
         return claim
+    why = claim.why
+    first = reason_parts(why)[0] if why else ""
+    real = ((prov or {}).get("config") or {}).get("bed", "real") != "virtual"
+    if why.startswith("the calibration was not confirmed"):
+        decide = DECIDE_CALIBRATION if real else "a calibration that holds (run again)"
+    elif "host interference" in first:
+        decide = DECIDE_QUIET if real else "a quiet host"
+    elif "the generator's ceiling" in first:
+        decide = DECIDE_GENERATOR
+    elif "sweep(s) with a knee" in first:
+        decide = DECIDE_KNEE
+    elif "--b2b-repeat" in why:
+        decide = DECIDE_B2B
+    elif MORE in why:
+        decide = MORE[len("undecided: "):]
+    else:
+        return claim
+    return dataclasses.replace(claim, decide=decide)
+
+
+def host_noted(claim: Claim, recs: List[RfcRecord], note: Optional[str] = None) -> Claim:
+    """An undecided claim, with how many of the trials it reads
+    (:attr:`Claim.reads`) host interference left out when its own reason
+    does not say (the interval it gives may be wide, or missing, for that
+    reason rather than the DUT's), and, when host interference is in its
+    reason, ``note``: what the host did in the run and the rule
+    (:func:`~.tables.host_note`), the same words in every row it touches, so
+    that a report states them once."""
+    if claim.verdict != "undecided":
+        return claim
+    said = "host interference" in claim.why
+    claim = claim if said or not claim.reads else _left_out_noted(claim, recs)
+    if note and "host interference" in claim.why:
+        return dataclasses.replace(claim, why=f"{claim.why}; {note}")
+    return claim
+
+
+def _left_out_noted(claim: Claim, recs: List[RfcRecord]) -> Claim:
+    """``claim`` with how many of the trials it reads host interference left
+    out (and how many disturbed passes it kept), if any."""
+    assert claim.reads is not None
     total, hit, kept = 0, [], 0
     for r in recs:
         if not any(all(getattr(r.params, k) == v for k, v in want.items())
@@ -82,10 +124,8 @@ def host_noted(claim: Claim, recs: List[RfcRecord]) -> Claim:
             "figures)" if kept else "")
     if not hit:
         return dataclasses.replace(claim, why=claim.why + also) if kept else claim
-    worst = max(hit, key=_first_pct)
-    worst = re.sub(r"^host interference: ", "", re.sub(r" \(\d+ tries\)$", "", worst))
     return dataclasses.replace(claim, why=f"{claim.why}; host interference left out {len(hit)} "
-                               f"of {total} trials it reads (worst: {worst}){also}")
+                               f"of {total} trials it reads{also}")
 
 
 def bed_scale(prov: Optional[Dict[str, Any]]) -> float:
@@ -229,7 +269,7 @@ def calibration_why(prov: Optional[Dict[str, Any]]) -> Optional[str]:
     bad = [str(w) for x in last.get("readings") or [] for w in x.get("invalid") or []]
     return (f"the calibration was not confirmed: its check forwarded "
             f"{float(last.get('capacity_fps', 0)):,.0f} fps with {cal['filters']} filters, "
-            + (f"but a reading of it was left out ({bad[0]})" if bad else
+            + (f"but a reading of it was left out ({short_reason(bad[0])})" if bad else
                f"not within 5 % of {float(cal.get('target_fps', 0)):,.0f}"))
 
 
@@ -245,7 +285,7 @@ def on_the_calibration(made: List[Claim], prov: Optional[Dict[str, Any]]) -> Lis
     if not why:
         return made
     return [x if x.verdict == "undecided" else dataclasses.replace(
-        x, verdict="undecided", why=f"{why} (on its own, the interval {x.verdict}: {x.why})")
+        x, verdict="undecided", why=f"{why}; on its own, the interval {x.verdict}: {x.why}")
         for x in made]
 
 
@@ -405,7 +445,7 @@ def few_loads_why(every: List[Dict[str, Any]], paper: Dict[float, Any], pairs: i
             "needs 2)")
     if not at:
         return text + ": the sweep measured none of them"
-    out = Counter(x["invalid"][0] for x in at if x["invalid"])
+    out = Counter(short_reason(x["invalid"][0]) for x in at if x["invalid"])
     if out:
         why, n = out.most_common(1)[0]
         text += (f": {sum(out.values())} of the {len(at)} trials at them left out ({n} of "

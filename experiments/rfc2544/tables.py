@@ -95,46 +95,82 @@ def searches(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]]:
 
 def interfered(recs: List[RfcRecord]) -> Dict[Tuple[str, int], str]:
     """(DUT, frame) points with throughput searches left out for host
-    interference: why, in one phrase (the worst share of a bed CPU that other
-    tasks took in a probe that stayed disturbed, or the most a bed CPU ran
-    slower than its fastest, when the host slowed it instead)."""
+    interference: how many, in one phrase ("host interference left out 1 of
+    2 searches of the bridge at 64 B"). How much the host took or slowed is
+    the run's, said once for every claim it touched (:func:`host_note`)."""
     left: Dict[Tuple[str, int], List[int]] = {}
-    worst: Dict[Tuple[str, int], Tuple[float, str]] = {}
-    slowest: Dict[Tuple[str, int], Tuple[float, str]] = {}
     for r in by_test(recs, "throughput"):
         m = r.measurements
         assert isinstance(m, Throughput)
-        key = (r.params.dut, r.params.frame)
         flags = m.searches_disturbed or [False] * len(m.searches_fps)
-        n = left.setdefault(key, [0, 0])
+        n = left.setdefault((r.params.dut, r.params.frame), [0, 0])
         n[0] += sum(flags)
         n[1] += len(flags)
-        for p in m.probes:
-            why = [str(w) for w in (p.invalid or []) if str(w).startswith("host interference")]
-            if not why or p.stands:  # a disturbed pass stands: it left nothing out
-                continue
-            slowed = any(SLOWED in w for w in why)  # the host slowed a CPU; no task took it
-            for pct, cpu in (((p.dut_slowdown_pct, "the DUT CPU"),
-                              (p.gen_slowdown_pct, "the generator/sink CPU")) if slowed else
-                             ((p.dut_other_pct, "the DUT CPU"),
-                              (p.gen_other_pct, "the generator/sink CPU"))):
-                into = slowest if slowed else worst
-                if pct is not None and pct > into.get(key, (-1.0, ""))[0]:
-                    into[key] = (pct, cpu)
-    out = {}
-    for k, n in left.items():
-        if not n[0]:
+    return {k: f"host interference left out {n[0]} of {n[1]} searches of the {k[0]} at {k[1]} B"
+            for k, n in left.items() if n[0]}
+
+
+def short_reason(why: str) -> str:
+    """A trial's reason as a claim's row repeats it: host interference by name
+    only (its figures are the run's note, :func:`host_note`), any other as it is."""
+    return "host interference" if why.startswith("host interference") else why
+
+
+def _worse(seen: Optional[Tuple[float, str]], pct: Optional[float], cpu: str
+           ) -> Optional[Tuple[float, str]]:
+    return (pct, cpu) if pct is not None and (seen is None or pct > seen[0]) else seen
+
+
+def host_note(recs: List[RfcRecord], cfg: Optional[Dict[str, Any]] = None) -> Optional[str]:
+    """What host interference did in this run, in one phrase that every claim
+    it touched shares (a report states it once, above its table): the most
+    other tasks took of a bed CPU, and the most the host slowed one, over the
+    trials and search probes it left out (a disturbed pass that stands is not
+    left out), and the rule (the run's ``interference_pct``, ``slowdown_pct``
+    and ``interference_reruns``). None: it left nothing out."""
+    other: Optional[Tuple[float, str]] = None
+    slow: Optional[Tuple[float, str]] = None
+    hit = 0
+    for r in recs:
+        m = r.measurements
+        if isinstance(m, Throughput):
+            tries: List[Any] = list(m.probes)
+        elif isinstance(m, Trials):
+            tries = list(m.trials)
+        else:
             continue
-        what = []
-        if k in worst or k not in slowest:
-            pct, cpu = worst.get(k, (0.0, "the DUT CPU"))
-            what.append(f"{pct:.0f} % of {cpu}'s time went to other tasks")
-        if k in slowest:
-            what.append(f"{slowest[k][1]} ran up to {slowest[k][0]:.0f} % slower than its "
-                        "fastest in this run (the host gave the guest less)")
-        out[k] = (f"host interference: {'; '.join(what)} ({n[0]} of {n[1]} searches of the "
-                  f"{k[0]} at {k[1]} B left out)")
-    return out
+        for t in tries:
+            why = [str(w) for w in (t.invalid or []) if str(w).startswith("host interference")]
+            if not why or getattr(t, "stands", None):
+                continue
+            hit += 1
+            slowed = any(SLOWED in w for w in why)
+            for role, cpu in (("dut", "the DUT CPU"), ("gen", "the generator/sink CPU")):
+                if isinstance(t, Trial):
+                    got = (t.interference or {}).get(role)
+                    pct_other = got.other_pct if got else None
+                    pct_slow = got.slowdown_pct if got else None
+                else:
+                    pct_other = getattr(t, f"{role}_other_pct")
+                    pct_slow = getattr(t, f"{role}_slowdown_pct")
+                if slowed:
+                    slow = _worse(slow, pct_slow, cpu)
+                else:
+                    other = _worse(other, pct_other, cpu)
+    if not hit:
+        return None
+    cfg = cfg or {}
+    what = []
+    if other:
+        what.append(f"other tasks took {other[0]:.0f} % of {other[1]}'s time")
+    if slow:
+        what.append(f"the host ran {slow[1]} {slow[0]:.0f} % {SLOWED}")
+    return (f"host interference left out {hit} trial{'s' if hit > 1 else ''} of this run"
+            + (f" (at worst {' and '.join(what)})" if what else "")
+            + f": a trial during which other tasks took over {cfg.get('interference_pct', 10):g} "
+            f"% of a bed CPU, or whose CPU ran over {cfg.get('slowdown_pct', 10):g} % slower "
+            f"than its fastest in the run, is measured again (up to "
+            f"{cfg.get('interference_reruns', 2)} times), then left out: no figure comes from it")
 
 
 def baseline_why(recs: List[RfcRecord], dut: str) -> Optional[str]:
@@ -200,7 +236,8 @@ def nominal_latencies(recs: List[RfcRecord], scale: float = 1.0
 def _left_out(recs: List[RfcRecord], test: str, dut: str, frame: Optional[int],
               keep: Callable[[Trial], bool] = lambda t: True) -> Tuple[int, Counter]:
     """How many trials of ``test`` on ``dut`` (at ``frame`` bytes, or any size)
-    ``keep`` selects, and of those left out, the first reason of each."""
+    ``keep`` selects, and of those left out, the first reason of each (host
+    interference by name only: :func:`short_reason`)."""
     seen: Counter = Counter()
     total = 0
     for r in by_test(recs, test):
@@ -209,7 +246,7 @@ def _left_out(recs: List[RfcRecord], test: str, dut: str, frame: Optional[int],
         for t in trials_of(r):
             if keep(t):
                 total += 1
-                seen.update((t.invalid or [])[:1])
+                seen.update(short_reason(str(w)) for w in (t.invalid or [])[:1])
     return total, seen
 
 

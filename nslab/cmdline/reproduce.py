@@ -29,7 +29,7 @@ from ..safeio import make_fresh_dir, read_bytes, tree_is_safe, write_atomic
 from ..run.study import PRESETS, report_of, results_dir_of, run_study
 from ..run.registry import studies
 from ..model.topo import explain
-from ..store import reporting
+from ..store import glance, reporting
 from . import cliutil
 
 log = logging.getLogger(__name__)
@@ -113,7 +113,15 @@ def _beside(name: str, mode: str, root: str, prev: Optional[str]) -> "subprocess
     nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
     argv = [nslab, "--results", root, "run", name]
     argv += ["--resume", prev] if prev else ["--preset", mode]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_interrupted_with_me)
+
+
+def _interrupted_with_me() -> None:
+    """In the child: SIGINT when this process dies, however it dies (SIGKILL,
+    SIGTERM), so that the child stops its guest and keeps what it measured
+    rather than running on alone (prctl PR_SET_PDEATHSIG)."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT), 0, 0, 0)
 
 
 def check_resumable(resume: str) -> None:
@@ -143,9 +151,13 @@ def _fresh_root(results: str, tries: int = 16) -> str:
 
 
 def _demote(md: str, base: str) -> str:
-    """Nest a study's own report under our headings (# -> ####) and point its
-    images at its run directory."""
-    md = "\n".join(("###" + line) if line.startswith("#") else line for line in md.splitlines())
+    """Nest a study's own report under our headings (# -> ####), without its
+    title (the study's heading above it says it), and point its images at its
+    run directory."""
+    lines = md.lstrip("\n").splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    md = "\n".join(("###" + line) if line.startswith("#") else line for line in lines).lstrip("\n")
     base = urllib.parse.quote(base)  # a folder's name is not Markdown
     return MarkdownText(re.sub(r"!\[([^\]]*)\]\(([^)/]+)\)",
                                lambda m: f"![{m.group(1)}]({base}/{m.group(2)})", md))
@@ -275,11 +287,31 @@ def interference_of_records(run_dir: str) -> Optional[_Interference]:
                          worst_slowdown_pct=slowest)
 
 
+def first_screen(sections: List[Dict[str, Any]]) -> List[str]:
+    """Give each study section (``name``, ``title``, ``claims``) what the
+    reproduction's first screen shows of it: its ``short`` name, its
+    ``line`` (:func:`nslab.store.glance.study_line`) and its ``rows`` of the
+    one table of every claim; returns that table's notes (the reasons several
+    rows share, stated once above it)."""
+    for s in sections:
+        s["short"] = glance.short_title(s["title"], s["name"])
+        s["line"] = glance.study_line(s["claims"])
+    claims = [c for s in sections for c in s["claims"]]
+    table = glance.claims_table(claims, [s["name"] for s in sections for _ in s["claims"]])
+    rows = iter(table.rows)  # in the order of the claims, section by section
+    for s in sections:
+        s["rows"] = [next(rows) for _ in s["claims"]]
+    return table.notes
+
+
 def write_report(root: str) -> Dict[str, str]:
     """Redraw every study's report and write report.md + report.html in ``root``:
-    first how the run went and one table of every claim of every study, then
-    each study's own report (its figures and tables; its claims are in the
-    first table)."""
+    first each study in one line (how many of its claims were decided, which
+    agree or disagree, what would decide each undecided one:
+    :func:`nslab.store.glance.study_line`), how the run went, and one table
+    of every claim of every study (the reasons several rows share stated once,
+    above it), then each study's own report (its figures and tables; its
+    claims are in the first table)."""
     from ..store.stats import VERDICTS
     mode = _saved_mode(root) or "?"
     sections: List[Dict[str, Any]] = []
@@ -298,10 +330,11 @@ def write_report(root: str) -> Dict[str, str]:
                            interference=interference_of_records(run_dir))
         sections.append(section)
     claims = [c for s in sections for c in s["claims"]]
+    notes = first_screen(sections)
     counts = {v: sum(1 for c in claims if c.verdict == v) for v in VERDICTS}
     md = reporting.render(TEMPLATES, "reproduce.md.j2", mode=mode, sections=sections, counts=counts,
                 total=len(claims), decided=counts["agrees"] + counts["disagrees"],
-                provs=[s["prov"] for s in sections if s["run_dir"]])
+                provs=[s["prov"] for s in sections if s["run_dir"]], notes=notes)
     return reporting.write_markdown_and_html(root, "report", md, "nslab reproduction")
 
 

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import jinja2
 
 from ..safeio import write_atomic
+from .glance import QUIET_HOST, claims_table
 from .records import disturbed
 from .results import ResultStore
 
@@ -37,7 +38,11 @@ class Claim:
     ``reads`` names the points whose records the claim is judged on, each as
     the point parameters it must have (a parameter left out matches any
     value): a later sampling round measures again only the points of claims
-    still undecided (:func:`serves`). None: not said, so every point serves it."""
+    still undecided (:func:`serves`). None: not said, so every point serves it.
+    ``decide``, for an undecided claim, is the one thing that would decide it,
+    in a few words ("run the default preset", "--loss-sweeps 2", "a quiet
+    host"); empty: the report derives it from ``why``
+    (:func:`nslab.store.glance.to_decide`)."""
 
     claim: str
     measured: str
@@ -46,6 +51,7 @@ class Claim:
     source: str = ""
     published: str = ""
     reads: Optional[List[Dict[str, Any]]] = None
+    decide: str = ""
 
     def __post_init__(self) -> None:
         from .stats import VERDICTS
@@ -72,7 +78,10 @@ def named(top: object) -> str:
 
 def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
     """The claims, an undecided one's reason followed by the host
-    interference that left points out, if any did (``host.disturbed``)."""
+    interference that left points out, if any did (``host.disturbed``); when
+    it left out half the points or more, a quiet host is what would decide
+    them (:attr:`Claim.decide`, unless the claim says otherwise). The note is
+    the same in every row: the report states it once, above its table."""
     hit = [r.host for r in records if disturbed(r)]
     if not hit:
         return claims
@@ -81,7 +90,9 @@ def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
     note = (f"host interference: other tasks took up to {worst.worst_pct:.0f} % of "
             f"the CPUs during {len(hit)} of {len(records)} points (measured again, then left out"
             f"{'; at worst ' + who if who else ''})")
-    return [dataclasses.replace(c, why=f"{c.why}; {note}")
+    most = 2 * len(hit) >= len(records)
+    return [dataclasses.replace(c, why=f"{c.why}; {note}",
+                                decide=c.decide or (QUIET_HOST if most else ""))
             if c.verdict == "undecided" else c for c in claims]
 
 
@@ -215,13 +226,15 @@ def environment(template_dir: str) -> jinja2.Environment:
     goes through :func:`md_escape` instead (``finalize``), whatever filter the
     template applies; ``cell`` is that escape made explicit for a table cell,
     ``code`` the form for a fenced code block, ``url`` the form for a link or
-    image target (a file name). HTML is made by :func:`to_html`."""
+    image target (a file name), ``claim_rows`` a list of claims as a claims
+    table shows them (:func:`nslab.store.glance.claims_table`: shared reasons
+    stated once). HTML is made by :func:`to_html`."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader([template_dir, _CORE_TEMPLATES]),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True,
                              autoescape=False, finalize=_finalize)
     env.filters.update(num=_num, mbps=_mbps, pct=_pct, cell=_cell, code=_code, url=_url,
-                       tools=tools_line)
+                       tools=tools_line, claim_rows=claims_table)
     return env
 
 
@@ -351,13 +364,78 @@ def _safe_links_extension() -> Any:
     return SafeLinksExtension()
 
 
+#: Words a report writes as a verdict, coloured in its HTML (the word stays:
+#: the colour only repeats it).
+VERDICT_WORDS = ("agrees", "disagrees", "undecided", "not run")
+
+
+def _verdicts_extension() -> Any:
+    """A Python-Markdown extension that gives each verdict its class (the page
+    colours it): a bold word that is a verdict (``**agrees**``), or a table
+    cell that holds only one. Classes come from :data:`VERDICT_WORDS`, never
+    from the text."""
+    from markdown.extensions import Extension
+    from markdown.treeprocessors import Treeprocessor
+
+    class Verdicts(Treeprocessor):
+        def run(self, root: Any) -> None:
+            for el in root.iter():
+                if el.tag not in ("strong", "td") or len(el):
+                    continue
+                word = (el.text or "").strip()
+                if word in VERDICT_WORDS:
+                    el.set("class", "verdict " + word.replace(" ", "-"))
+
+    class VerdictsExtension(Extension):
+        def extendMarkdown(self, md: Any) -> None:  # noqa: N802 - Python-Markdown's name
+            md.treeprocessors.register(Verdicts(md), "nslab_verdicts", -90)
+
+    return VerdictsExtension()
+
+
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_LIST_ITEM = re.compile(r" {0,3}(?:[-*+]|\d{1,9}[.)])(?: |$)")
+
+
+def lists_apart(markdown_text: str) -> str:
+    """``markdown_text`` with a blank line before every list that follows a
+    paragraph (or a table, a heading) directly: Python-Markdown, like the
+    original Markdown, does not let a list interrupt a paragraph, and such a
+    list reads as one run-on paragraph. A list item's own continuation lines,
+    and fenced code, are left as they are."""
+    out: List[str] = []
+    fence: Optional[str] = None
+    block: Optional[str] = None  # None: after a blank line; "list" or "other"
+    for line in markdown_text.split("\n"):
+        opened = _FENCE.match(line)
+        if fence is not None:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = None
+            out.append(line)
+            continue
+        if opened:
+            fence, block = opened.group(1), "other"
+        elif not line.strip():
+            block = None
+        elif _LIST_ITEM.match(line):
+            if block == "other":
+                out.append("")
+            block = "list" if block != "list" else block
+        elif block is None:
+            block = "other"
+        out.append(line)
+    return "\n".join(out)
+
+
 def to_html(markdown_text: str, title: str, base: Optional[str] = None) -> str:
     """A whole HTML page for Markdown text (tables and code blocks included).
     Raw HTML inside the Markdown is escaped, not passed through; a link or
-    image whose target is not http(s) or relative loses it (:func:`safe_url`)."""
+    image whose target is not http(s) or relative loses it (:func:`safe_url`).
+    Verdicts get their class, so the page colours them (:data:`VERDICT_WORDS`)."""
     import markdown
     from markupsafe import Markup
-    md = markdown.Markdown(extensions=["tables", "fenced_code", "toc", _safe_links_extension()])
+    md = markdown.Markdown(extensions=["tables", "fenced_code", "toc", _verdicts_extension(),
+                                       _safe_links_extension()])
     md.preprocessors.deregister("html_block")
     md.inlinePatterns.deregister("html")
     body = md.convert(markdown_text)
@@ -422,6 +500,8 @@ def study_report(run_dir: str, markdown_text: str, title: str, claims: List[Clai
 
 
 def write_markdown_and_html(run_dir: str, stem: str, markdown_text: str, title: str) -> Dict[str, str]:
-    """``<stem>.md`` and ``<stem>.html`` in ``run_dir``."""
+    """``<stem>.md`` and ``<stem>.html`` in ``run_dir`` (lists set apart from
+    the paragraph before them: :func:`lists_apart`)."""
+    markdown_text = lists_apart(markdown_text)
     return {"md": write(run_dir, f"{stem}.md", markdown_text),
             "html": write(run_dir, f"{stem}.html", to_html(markdown_text, title))}

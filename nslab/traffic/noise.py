@@ -13,9 +13,11 @@ import time
 from typing import Dict, List, Tuple
 
 #: Fitness of the host per study: the 99th percentile of wake-up lateness a
-#: study tolerates (us). RFC 2544 reports latencies of tens of microseconds and
-#: paces its generator by sleeping; the TCP studies average over seconds.
-LIMITS_US = {"rfc2544": 500.0, "alias": 5000.0, "ecmp": 5000.0}
+#: study tolerates (us); the TCP studies average over seconds. RFC 2544 is
+#: judged apart, per bed, by its own rules (``nslab doctor``:
+#: :mod:`nslab.cmdline.fitness`): its virtual bed's clock counts instructions,
+#: and on the real bed the host's speed, not its wake-ups, decides.
+LIMITS_US = {"alias": 5000.0, "ecmp": 5000.0}
 
 
 def idle_jitter(samples: int = 300, interval_s: float = 0.001) -> Dict[str, float]:
@@ -42,7 +44,5 @@ def fitness(noise: Dict[str, float], cpus: int) -> Dict[str, Tuple[bool, str]]:
         ok = noise["p99_us"] <= limit
         why = (f"p99 wake-up lateness {noise['p99_us']:.0f} us "
                f"{'<=' if ok else '>'} {limit:.0f} us")
-        if study == "rfc2544" and cpus < 2:
-            ok, why = False, "needs 2 CPUs (generator and DUT apart)"
         out[study] = (ok, why)
     return out

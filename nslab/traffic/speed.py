@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Dict, Iterable
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterable, List, Optional
 
 #: Steps of the timed loop: about 2.3 ms on the development VM at full speed.
 PROBE_STEPS = 60_000
@@ -88,3 +89,51 @@ class SpeedWatch:
         percent."""
         return max((slowdown_pct(r[cpu], self.fastest[cpu]) for r in readings if cpu in r),
                    default=0.0)
+
+
+@dataclass
+class Steadiness:
+    """How steady some CPUs ran over a short probe (:func:`steadiness`):
+    ``rounds`` readings of every CPU, of which ``slow`` had one CPU more than
+    ``threshold_pct`` slower than its fastest in the probe, and the worst
+    slowdown seen."""
+
+    cpus: List[int]
+    seconds: float
+    rounds: int
+    slow: int
+    worst_pct: float
+    threshold_pct: float
+
+    @property
+    def slow_share(self) -> float:
+        """The share of rounds with a CPU over the threshold."""
+        return self.slow / self.rounds if self.rounds else 0.0
+
+    def left_out(self, reruns: int) -> float:
+        """The share of trials a rule like RFC 2544's would leave out: a try
+        is disturbed when either of its two readings (at its start and its
+        end) is slow, and left out when it and its ``reruns`` re-runs all are.
+        A lower bound: slow stretches last seconds, so a re-run soon after a
+        slow try is more often slow too than this (independent) figure says."""
+        per_try = 1.0 - (1.0 - self.slow_share) ** 2
+        return per_try ** (1 + max(0, reruns))
+
+
+def steadiness(cpus: Iterable[int], seconds: float = 3.0, threshold_pct: float = 10.0,
+               every_s: float = 0.05, watch: Optional[SpeedWatch] = None,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], None] = time.sleep) -> Steadiness:
+    """Read the speed of ``cpus`` every ``every_s`` for ``seconds`` (each
+    reading some 10 ms of one thread's work: a probe of 3 s keeps a CPU busy
+    well under a second), then judge each round against each CPU's fastest in
+    the probe, as a study judges a trial against the fastest in its run."""
+    watch = watch or SpeedWatch(cpus)
+    rounds: List[Dict[int, float]] = []
+    end = clock() + seconds
+    while not rounds or clock() < end:
+        rounds.append(watch.read())
+        sleep(every_s)
+    worst = [max(slowdown_pct(r[c], watch.fastest[c]) for c in watch.cpus) for r in rounds]
+    return Steadiness(list(watch.cpus), seconds, len(rounds),
+                      sum(1 for w in worst if w > threshold_pct), max(worst), threshold_pct)

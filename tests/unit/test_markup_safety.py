@@ -22,6 +22,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from nslab.cmdline.reproduce import first_screen
 from nslab.store.draw import available, to_graph
 from nslab.model.fields import LABEL_RE
 from nslab.store.reporting import Claim, environment, md_escape, render, safe_url, to_html
@@ -296,9 +297,10 @@ def reproduction_page(s):
     sections = [{"name": s, "title": s, "source": s, "run_dir": s, "prov": prov,
                  "claims": [claim], "body": "", "noise": None, "interference": None},
                 {"name": s, "title": s, "source": s, "run_dir": None, "claims": []}]
+    notes = first_screen(sections)
     md = render(CORE_TEMPLATES, "reproduce.md.j2", mode=s, sections=sections,
                 counts={"agrees": 0, "disagrees": 1, "undecided": 0}, total=1, decided=1,
-                provs=[prov])
+                provs=[prov], notes=notes)
     return to_html(md, s)
 
 
