@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Set, Tuple
 
 import pytest
 
@@ -167,6 +167,27 @@ def left_behind() -> Dict[str, Any]:
     from .clean import run_is_live
     return {r: i for r, i in discover().items()
             if not i.empty and not run_is_live(i.journal) and not run_is_live(i.controller)}
+
+
+def state_left(before: Set[str]) -> Set[str]:
+    """Names in the state directory (``/run/nslab``) that are not in
+    ``before``, less those of runs a live process owns (journal or controller:
+    another test's lab, or the virtual bed's guest `make test` runs beside the
+    tests, which may start a run while a test counts what it left)."""
+    from ..model.naming import RUN_RE, STATE_DIR
+    from .clean import read_controller, read_journal, run_is_live
+    try:
+        now = set(os.listdir(STATE_DIR))
+    except OSError:
+        return set()
+    out = set()
+    for name in now - before:
+        rid = name.split(".", 1)[0]
+        if RUN_RE.fullmatch(rid) and (run_is_live(read_journal(rid))
+                                      or run_is_live(read_controller(rid))):
+            continue
+        out.add(name)
+    return out
 
 
 def hold_rx_timestamps() -> Any:

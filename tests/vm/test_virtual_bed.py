@@ -83,48 +83,52 @@ def _probes(recs, dut):
     return r["measurements"]["probes"]
 
 
-def _same_trial(x, y, what):
-    """Two trials at one rate: where the bed kept up (nothing lost, and the
-    tester sent its rate to within 1 %) both forward the same frames to within
-    1 %. Where the one vCPU had no time to spare (the tester fell short of its
-    rate, though the DUT may have lost nothing) or the DUT lost frames, the
-    trial is chaotic (a full ring, the tester's bursts landing where the
-    timers' phase puts them when the trial starts): within 10 %. In a run
-    here, the bridge at 4,088 fps lost nothing twice, the tester sending
-    3,822 and 3,849 fps, and the DUT forwarded 3,822 and 3,913."""
-    kept_up = all(t["loss_pct"] == 0 and t["offered_fps"] >= 0.99 * t["target_fps"]
-                  for t in (x, y))
-    tol = 0.01 if kept_up else 0.10
+def _same_trial(x, y, what, knee):
+    """Two trials at one rate. Well below the DUT's knee (``knee``: the lower
+    of the two runs' throughputs; at most 90 % of it) with nothing lost, the
+    DUT forwards what the tester sends, and the tester's pacing on the one
+    vCPU it shares with the DUT repeats to within 2 % (in a CI run here the
+    router at 2,503 fps was sent 2,505 and 2,483 fps, 0.9 % apart; the other
+    trials below the knee within 0.3 %). Nearer the knee, or past it, the
+    vCPU has no time to spare and the DUT's ring holds frames at the
+    window's end (34 in one run, 0 in the other, for the bridge at 3,948 fps:
+    1 % of the window's count): within 10 %."""
+    below = x["target_fps"] <= 0.9 * knee and x["loss_pct"] == 0 and y["loss_pct"] == 0
+    tol = 0.02 if below else 0.10
     assert abs(x["received_fps"] - y["received_fps"]) <= tol * max(1, x["received_fps"]), \
-        (what, kept_up, x["received_fps"], y["received_fps"])
+        (what, below, x["received_fps"], y["received_fps"])
 
 
 def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
     """The same rates offered twice on the instruction-counted clock (the
-    searches' dither is seeded there): each latency trial forwards the same
-    frames (:func:`_same_trial`), the nominal rate's latency is the same to
-    within 1 %, and so is each DUT's throughput, what the claims read.
+    searches' dither is seeded there): each DUT's throughput, what the claims
+    read, is the same to within 1 % (a CI run here: 4,041 and 4,055 fps for
+    the bridge, 3,905 and 3,903 for the router), the nominal rate's latency
+    too, and each trial forwards the same frames (:func:`_same_trial`).
 
     A search adapts: each probe's rate follows from the one before passing or
     failing. Its probes are the same trials in both runs until a probe at the
     DUT's threshold passes in one run and fails in the other; from there the
     paths part. That probe lost under 1 % of its frames in both runs: in a
-    CI run here, the router at 4,036 fps lost 0.39 % once and 0 the other
-    time (the guest's clock counts instructions, but its file system and
-    console are the host's, whose replies land at instants the host's timing
-    decides: the same load reads the same to within ~1 %, not to the frame)."""
+    run here, the router at 4,036 fps lost 0.39 % once and 0 the other time
+    (the guest's clock counts instructions, but its file system and console
+    are the host's, whose replies land at instants the host's timing decides:
+    the same load reads the same to within ~1 %, not to the frame)."""
     a, b = (_trials(recs) for _, recs, _ in twice)
+    recs = [r for _, r, _ in twice]
+    tp = [{(r["params"]["dut"]): r["measurements"]["throughput_fps"] for r in rs
+           if r["params"]["test"] == "throughput"} for rs in recs]
+    knee = {dut: min(tp[0][dut], tp[1][dut]) for dut in tp[0]}
     fixed = [k for k in a if k[1] != "throughput"]
     assert fixed and set(fixed) == {k for k in b if k[1] != "throughput"}
     for key in fixed:
         for x, y in zip(a[key], b[key]):
-            _same_trial(x, y, key)
+            _same_trial(x, y, key, knee[key[0]])
     for (dut, test, fps), ts in a.items():
         if test == "latency" and fps < 1000:  # the nominal rate, at the bed's scale
             for x, y in zip(ts, b[(dut, test, fps)]):
                 assert abs(x["latency_us"]["avg"] - y["latency_us"]["avg"]) <= \
                     0.01 * x["latency_us"]["avg"], (dut, fps, x["latency_us"], y["latency_us"])
-    recs = [r for _, r, _ in twice]
     for dut in ("bridge", "router"):
         pa, pb = _probes(recs[0], dut), _probes(recs[1], dut)
         assert round(pa[0]["target_fps"], 1) == round(pb[0]["target_fps"], 1)
@@ -133,9 +137,7 @@ def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
                 before = (pa[i - 1]["loss_pct"], pb[i - 1]["loss_pct"])
                 assert max(before) < 1.0, (dut, i, pa[i - 1]["target_fps"], before)
                 break
-            _same_trial(x, y, (dut, "throughput", x["target_fps"]))
-    tp = [{(r["params"]["dut"]): r["measurements"]["throughput_fps"] for r in rs
-           if r["params"]["test"] == "throughput"} for rs in recs]
+            _same_trial(x, y, (dut, "throughput", x["target_fps"]), knee[dut])
     for dut in tp[0]:
         assert abs(tp[0][dut] - tp[1][dut]) <= 0.01 * tp[0][dut], (dut, tp)
 
