@@ -15,7 +15,7 @@ grows by one per reading, not per scrape).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, Iterator, Optional, Protocol, Tuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -48,10 +48,14 @@ LABELS = ("lab", "node", "interface")
 class Reading:
     """One reading of a lab's counters."""
 
-    #: When the counters were read (Unix time, seconds).
+    #: When the counters were read (Unix time, seconds): the sweep's end.
     time: float
     #: ``{node: {interface: counters}}`` (see :func:`nslab.traffic.watch.parse_link_stats`).
     counters: Dict[str, Counters]
+    #: When each node's counters were read (Unix time), where known: what each
+    #: of its values carries (a sweep of many namespaces, or a stall, puts the
+    #: sweep's end well after an early node's reading).
+    node_times: Dict[str, float] = field(default_factory=dict)
 
 
 class Source(Protocol):
@@ -81,7 +85,7 @@ class LabCollector(Collector):
                 for node, intfs in sorted(reading.counters.items()):
                     for intf, c in sorted(intfs.items()):
                         family.add_metric([src.run, node, intf], _value(c, key),
-                                          timestamp=reading.time)
+                                          timestamp=reading.node_times.get(node, reading.time))
             yield family
         samplers = GaugeMetricFamily(
             "nslab_watch_samplers", "Samplers reading the lab's counters in this server: one, "

@@ -45,13 +45,13 @@ from . import watchmetrics
 from ..errors import InputError
 from ..model.shaping import format_rate
 from ..runtime.clean import read_topology as load_topology
-from .watch import Counters, Rate, find_run, namespaces, rates, sample
+from .watch import Rate, find_run, namespaces, rates, sample
 from ..runtime import clean
 from ..store.draw import available, links, to_graph
 
-#: What a sampler returns: ``(time.monotonic(), {node: counters})`` (see
-#: :func:`nslab.traffic.watch.sample`).
-Sample = Tuple[float, Dict[str, Counters]]
+#: What a sampler returns: ``(time.monotonic(), {node: counters})``, and
+#: optionally each node's own reading time (:class:`nslab.traffic.watch.Sample`).
+Sample = Tuple[Any, ...]
 
 log = logging.getLogger(__name__)
 
@@ -287,8 +287,12 @@ class Watcher:
         return clean.run_is_live(clean.read_journal(self.run))
 
     def _keep(self, s: Sample) -> None:
-        # the reading's wall-clock time, from the sampler's monotonic one
-        self.reading = watchmetrics.Reading(time.time() - (time.monotonic() - s[0]), s[1])
+        # the reading's wall-clock times, from the sampler's monotonic ones: the
+        # sweep's, and each node's own when the sampler says (watch.Sample)
+        shift = time.time() - time.monotonic()
+        nodes = s[2] if len(s) > 2 else {}
+        self.reading = watchmetrics.Reading(s[0] + shift, s[1],
+                                            {n: t + shift for n, t in nodes.items()})
         self.samples += 1
 
     async def sample_forever(self) -> None:

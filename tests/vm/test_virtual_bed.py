@@ -126,9 +126,17 @@ def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
             _same_trial(x, y, key, knee[key[0]])
     for (dut, test, fps), ts in a.items():
         if test == "latency" and fps < 1000:  # the nominal rate, at the bed's scale
-            for x, y in zip(ts, b[(dut, test, fps)]):
-                assert abs(x["latency_us"]["avg"] - y["latency_us"]["avg"]) <= \
-                    0.01 * x["latency_us"]["avg"], (dut, fps, x["latency_us"], y["latency_us"])
+            # each trial's mean latency takes one of at most two values, each
+            # repeating to 1 %: where the tester's frames land against the
+            # guest's timers (a CI run here: the router's two trials 298.9 and
+            # 315.4 us in one run, 315.3 and 315.3 in the other; the bridge
+            # 296.1 and 297.1)
+            modes: list = []
+            for t in ts + b[(dut, test, fps)]:
+                avg = t["latency_us"]["avg"]
+                if not any(abs(avg - m) <= 0.01 * m for m in modes):
+                    modes.append(avg)
+            assert len(modes) <= 2, (dut, fps, [t["latency_us"] for t in ts + b[(dut, test, fps)]])
     for dut in ("bridge", "router"):
         pa, pb = _probes(recs[0], dut), _probes(recs[1], dut)
         assert round(pa[0]["target_fps"], 1) == round(pb[0]["target_fps"], 1)
@@ -138,8 +146,20 @@ def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
                 assert max(before) < 1.0, (dut, i, pa[i - 1]["target_fps"], before)
                 break
             _same_trial(x, y, (dut, "throughput", x["target_fps"]), knee[dut])
+    # each DUT's throughput (the mean of its searches) within one and a half
+    # of the searches' steps: a search ends within a step of the threshold,
+    # and two runs whose paths parted at a probe at the threshold end a step
+    # apart at most (on the virtual bed a step is the preset's resolution of
+    # the line rate, a third: 37 fps, 0.95 % of the router's throughput at the
+    # quick preset; a CI run here: 3,905.3 and 3,874.1 fps)
     for dut in tp[0]:
-        assert abs(tp[0][dut] - tp[1][dut]) <= 0.01 * tp[0][dut], (dut, tp)
+        top = max(p["target_fps"] for p in _probes(recs[0], dut))  # the line rate
+        step = _config(twice[0][0])["resolution"] * top / 3
+        assert abs(tp[0][dut] - tp[1][dut]) <= 1.5 * step, (dut, tp, step)
+
+
+def _config(run):
+    return json.load(open(run / "provenance.json"))["config"]
 
 
 def _tagged(run_id):
