@@ -222,8 +222,7 @@ def selected_files(marks: str) -> list:
                           "-p", "no:cacheprovider", "tests/integration", "tests/smoke"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     files = sorted({line.split("::", 1)[0] for line in res.stdout.splitlines()
-                    if "::" in line and line.startswith("tests/")},
-                   key=lambda f: (f in LATE, f))
+                    if "::" in line and line.startswith("tests/")})
     if not files:
         raise SystemExit(f"kernel tier: no test marked {marks!r} collected: "
                          f"{(res.stdout + res.stderr)[-2000:]}")
