@@ -161,6 +161,8 @@ class Throughput(Strict):
     searches_disturbed: Optional[List[bool]] = None
     #: the lab's idle baseline was clean (False: no occupancy figure was kept)
     baseline_ok: Optional[bool] = None
+    #: the searches' step, frames/s (None: runs before nslab kept it)
+    step_fps: Optional[float] = None
 
 
 class Trials(Strict):

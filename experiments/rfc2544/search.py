@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.traffic.counters import backlog_limit
 
-from .model import cost_unmeasured, fell_behind, pass_stands, rate_search, search_disturbed
+from .model import (cost_unmeasured, fell_behind, pass_stands, rate_search, search_disturbed,
+                    search_step)
 from .trials import TrialBed
 
 log = logging.getLogger(__name__)
@@ -31,10 +32,7 @@ class Tests(TrialBed):
         cfg = self.cfg
         line = self.line_fps(size)
         top = min(line, self.measure_ceiling(size))
-        # the virtual bed steps three times finer: its trials are noise-free, so
-        # a step costs probes only, and at the quick preset's 1.5 % of line (3 %
-        # of its knee) a point's three searches spread a whole step apart
-        step = cfg.resolution * line / (3 if self.layout.shared else 1)
+        step = self.step(size)
         occ: List[Optional[float]] = []
 
         def behind(m: Dict[str, Any], seconds: Optional[float]) -> bool:
@@ -74,6 +72,15 @@ class Tests(TrialBed):
             confirmed = lo > 0 and ok(lo, cfg.trial * 2)
         return lo, confirmed, (occ[-1] if lo > 0 else None)
 
+    def step(self, size: int) -> float:
+        """The throughput searches' step (frames/s): ``resolution`` of the line
+        rate, a third of it on the virtual bed (at the quick preset's 1.5 %
+        of line, 3 % of its knee, a point's searches spread a whole step
+        apart), never finer than a trial tells (:func:`~.model.search_step`)."""
+        cfg = self.cfg
+        res = cfg.resolution * self.line_fps(size) / (3 if self.layout.shared else 1)
+        return search_step(res, cfg.warmup + cfg.trial)
+
     def throughput(self, size: int) -> Dict[str, Any]:
         """``searches`` independent RFC 2544 searches; the point's throughput is
         their median, their spread is what the report's interval comes from."""
@@ -99,6 +106,7 @@ class Tests(TrialBed):
         return {"throughput_fps": lo, "throughput_bps": lo * size * 8, "line_fps": line,
                 "generator_ceiling_fps": ceiling, "generator_limited": lo >= 0.9 * ceiling,
                 "confirmed": confirmed, "probes": probes, "pct_of_line": 100 * lo / line,
+                "step_fps": self.step(size),
                 "searches_fps": found, "searches_disturbed": disturbed_searches,
                 "baseline_ok": self.baseline_ok,
                 "occupancy_at_throughput_pct": [x for x in occ if x is not None]}

@@ -370,7 +370,7 @@ class TrialBed:
             "lost": lost, "loss_pct": 100.0 * lost / sent_all if sent_all else 0.0,
             "dut_forwarded_fps": fwd_pps,
             "dut_backlog_drops": c1["softnet"][dut_cpu] - c0["softnet"][dut_cpu],
-            "dut_queue_frames": self.behind_frames(c0, c1, offered),
+            "dut_queue_frames": self.behind_frames(cpre, c1),
             "ovs_vswitchd_busy_pct": (100.0 * (c1["ovs_cpu"] - c0["ovs_cpu"]) / window
                                       if self.ovs_pid else None),
             "dut_qdisc_drops": c1["dut_qdrops"] - c0["dut_qdrops"],
@@ -427,17 +427,18 @@ class TrialBed:
             if window > 0 else 0.0
         return dut_busy, gen_busy, dut
 
-    def behind_frames(self, c0: Dict[str, Any], c1: Dict[str, Any], offered: int
-                      ) -> Optional[int]:
+    def behind_frames(self, cpre: Dict[str, Any], c1: Dict[str, Any]) -> Optional[int]:
         """Frames the DUT had not dealt with as the window ended: on the real bed
         its CPU's input queue (``softnet_stat``, Linux 5.10+; None before); on
         the virtual bed, whose DUT receives into its ingress interface's ring
-        (256 frames, not the input queue), the frames offered in the window
-        less those it forwarded in it (left in its ring, or lost). A short
-        trial's ring would hide an excess of ring / trial: 365 fps over 0.7 s,
-        a tenth of the virtual bed's knee."""
+        (256 frames, not the input queue), the frames offered since before
+        the generator started (``cpre``: the ring was empty) less those the
+        DUT forwarded (left in its ring, or lost). Counted over the window
+        alone, the ring's fill at the window's start (0 to a poll's budget)
+        was taken away as noise, and a short trial's ring hid an excess of
+        ring / trial: 365 fps over 0.7 s, a tenth of the virtual bed's knee."""
         if self.layout.shared:
-            return max(0, offered - (c1["dut_tx"] - c0["dut_tx"]))
+            return max(0, (c1["gen_tx"] - cpre["gen_tx"]) - (c1["dut_tx"] - cpre["dut_tx"]))
         q = c1["queue"]
         return q[self.dut_cpu] if len(q) > self.dut_cpu else None
 

@@ -303,3 +303,23 @@ def test_a_trial_whose_input_queue_grew_by_a_step_fell_behind():
     assert fell_behind(int((74000 - 69500) * elapsed), step, elapsed)
     assert not fell_behind(int((70000 - 69500) * elapsed), step, elapsed)
     assert not fell_behind(None, step, elapsed)
+
+
+def test_a_queue_within_one_poll_of_the_step_did_not_fall_behind():
+    """The virtual bed at the quick preset: a step of 37.2 fps over 0.7 s is
+    26 frames, less than the 64 a poll takes. The frames a CI run's bridge
+    left at its window's end while it kept up (42, 45, 64: the next run
+    passed higher rates losing nothing) are a poll's sawtooth, not a DUT
+    behind; a ring that grew by a step beyond one poll is."""
+    from nslab.experiments.rfc2544.model import POLL_BUDGET, fell_behind, search_step
+    step, elapsed = 0.015 * 7440 / 3, 0.7
+    assert POLL_BUDGET == 64
+    for queued in (0, 26, 42, 45, 64):
+        assert not fell_behind(queued, step, elapsed), queued
+    assert fell_behind(int(step * elapsed) + POLL_BUDGET + 1, step, elapsed)
+    # and its searches step by what a 0.7 s trial can tell: 64 frames over it
+    assert search_step(step, elapsed) == POLL_BUDGET / elapsed
+    assert round(search_step(step, elapsed)) == 91
+    assert search_step(step, 2.5) == step  # the standard preset's 2.5 s tell 26 fps apart
+    real = 0.015 * 148810  # the real bed's step is coarser than any trial's reach
+    assert search_step(real, 0.7) == real

@@ -102,9 +102,9 @@ def _same_trial(x, y, what, knee):
 def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
     """The same rates offered twice on the instruction-counted clock (the
     searches' dither is seeded there): each DUT's throughput, what the claims
-    read, is the same to within 1 % (a CI run here: 4,041 and 4,055 fps for
-    the bridge, 3,905 and 3,903 for the router), the nominal rate's latency
-    too, and each trial forwards the same frames (:func:`_same_trial`).
+    read, agrees within the spread of each run's own searches, the nominal
+    rate's latency takes one of two values, and each trial forwards the same
+    frames (:func:`_same_trial`).
 
     A search adapts: each probe's rate follows from the one before passing or
     failing. Its probes are the same trials in both runs until a probe at the
@@ -146,20 +146,27 @@ def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
                 assert max(before) < 1.0, (dut, i, pa[i - 1]["target_fps"], before)
                 break
             _same_trial(x, y, (dut, "throughput", x["target_fps"]), knee[dut])
-    # each DUT's throughput (the mean of its searches) within one and a half
-    # of the searches' steps: a search ends within a step of the threshold,
-    # and two runs whose paths parted at a probe at the threshold end a step
-    # apart at most (on the virtual bed a step is the preset's resolution of
-    # the line rate, a third: 37 fps, 0.95 % of the router's throughput at the
-    # quick preset; a CI run here: 3,905.3 and 3,874.1 fps)
+    # each DUT's throughput: the two runs' searches, each run's range widened
+    # by half a step either side, overlap. A search ends within a step of the
+    # rate where the DUT starts to lose frames, but that rate is a band, not
+    # a point: a probe there loses a few frames or none, as the phase of the
+    # guest's timers against the trial falls (a CI run's router lost 0.54 %
+    # at 3,984 fps and none at 4,031; the bridge none at 4,200 and 1.51 % at
+    # 4,200 in one search). Where a run's searches land in that band, its
+    # own spread says so, and the other run's lie within it.
     for dut in tp[0]:
-        top = max(p["target_fps"] for p in _probes(recs[0], dut))  # the line rate
-        step = _config(twice[0][0])["resolution"] * top / 3
-        assert abs(tp[0][dut] - tp[1][dut]) <= 1.5 * step, (dut, tp, step)
+        ra, rb = (_throughput(rs, dut) for rs in recs)
+        step = ra["step_fps"]
+        assert step and step == rb["step_fps"]
+        apart = max(min(ra["searches_fps"]), min(rb["searches_fps"])) - \
+            min(max(ra["searches_fps"]), max(rb["searches_fps"]))
+        assert apart <= step, (dut, ra["searches_fps"], rb["searches_fps"], step)
 
 
-def _config(run):
-    return json.load(open(run / "provenance.json"))["config"]
+def _throughput(recs, dut):
+    (m,) = [r["measurements"] for r in recs
+            if r["params"]["dut"] == dut and r["params"]["test"] == "throughput"]
+    return m
 
 
 def _tagged(run_id):
