@@ -96,19 +96,22 @@ def link_label(link: Any) -> str:
 
 
 def links(topo: Topology) -> List[Dict[str, Any]]:
-    """Every link as drawn: ``{id, a, ia, b, ib, rate}``, the better-connected
-    end (spine, switch) as ``a``; ``id`` is the SVG element of its edge and
-    ``rate`` its shaped rate in bit/s (None if unshaped)."""
+    """Every link as drawn: ``{id, name, a, ia, b, ib, rate}``, the
+    better-connected end (spine, switch) as ``a``; ``id`` is the SVG element
+    of its edge, ``name`` the link's as ``nslab link set`` takes it (its
+    nodes in the topology's order) and ``rate`` its shaped rate in bit/s
+    (None if unshaped)."""
     degree: Dict[str, int] = {n: 0 for n in topo.nodes}
     for link in topo.links:
         degree[link.a] += 1
         degree[link.b] += 1
     out = []
     for i, (link, a, ia, b, ib) in enumerate(topo.interfaces()):
+        name = f"{a}-{b}"
         if degree[b] > degree[a]:
             a, ia, b, ib = b, ib, a, ia
         sh = link.shaping
-        out.append({"id": f"link{i}", "a": a, "ia": ia, "b": b, "ib": ib,
+        out.append({"id": f"link{i}", "name": name, "a": a, "ia": ia, "b": b, "ib": ib,
                     "rate": sh.rate if sh is not None and sh.rate else None})
     return out
 

@@ -11,18 +11,27 @@ tool. Each interface value carries the time it was read, so a scraper's
 Every interface counter has the labels ``lab`` (the run id), ``node`` and
 ``interface``; the ``nslab_watch_*`` metrics describe the sampler itself
 (``nslab_watch_samplers`` is 1 while it runs, ``nslab_watch_samples_total``
-grows by one per reading, not per scrape).
+grows by one per reading, not per scrape). A link changed while the lab runs
+(``nslab link set``) has the ``nslab_link_change_info`` series, labelled
+``lab``, ``link`` and ``change`` (what was set, in words), and one gauge per
+value set: ``nslab_link_down`` (1, with the ``node`` whose end is down),
+``nslab_link_rate_bits_per_second``, ``nslab_link_delay_seconds``,
+``nslab_link_jitter_seconds`` and ``nslab_link_loss_ratio``; a link reset
+to its topology has none.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterator, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterator, Mapping, Optional, Protocol, Tuple
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from .watch import Counters
+
+if TYPE_CHECKING:
+    from .linkset import RunTime
 
 #: ``(counter of nslab.traffic.watch.parse_link_stats, family name, unit, help)``; a
 #: counter's samples are named ``<family>_total``.
@@ -56,6 +65,9 @@ class Reading:
     #: of its values carries (a sweep of many namespaces, or a stall, puts the
     #: sweep's end well after an early node's reading).
     node_times: Dict[str, float] = field(default_factory=dict)
+    #: What ``nslab link set`` changed on each link as the counters were read,
+    #: by link name (``h1-s1``; see :class:`nslab.traffic.linkset.RunTime`).
+    links: Mapping[str, "RunTime"] = field(default_factory=dict)
 
 
 class Source(Protocol):
@@ -87,6 +99,7 @@ class LabCollector(Collector):
                         family.add_metric([src.run, node, intf], _value(c, key),
                                           timestamp=reading.node_times.get(node, reading.time))
             yield family
+        yield from _link_changes(src.run, reading.links if reading is not None else {})
         samplers = GaugeMetricFamily(
             "nslab_watch_samplers", "Samplers reading the lab's counters in this server: one, "
             "whatever the number of pages and scrapers.", labels=["lab"])
@@ -107,6 +120,44 @@ class LabCollector(Collector):
                                      unit="seconds")
         interval.add_metric([src.run], src.interval)
         yield interval
+
+
+#: ``(RunTime field, family name, unit, scale to the unit, help)`` of the
+#: gauges of a link's run-time change.
+LINK_GAUGES: Tuple[Tuple[str, str, str, float, str], ...] = (
+    ("rate", "nslab_link_rate_bits_per_second", "", 1.0,
+     "The rate set on the link while the lab runs (nslab link set --rate)."),
+    ("delay_ms", "nslab_link_delay_seconds", "seconds", 1e-3,
+     "The delay set on the link while the lab runs (nslab link set --delay)."),
+    ("jitter_ms", "nslab_link_jitter_seconds", "seconds", 1e-3,
+     "The jitter set on the link while the lab runs (nslab link set --jitter)."),
+    ("loss_pct", "nslab_link_loss_ratio", "ratio", 1e-2,
+     "The loss set on the link while the lab runs (nslab link set --loss), 0 to 1."),
+)
+
+
+def _link_changes(run: str, changes: Mapping[str, "RunTime"]) -> Iterator[Metric]:
+    """The series of the links changed at run time (none for the others)."""
+    changed = sorted((name, now) for name, now in changes.items() if not now.empty)
+    info = InfoMetricFamily("nslab_link_change", "A link changed while the lab runs "
+                            "(nslab link set): what was set, in words.", labels=["lab", "link"])
+    down = GaugeMetricFamily("nslab_link_down", "1: the link was set down while the lab runs "
+                             "(nslab link set --down), at the node named.",
+                             labels=["lab", "link", "node"])
+    gauges = [(key, scale, GaugeMetricFamily(name, doc, labels=["lab", "link"], unit=unit))
+              for key, name, unit, scale, doc in LINK_GAUGES]
+    for name, now in changed:
+        info.add_metric([run, name], {"change": now.describe()})
+        if now.down:
+            down.add_metric([run, name, now.down], 1)
+        for key, scale, family in gauges:
+            value = getattr(now, key)
+            if value is not None:
+                family.add_metric([run, name], value * scale)
+    yield info
+    yield down
+    for _, _, family in gauges:
+        yield family
 
 
 def _value(c: Dict[str, int], key: str) -> int:
@@ -130,11 +181,13 @@ def exposition(reg: CollectorRegistry, accept: Optional[str]) -> Tuple[bytes, st
 
 
 def sample_names() -> FrozenSet[str]:
-    """Every sample name ``/metrics`` can expose (``..._total`` for counters)."""
+    """Every sample name ``/metrics`` can expose (``..._total`` for counters,
+    ``..._info`` for infos)."""
     class _Empty:
         run, interval, samples, samplers, streams = "", 1.0, 0, 0, 0
         reading: Optional[Reading] = None
     names = set()
     for family in LabCollector(_Empty()).collect():
-        names.add(f"{family.name}_total" if family.type == "counter" else family.name)
+        suffix = {"counter": "_total", "info": "_info"}.get(family.type, "")
+        names.add(family.name + suffix)
     return frozenset(names)

@@ -39,12 +39,13 @@ import signal
 import socket
 import time
 import xml.etree.ElementTree as ET
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from . import watchmetrics
 from ..errors import InputError
 from ..model.shaping import format_rate
 from ..runtime.clean import read_topology as load_topology
+from .linkset import RunTime, read_record
 from .watch import Rate, find_run, namespaces, rates, sample
 from ..runtime import clean
 from ..store.draw import available, links, to_graph
@@ -94,39 +95,51 @@ def colour(load: float) -> str:
     return LOAD_COLOURS[-1][1]
 
 
-def link_rates(links: List[Dict[str, Any]], rows: List[Rate]) -> List[Dict[str, Any]]:
+def link_rates(links: List[Dict[str, Any]], rows: List[Rate],
+               changes: Optional[Mapping[str, RunTime]] = None) -> List[Dict[str, Any]]:
     """Per-link rates from per-interface ones. ``a -> b`` is what ``a`` sent
     on its end, or, where that end has no counters of its own (an OVS port in
-    the host's namespace), what ``b`` received; drops of both ends add up."""
+    the host's namespace), what ``b`` received; drops of both ends add up.
+    ``changes``: what ``nslab link set`` changed on each link (by name), said
+    on the link (``set``, ``down``), its load taken of a rate set there."""
     by = {(r.node, r.intf): r for r in rows}
+    changes = changes or {}
     out = []
     for l in links:
+        now = changes.get(l.get("name", ""), RunTime())
+        said = {"set": now.describe(), "down": now.down} if not now.empty else {}
         ra, rb = by.get((l["a"], l["ia"])), by.get((l["b"], l["ib"]))
         if ra is not None:
             ab, ba, ab_p, ba_p = ra.tx_bps, ra.rx_bps, ra.tx_pps, ra.rx_pps
         elif rb is not None:
             ab, ba, ab_p, ba_p = rb.rx_bps, rb.tx_bps, rb.rx_pps, rb.tx_pps
         else:
-            out.append({"id": l["id"], "known": False})
+            out.append({"id": l["id"], "known": False, **said})
             continue
         drops = (ra.drops if ra else 0) + (rb.drops if rb else 0)
-        load = max(ab, ba) / (l["rate"] or UNSHAPED_FULL)
+        load = max(ab, ba) / (now.rate or l["rate"] or UNSHAPED_FULL)
         out.append({"id": l["id"], "known": True, "a": l["a"], "b": l["b"],
                     "ab_bps": ab, "ba_bps": ba, "ab_pps": ab_p, "ba_pps": ba_p, "drops": drops,
                     "load": load, "colour": colour(load),
                     "lines": [f"→{l['b']} {format_rate(ab)}", f"→{l['a']} {format_rate(ba)}"]
-                    + ([f"drops {drops}"] if drops else [])})
+                    + ([f"drops {drops}"] if drops else [])
+                    + ([f"set: {said['set']}"] if said else []), **said})
     return out
 
 
-def payload(run: str, links: List[Dict[str, Any]], rows: List[Rate]) -> Dict[str, Any]:
-    """One event: per-link and per-interface rates. Each interface's row
-    has the load and colour its link has on the picture (the busier way, as
-    a share of the link's rate; an interface of no link's, of 1 Gbit/s), so
-    that the table reads as the legend says."""
+def payload(run: str, links: List[Dict[str, Any]], rows: List[Rate],
+            changes: Optional[Mapping[str, RunTime]] = None) -> Dict[str, Any]:
+    """One event: per-link and per-interface rates, and the links changed at
+    run time (``changes``, by link name: ``nslab link set``). Each
+    interface's row has the load and colour its link has on the picture (the
+    busier way, as a share of the link's rate; an interface of no link's, of
+    1 Gbit/s), so that the table reads as the legend says."""
+    changes = changes or {}
     rate = {}
     for l in links:
-        rate[(l["a"], l["ia"])] = rate[(l["b"], l["ib"])] = l["rate"] or UNSHAPED_FULL
+        now = changes.get(l.get("name", ""), RunTime())
+        rate[(l["a"], l["ia"])] = rate[(l["b"], l["ib"])] = \
+            now.rate or l["rate"] or UNSHAPED_FULL
     out = []
     for r in rows:
         load = max(r.rx_bps, r.tx_bps) / rate.get((r.node, r.intf), UNSHAPED_FULL)
@@ -134,7 +147,9 @@ def payload(run: str, links: List[Dict[str, Any]], rows: List[Rate]) -> Dict[str
                     "rx_pps": r.rx_pps, "tx_pps": r.tx_pps, "drops": r.drops,
                     "rx": format_rate(r.rx_bps), "tx": format_rate(r.tx_bps),
                     "load": load, "colour": colour(load)})
-    return {"run": run, "links": link_rates(links, rows), "interfaces": out}
+    return {"run": run, "links": link_rates(links, rows, changes), "interfaces": out,
+            "changes": [{"link": name, "set": now.describe(), "down": now.down}
+                        for name, now in sorted(changes.items()) if not now.empty]}
 
 
 class UnsafeSvgError(InputError):
@@ -251,13 +266,17 @@ class Watcher:
             :func:`nslab.traffic.watch.sample`: one ``ip -s -j link`` per namespace).
         nss: ``{node: namespace}`` (default: the run's namespaces).
         live: whether the lab is still up (default: its run journal says so).
+        changes: reads the links' run-time changes, by link name (default:
+            the lab's record of ``nslab link set``; read with each sample).
     """
 
     def __init__(self, run: str, interval: float, *, picture: bool = True,
                  sampler: Optional[Callable[[Dict[str, str]], Sample]] = None,
                  nss: Optional[Dict[str, str]] = None,
-                 live: Optional[Callable[[], bool]] = None) -> None:
+                 live: Optional[Callable[[], bool]] = None,
+                 changes: Optional[Callable[[str], Mapping[str, RunTime]]] = None) -> None:
         self.run, self.interval = run, interval
+        self.read_changes = changes or read_record
         self.nss = namespaces(run) if nss is None else nss
         self.sampler = sampler or sample
         self.live = live or self._journal_says_live
@@ -286,13 +305,24 @@ class Watcher:
     def _journal_says_live(self) -> bool:
         return clean.run_is_live(clean.read_journal(self.run))
 
-    def _keep(self, s: Sample) -> None:
+    def _sample(self) -> Tuple[Sample, Mapping[str, RunTime]]:
+        """One reading of the counters, and the links' run-time changes."""
+        s = self.sampler(self.nss)
+        try:
+            changes = self.read_changes(self.run)
+        except (OSError, ValueError) as exc:
+            log.warning("lab %s: its links' run-time changes unread: %s", self.run, exc)
+            changes = {}
+        return s, changes
+
+    def _keep(self, s: Sample, changes: Optional[Mapping[str, RunTime]] = None) -> None:
         # the reading's wall-clock times, from the sampler's monotonic ones: the
         # sweep's, and each node's own when the sampler says (watch.Sample)
         shift = time.time() - time.monotonic()
         nodes = s[2] if len(s) > 2 else {}
         self.reading = watchmetrics.Reading(s[0] + shift, s[1],
-                                            {n: t + shift for n, t in nodes.items()})
+                                            {n: t + shift for n, t in nodes.items()},
+                                            dict(changes or {}))
         self.samples += 1
 
     async def sample_forever(self) -> None:
@@ -301,17 +331,17 @@ class Watcher:
         loop = asyncio.get_running_loop()
         self.samplers += 1
         try:
-            prev = await loop.run_in_executor(None, self.sampler, self.nss)
-            self._keep(prev)
+            prev, changes = await loop.run_in_executor(None, self._sample)
+            self._keep(prev, changes)
             while not (self.gone or self.stopping):
                 await asyncio.sleep(self.interval)
                 if not self.live():
                     self.gone = True
                     log.info("lab %s is gone", self.run)
                 else:
-                    cur = await loop.run_in_executor(None, self.sampler, self.nss)
-                    self.latest = payload(self.run, self.links, rates(prev, cur))
-                    self._keep(cur)
+                    cur, changes = await loop.run_in_executor(None, self._sample)
+                    self.latest = payload(self.run, self.links, rates(prev, cur), changes)
+                    self._keep(cur, changes)
                     prev = cur
                 async with self.changed:
                     self.seq += 1

@@ -381,3 +381,52 @@ def test_web_page_and_scraper_share_one_sampler_and_sigint_stops_it(make_lab, tm
         assert proc.returncode == 0, stderr
         assert "Traceback" not in stderr and "Error" not in stderr, stderr
         assert page.ended and not page.is_alive()
+
+
+def _event_with(base, want, timeout=15.0):
+    """The first event of the page's stream for which ``want(event)`` holds."""
+    deadline = time.monotonic() + timeout
+    with urllib.request.urlopen(f"{base}/events", timeout=timeout) as resp:
+        while True:
+            assert time.monotonic() < deadline, "no such event"
+            line = resp.readline()
+            assert line, "the stream ended"
+            if line.startswith(b"data: "):
+                event = json.loads(line[len(b"data: "):])
+                if want(event):
+                    return event
+
+
+def test_a_link_changed_with_nslab_link_set_shows_on_the_page_and_in_metrics(make_lab, tmp_path):
+    """`nslab link set h1-h2 --rate 5Mbit` on a running lab: the live page's
+    next event lists the change and draws its link with it, /metrics has its
+    series; `nslab link reset` takes both away."""
+    lab = make_lab(pair(bw="1Gbit"))
+    series = rb'^nslab_link_rate_bits_per_second\{lab="%s",link="h1-h2"\} 5(\.0)?e\+06$' % \
+        lab.run_id.encode()
+    with watch_server(lab.run_id, "web", tmp_path) as (proc, base, _, err):
+        assert not re.search(series, get(f"{base}/metrics"), re.M)
+        res = subprocess.run([NSLAB, "link", "set", "h1-h2", lab.run_id, "--rate", "5Mbit"],
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        try:
+            event = _event_with(base, lambda e: e["changes"])
+            assert event["changes"] == [{"link": "h1-h2", "set": "rate 5.0 Mbit/s", "down": None}]
+            (link,) = event["links"]
+            assert link["set"] == "rate 5.0 Mbit/s" and "set: rate 5.0 Mbit/s" in link["lines"]
+            deadline = time.monotonic() + 10
+            while not re.search(series, body := get(f"{base}/metrics"), re.M):
+                assert time.monotonic() < deadline, body[-3000:]
+                time.sleep(INTERVAL)
+            assert re.search(rb'^nslab_link_change_info\{change="rate 5.0 Mbit/s",lab="%s",'
+                             rb'link="h1-h2"\} 1(\.0)?$' % lab.run_id.encode(), body, re.M), body
+        finally:
+            res = subprocess.run([NSLAB, "link", "reset", lab.run_id], capture_output=True,
+                                 text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        _event_with(base, lambda e: not e["changes"] and "set" not in e["links"][0])
+        deadline = time.monotonic() + 10
+        while b"nslab_link_change_info{" in get(f"{base}/metrics"):
+            assert time.monotonic() < deadline, "the reset link's series stayed"
+            time.sleep(INTERVAL)
+    assert "Traceback" not in err.read_text()

@@ -151,6 +151,41 @@ def test_sample_names_are_what_the_collector_exposes():
     assert {f"{n}_total" for _, n, _, _ in INTERFACE_METRICS} <= names
     assert {"nslab_watch_samplers", "nslab_watch_samples_total",
             "nslab_watch_event_streams", "nslab_watch_interval_seconds"} <= names
+    assert {"nslab_link_change_info", "nslab_link_down", "nslab_link_rate_bits_per_second",
+            "nslab_link_delay_seconds", "nslab_link_jitter_seconds",
+            "nslab_link_loss_ratio"} <= names
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+def test_a_link_changed_while_the_lab_runs_has_its_series(openmetrics):
+    """`nslab link set h1-s1 --rate 10Mbit --delay 50ms --loss 1% --down` (at
+    s1) and `nslab link set h2-s1 --jitter 5ms` then reset: an info series
+    per changed link, one gauge per value set, in base units; none for a
+    link reset to its topology."""
+    from nslab.traffic.linkset import RunTime
+    changes = {"h1-s1": RunTime(rate=10_000_000, delay_ms=50.0, loss_pct=1.0, down="s1"),
+               "h2-s1": RunTime()}
+    body, _ = exposition(registry(Source(Reading(1_795_000_000.0, {}, {}, changes))),
+                         PROMETHEUS_ACCEPT if openmetrics else None)
+    fams = families(body.decode(), openmetrics)
+    info = fams["nslab_link_change"] if openmetrics else fams["nslab_link_change_info"]
+    assert [(s.name, s.labels, s.value) for s in info.samples] == [
+        ("nslab_link_change_info", {"lab": "nl1234", "link": "h1-s1",
+                                    "change": "rate 10.0 Mbit/s, delay 50ms, loss 1%, down at s1"},
+         1.0)]
+    got = {name: [(s.labels, s.value) for s in fams[name].samples]
+           for name in ("nslab_link_down", "nslab_link_rate_bits_per_second",
+                        "nslab_link_delay_seconds", "nslab_link_jitter_seconds",
+                        "nslab_link_loss_ratio")}
+    one = {"lab": "nl1234", "link": "h1-s1"}
+    assert got == {"nslab_link_down": [({**one, "node": "s1"}, 1.0)],
+                   "nslab_link_rate_bits_per_second": [(one, 10e6)],
+                   "nslab_link_delay_seconds": [(one, pytest.approx(0.05))],
+                   "nslab_link_jitter_seconds": [],
+                   "nslab_link_loss_ratio": [(one, pytest.approx(0.01))]}
+    # no change: no link series at all
+    body, _ = exposition(registry(Source(Reading(1.0, {}))), None)
+    assert "nslab_link_change_info{" not in body.decode() and "nslab_link_down{" not in body.decode()
 
 
 # -- the server, over an injected sampler ----------------------------------------------------

@@ -316,3 +316,55 @@ def test_max_clients_must_be_positive(monkeypatch):
     w = fake_watcher(monkeypatch, [(0.0, counters(0))])
     with pytest.raises(InputError, match="at least 1"):
         app(w, max_clients=0)
+
+
+def test_a_link_changed_while_the_lab_runs_is_said_on_it_and_loaded_by_its_new_rate():
+    """`nslab link set h1-s1 --rate 10Mbit --down`: the link's label says so,
+    its load is of the 10 Mbit/s set (9 Mbit/s: 90 %, red, not 9 % of its
+    topology's 100), the picture dashes it, and the event lists the change;
+    a link reset to its topology (an empty change) says nothing."""
+    from nslab.traffic.linkset import RunTime
+    from nslab.traffic.webwatch import payload
+    topo = topology("single")(k=2, bw=100)
+    ls = links(topo)
+    assert [l["name"] for l in ls] == ["h1-s1", "h2-s1"]  # as `nslab link set` names them
+    changes = {"h1-s1": RunTime(rate=10_000_000, down="h1"), "h2-s1": RunTime()}
+    ev = payload("nl1234", ls, [rate("h1", "h1-eth0", tx=9e6)], changes)
+    l0, l1 = ev["links"]
+    assert l0["load"] == pytest.approx(0.9) and l0["colour"] == LOAD_COLOURS[-1][1]
+    assert l0["set"] == "rate 10.0 Mbit/s, down at h1" and l0["down"] == "h1"
+    assert l0["lines"][-1] == "set: rate 10.0 Mbit/s, down at h1"
+    assert l1 == {"id": "link1", "known": False}
+    assert ev["changes"] == [{"link": "h1-s1", "set": "rate 10.0 Mbit/s, down at h1",
+                              "down": "h1"}]
+    # h1's row: 90 % of the rate set on its link
+    assert ev["interfaces"][0]["load"] == pytest.approx(0.9)
+    assert payload("nl1234", ls, [])["changes"] == []
+
+
+def test_the_event_stream_carries_the_links_changed_at_run_time(monkeypatch):
+    from aiohttp.test_utils import TestClient, TestServer
+    from nslab.traffic.linkset import RunTime
+    w = fake_watcher(monkeypatch, [(0.0, counters(0))] + [(1.0 + i, counters(0)) for i in range(100)])
+    seen = []
+
+    def record(run):
+        seen.append(run)
+        return {"h1-h2": RunTime(delay_ms=50.0, loss_pct=1.0)}
+    w.read_changes = record
+
+    async def go():
+        async with TestClient(TestServer(app(w))) as client:
+            page = await (await client.get("/")).text()
+            resp = await client.get("/events")
+            line = b""
+            while not line.startswith(b"data: "):
+                line = await resp.content.readline()
+            return page, json.loads(line[len(b"data: "):])
+
+    page, event = asyncio.run(go())
+    assert seen and set(seen) == {"nltest"}  # read with the samples, for this lab
+    assert event["changes"] == [{"link": "h1-h2", "set": "delay 50ms, loss 1%", "down": None}]
+    assert event["links"][0]["set"] == "delay 50ms, loss 1%"
+    assert 'id="changes"' in page and "drawChanges(data.changes" in page
+    assert w.reading.links == {"h1-h2": RunTime(delay_ms=50.0, loss_pct=1.0)}  # and /metrics
