@@ -89,8 +89,22 @@ def schema_cmd() -> None:
 
 
 def schema() -> Dict[str, Any]:
+    """Study files' JSON Schema: the model's, with the ``checks:`` and
+    ``stages:`` a checks file has (their definitions named ``Check...``)."""
+    from nslab.model.checkfile import CHECK_KEYS
+    from nslab.model.checks import CheckFile
+
     from .model import StudyFile
     out = StudyFile.model_json_schema()
+    cf = CheckFile.model_json_schema()
+    defs = cf.get("$defs", {})
+    text = json.dumps({"properties": {k: cf["properties"][k] for k in CHECK_KEYS},
+                       "$defs": defs})
+    for name in defs:
+        text = text.replace(f'"#/$defs/{name}"', f'"#/$defs/Check{name}"')
+    checks = json.loads(text)
+    out["properties"].update(checks["properties"])
+    out.setdefault("$defs", {}).update({f"Check{k}": v for k, v in checks["$defs"].items()})
     out["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     out["$id"] = "https://nslab.invalid/study.schema.json"
     return out

@@ -112,8 +112,36 @@ class FileRunner:
     def setup(self) -> Dict[str, Any]:
         took = self.wait_rest() if self.bgp_nodes else 0.0
         self.baseline = self._routes()
-        return {"converged_s": round(took, 2), "routes": self.baseline,
-                "file": self.loaded.path}
+        out: Dict[str, Any] = {"converged_s": round(took, 2), "routes": self.baseline,
+                               "file": self.loaded.path}
+        checks = self.run_checks()
+        if checks is not None:
+            out["checks"] = checks
+        return out
+
+    def run_checks(self) -> Optional[List[Dict[str, Any]]]:
+        """The file's ``checks:`` on this lab, before its first trial (None:
+        it has none, or only a classroom's ``stages:``). A check that fails
+        or cannot run stops the study in one line naming it and what it saw:
+        a lab that is not what its file says measures nothing."""
+        suite = self.loaded.checks
+        if suite is None or suite.staged:
+            return None
+        from nslab.traffic.checkrun import LabView, run_stage
+        results = run_stage(LabView.of(self.lab.run_id), suite.stage(1))
+        for r in results:
+            log.info("check %d %s: %s (%s)", r.number, r.label, r.status, r.seen)
+        bad = [r for r in results if r.status != "pass"]
+        if bad:
+            r = bad[0]
+            said = r.diff[0] if r.diff else f"expected {r.expected}, saw {r.seen}"
+            more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+            raise LabError(f"{self.loaded.path}: check {r.number} ({r.label}) "
+                           f"{'failed' if r.status == 'fail' else 'could not run'}: "
+                           f"{said}{more}; nothing measured (nslab check "
+                           f"{self.lab.run_id} --checks {self.loaded.path} shows them all "
+                           "while the lab is up)")
+        return [r.model_dump() for r in results]
 
     # -- one trial ------------------------------------------------------------------------
     def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:

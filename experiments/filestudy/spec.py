@@ -28,6 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from nslab.errors import InputError, TopologyError
 from nslab.model import checkfile
+from nslab.model.checks import Suite
 from nslab.model.limits import active, product
 from nslab.model.topo import Topology, explain, field_path, loc_path
 
@@ -63,6 +64,10 @@ class Loaded:
         for m in spec.metrics:
             self.metric_names[metric_name(m)] = m
         self.topologies: Dict[str, Topology] = {}
+        #: its ``checks:`` and ``stages:`` (None: it has none). ``checks:`` run
+        #: on each lab before its first trial (:meth:`.runner.FileRunner.setup`);
+        #: ``stages:`` are a classroom's, for ``nslab check --stage``.
+        self.checks: Optional[Suite] = None
 
     def fail(self, loc: Tuple[Any, ...], message: str) -> InputError:
         return InputError(f"{self.path}:{line_of(self.doc, loc)}: {field_path(loc)}: {message}")
@@ -105,8 +110,10 @@ def load(path: str) -> Loaded:
     if not isinstance(doc, dict):
         raise InputError(f"{path}:1: a study file is a mapping (name, title, topology, "
                          "traffic, metrics, ...)")
+    # its checks (checks:, stages:) are read as any checks file's (nslab check)
+    data = {k: v for k, v in doc.items() if k not in checkfile.CHECK_KEYS}
     try:
-        spec = StudyFile.model_validate(dict(doc))
+        spec = StudyFile.model_validate(data)
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         loc = _clean_loc(tuple(err.get("loc", ())))
@@ -120,6 +127,8 @@ def load(path: str) -> Loaded:
         raise InputError(f"{path}:{line_of(doc, loc)}: {field + ': ' if field else ''}{msg}"
                          ) from None
     loaded = Loaded(spec, path, text, doc)
+    if any(k in doc for k in checkfile.CHECK_KEYS):
+        loaded.checks = checkfile.from_document(doc, path)
     check(loaded)
     return loaded
 

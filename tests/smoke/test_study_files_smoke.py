@@ -47,6 +47,9 @@ claims:
     value: after
     below: 100
 repeat: 2
+checks:
+  - {check: ping, from: h1, to: h2, loss: 0, within: 5}
+  - {check: interface, node: h2, interface: h2-eth0, state: up}
 """
 
 
@@ -80,6 +83,10 @@ def test_a_minimal_study_file_end_to_end(tmp_path):
     md = (run / "report.md").read_text()
     assert "| agrees |" in md and (run / "plots.png").exists()
     assert (run / "study.yaml").read_text() == MINIMAL
+    # the file's checks ran on the lab before its first trial, and are kept
+    (setup,) = json.load(open(run / "provenance.json"))["setups"].values()
+    assert [(c["kind"], c["status"]) for c in setup["checks"]] == [("ping", "pass"),
+                                                                   ("interface", "pass")]
     assert tagged_namespaces() == before
 
 

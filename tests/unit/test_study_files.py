@@ -424,3 +424,70 @@ def test_the_captures_of_every_sampling_round_count_against_the_limit(tmp_path):
     msg = str(exc.value)
     assert msg.startswith(f"{p}:12: captures: ") and "\n" not in msg
     assert "s1-h2 12 trials in 3 rounds" in msg and "rounds=3" in msg
+
+
+# -- a study file's checks -----------------------------------------------------------------
+def test_a_study_file_carries_checks_read_as_a_checks_file(tmp_path):
+    """`checks:` in a study file: typed as any checks file's, kept with the
+    study (run on each lab before its first trial), and valid against the
+    published schema; a bad check is one line naming the file, line and field."""
+    import jsonschema
+    import yaml
+    text = MINIMAL + "checks:\n  - {check: ping, from: h1, to: h2, loss: 0, within: 5}\n"
+    loaded = load(write(tmp_path, text))
+    assert loaded.checks is not None and not loaded.checks.staged
+    (plan,) = loaded.checks.stages
+    ((origin, ping),) = plan.checks
+    assert ping.check == "ping" and ping.within == 5
+    jsonschema.validate(yaml.safe_load(text), schema())
+    msg = error_of(tmp_path, MINIMAL + "checks:\n  - {check: ping, from: h1, to: h2, loss: 150}\n")
+    assert msg.startswith(f"{tmp_path / 'study.yaml'}:20: checks.0.loss"), msg
+    assert load(write(tmp_path, MINIMAL)).checks is None
+
+
+class _Lab:
+    run_id = "nl1234"
+    topology = None
+
+
+def _runner(tmp_path, monkeypatch, text, statuses):
+    """A FileRunner over ``text`` whose checks come out ``statuses`` (no lab)."""
+    from nslab.experiments.filestudy import runner as fr
+    from nslab.store.checkreport import CheckResult
+    from nslab.traffic import checkrun
+    loaded = load(write(tmp_path, text))
+    r = fr.FileRunner.__new__(fr.FileRunner)
+    r.lab, r.loaded = _Lab(), loaded
+    seen = []
+    monkeypatch.setattr(checkrun.LabView, "of", classmethod(lambda cls, run: seen.append(run)))
+
+    def run_stage(view, plan):
+        return [CheckResult(number=i, label=f"ping h1 -> h{i + 1}", kind="ping", node="h1",
+                            expected="loss 0 %", seen="loss 100 %" if st != "pass" else "loss 0 %",
+                            status=st, diff=["loss: expected <= 0 %, saw 100 %"] if st != "pass"
+                            else [])
+                for i, st in enumerate(statuses, 1)]
+    monkeypatch.setattr(checkrun, "run_stage", run_stage)
+    return r, seen
+
+
+def test_a_study_file_s_checks_run_before_its_first_trial_and_a_failure_measures_nothing(
+        tmp_path, monkeypatch):
+    from nslab.errors import LabError
+    text = MINIMAL + "checks:\n  - {check: ping, from: h1, to: h2}\n  - {check: ping, from: h1, to: h2}\n"
+    r, seen = _runner(tmp_path, monkeypatch, text, ["pass", "pass"])
+    got = r.run_checks()
+    assert seen == ["nl1234"] and [c["status"] for c in got] == ["pass", "pass"]
+    r, _ = _runner(tmp_path, monkeypatch, text, ["pass", "fail"])
+    with pytest.raises(LabError) as exc:
+        r.run_checks()
+    msg = str(exc.value)
+    assert "\n" not in msg and "check 2 (ping h1 -> h3) failed: loss: expected <= 0 %, saw 100 %" \
+        in msg and "nothing measured" in msg and "nslab check nl1234 --checks" in msg
+    r, _ = _runner(tmp_path, monkeypatch, text, ["error", "fail"])
+    with pytest.raises(LabError, match=r"check 1 .* could not run: .* \(and 1 more\)"):
+        r.run_checks()
+    # a classroom's stages are nslab check's, not the study's
+    staged = MINIMAL + "stages:\n  - title: one\n    checks:\n      - {check: ping, from: h1, to: h2}\n"
+    r, seen = _runner(tmp_path, monkeypatch, staged, ["fail"])
+    assert r.run_checks() is None and seen == []
