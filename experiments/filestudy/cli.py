@@ -56,6 +56,14 @@ def check_cmd(path: str, preset: str, sets: Tuple[str, ...]) -> None:
     for key, values in sweep.items():
         echo(f"  sweep {key}: {', '.join(map(str, values))}")
     echo(f"  repeat {cfg.repeat}; needs: {', '.join(study.needs(cfg))}")
+    suite = cls.loaded.checks
+    if suite is not None:
+        if suite.staged:
+            echo(f"  stages: {len(suite.stages)} (nslab check --checks {path} --stage N on its "
+                 "lab; the study runs none)")
+        else:
+            echo(f"  checks: {len(suite.stage(1).checks)} on each lab before its first trial "
+                 f"(nslab check --checks {path} --list)")
     if cfg.rounds > 1:
         from nslab.run.study import config_of_round
         _, most, longest = cls.estimate(config_of_round(cfg, cfg.rounds - 1))

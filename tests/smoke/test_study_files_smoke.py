@@ -107,6 +107,10 @@ def test_the_failover_study_at_a_tiny_preset(tmp_path):
         assert v["convergence-server2.withdrawn_ms"] < 1500, v
         assert r["params"]["topology.bfd"] is True
     assert "With BFD a silent failure" in (run / "report.md").read_text()
+    # the shipped file's checks held on its lab before the first trial
+    (setup,) = json.load(open(run / "provenance.json"))["setups"].values()
+    assert [(c["kind"], c["status"]) for c in setup["checks"]] == [
+        ("route", "pass"), ("route", "pass"), ("ping", "pass")]
 
 
 def test_netem_where_the_kernel_has_none_is_one_line_and_nothing_is_built(tmp_path):

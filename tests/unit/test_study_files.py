@@ -491,3 +491,14 @@ def test_a_study_file_s_checks_run_before_its_first_trial_and_a_failure_measures
     staged = MINIMAL + "stages:\n  - title: one\n    checks:\n      - {check: ping, from: h1, to: h2}\n"
     r, seen = _runner(tmp_path, monkeypatch, staged, ["fail"])
     assert r.run_checks() is None and seen == []
+
+
+def test_study_check_says_the_checks_the_shipped_failover_study_runs_first():
+    res = subprocess.run([NSLAB, "study", "check", FAILOVER, "--preset", "quick"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert f"  checks: 3 on each lab before its first trial (nslab check --checks {FAILOVER} " \
+        "--list)" in res.stdout
+    loaded = load(FAILOVER)
+    kinds = [c.check for _, c in loaded.checks.stage(1).checks]
+    assert kinds == ["route", "route", "ping"]
