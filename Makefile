@@ -46,7 +46,7 @@ system:
 	@scripts/setup-sshd.sh
 	@scripts/setup-prometheus.sh
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml nslab/__init__.py  # the version is read from nslab/__init__.py
 	$(PY) -m venv --system-site-packages $(VENV)
 	$(BIN)/pip install -q -U pip setuptools wheel
 	$(BIN)/pip install -q -e '.[test]'

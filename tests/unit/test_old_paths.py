@@ -1,14 +1,21 @@
-"""The module paths of nslab 0.2 (``nslab.lab``, ``nslab.topo``, ...) still import
-for one release, as the very module at the new path, with a DeprecationWarning;
-nslab's own code and tests use the new paths only."""
+"""One name per module: the flat module paths of nslab 0.2 (``nslab.lab``,
+``nslab.topo``, ...) no longer import (nslab 0.3 dropped the import hook that
+answered for them), the release notes list each with its new name, and
+nslab's own code, tests and scripts use the new paths only."""
 import ast
 import os
+import re
 import subprocess
 import sys
 
-from nslab._compat import MOVED
-
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NOTES = os.path.join(ROOT, "docs", "release-notes.md")
+
+
+def moved():
+    """``{old path: new path}`` from the release notes' table."""
+    text = open(NOTES, encoding="utf-8").read()
+    return dict(re.findall(r"^\| `(nslab\.[a-z_]+)` \| `(nslab\.[a-z_.]+)` \|$", text, re.M))
 
 
 def _python(code, *flags):
@@ -16,39 +23,31 @@ def _python(code, *flags):
                           cwd=ROOT, timeout=120)
 
 
-def test_an_old_path_is_the_new_module_and_warns_once():
-    res = _python("import warnings\n"
-                  "with warnings.catch_warnings(record=True) as w:\n"
-                  "    warnings.simplefilter('always')\n"
-                  "    import nslab.lab, nslab.runtime.lab\n"
-                  "    from nslab.study import Study\n"
-                  "    from nslab import topo\n"
-                  "from unittest import mock\n"
-                  "assert nslab.lab is nslab.runtime.lab\n"
-                  "assert nslab.lab.__spec__.name == 'nslab.runtime.lab'\n"
-                  "assert Study.__module__ == 'nslab.run.study' and topo.__name__ == 'nslab.model.topo'\n"
-                  "with mock.patch('nslab.lab.new_run_id', lambda: 'patched'):\n"
-                  "    assert nslab.runtime.lab.new_run_id() == 'patched'\n"
-                  "for x in w: print(x.category.__name__, x.filename, x.message)\n")
+def test_the_release_notes_name_every_old_path_s_new_module_and_none_imports():
+    table = moved()
+    assert len(table) == 57 and table["nslab.lab"] == "nslab.runtime.lab"
+    res = _python("import importlib, json, sys\n"
+                  f"table = {table!r}\n"
+                  "bad = []\n"
+                  "for old, new in table.items():\n"
+                  "    importlib.import_module(new)\n"
+                  "    try:\n"
+                  "        importlib.import_module(old)\n"
+                  "        bad.append(old)\n"
+                  "    except ModuleNotFoundError:\n"
+                  "        pass\n"
+                  "print(json.dumps(bad))\n"
+                  "print(any(type(f).__module__.startswith('nslab') for f in sys.meta_path))")
     assert res.returncode == 0, res.stderr
-    lines = res.stdout.splitlines()
-    assert len(lines) == 3 and all(l.startswith("DeprecationWarning <string> nslab.") for l in lines)
-    assert "nslab.lab is deprecated: import nslab.runtime.lab" in lines[0]
+    assert res.stdout.split() == ["[]", "False"]  # no old path, no finder of nslab's own
 
 
-def test_the_warning_is_an_error_where_warnings_are():
-    res = _python("import nslab.stats", "-W", "error::DeprecationWarning")
-    assert res.returncode != 0 and "nslab.stats is deprecated: import nslab.store.stats" in res.stderr
-
-
-def test_every_old_path_still_imports():
-    res = _python("import importlib, warnings\n"
-                  "from nslab._compat import MOVED\n"
-                  "warnings.simplefilter('ignore')\n"
-                  "for old, new in MOVED.items():\n"
-                  "    assert importlib.import_module(old) is importlib.import_module(new), old\n"
-                  "print(len(MOVED))")
-    assert res.returncode == 0 and int(res.stdout) == len(MOVED) >= 50, res.stderr
+def test_an_old_path_fails_as_any_missing_module():
+    res = _python("import nslab.topo")
+    assert res.returncode != 0 and "ModuleNotFoundError: No module named 'nslab.topo'" in res.stderr
+    res = subprocess.run([sys.executable, "-I", "-m", "nslab.traffic.probe", "--help"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert res.returncode == 0 and res.stdout.startswith("usage: python -m nslab.traffic.probe")
 
 
 def _imports(path):
@@ -64,20 +63,12 @@ def _imports(path):
 
 
 def test_nslab_itself_imports_no_old_path():
+    table = moved()
     found = []
     for top in ("nslab", "experiments", "topologies", "ovs", "frr", "tests", "scripts"):
         for dirpath, dirs, files in os.walk(os.path.join(ROOT, top)):
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(dirpath, d))]
             found += [(os.path.relpath(os.path.join(dirpath, f), ROOT), m) for f in files
                       if f.endswith(".py") for m in _imports(os.path.join(dirpath, f))
-                      if m in MOVED and f != "test_old_paths.py"]
-    assert len(MOVED) >= 50 and found == []
-
-
-def test_python_dash_m_with_an_old_path_runs_the_new_module():
-    """Runners of third-party studies start ``python -I -m nslab.probe`` in a node."""
-    res = subprocess.run([sys.executable, "-I", "-W", "always", "-m", "nslab.probe", "--help"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("usage: python -m nslab.traffic.probe")
-    assert "python -m nslab.probe is deprecated: use python -m nslab.traffic.probe" in res.stderr
+                      if m in table]
+    assert len(table) >= 50 and found == []
