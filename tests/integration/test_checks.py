@@ -241,3 +241,20 @@ def test_grade_three_folders_right_broken_hostile(tmp_path):
     now = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
     assert now <= namespaces
     assert sorted(os.listdir(hostile)) == ["checks.yaml", "lab.yaml"]
+
+
+@pytest.mark.parametrize("handout, topo, options", [
+    ("01-ip-aliases", "alias_pair", {}),
+    ("03-rfc2544-router", "rfc2544", {"dut": "router"}),
+])
+def test_a_handout_s_checks_file_holds_on_the_lab_its_handout_builds(handout, topo, options):
+    """Each handout without a study file of its own has a checks file
+    (examples/handouts/): on the lab the handout builds, every check holds."""
+    from nslab.run.registry import topology
+    path = os.path.join(ROOT, "examples", "handouts", f"{handout}.checks.yaml")
+    with Lab(topology(topo)(**options)) as lab:
+        res = nslab("check", lab.run_id, "--checks", path, "--format", "json", timeout=180)
+        assert res.returncode == 0, res.stdout + res.stderr
+        doc = json.loads(res.stdout)
+        assert doc["summary"]["fail"] == doc["summary"]["error"] == 0
+        assert doc["summary"]["pass"] == len(doc["results"]) >= 4
