@@ -25,7 +25,8 @@ from .cliutil import echo
 DEFAULT_CHECKS = "checks.yaml"
 
 EXAMPLES = """\b
-  nslab check                                   checks.yaml here, on the only lab up
+  nslab check                                   checks.yaml here (else the checks of the
+                                                topology file the lab was built from)
   nslab check --checks examples/clos-lab/checks.yaml --stage 1
   nslab check nl3f2a --checks lab.yaml --format junit -o checks.xml
   nslab check --checks checks.yaml --stage 2 --watch
@@ -48,6 +49,60 @@ def find_lab(run: Optional[str]) -> str:
                          "check it")
     raise InputError(f"{len(live)} labs are running ({', '.join(live)}): name the one to check "
                      "(nslab check LAB)")
+
+
+#: In a lab's work directory: the topology file it was built from, when that
+#: file has checks (``nslab topo up FILE``), and a digest of its text.
+CHECKS_SOURCE = "checks-source.json"
+
+
+def remember_checks(run_id: str, topology: str) -> Optional[str]:
+    """Note in lab ``run_id``'s work directory that it was built from the
+    topology file ``topology``, if that file has ``checks:`` or ``stages:``,
+    so that ``nslab check`` with no checks named finds them. Returns the
+    file's path (None: not a file with checks)."""
+    import hashlib
+
+    from ..model.checkfile import CHECK_KEYS
+    from ..model.topo_yaml import parse_yaml, read_text
+    from ..runtime import clean, statefile
+    if not topology.endswith((".yaml", ".yml")) or not os.path.isfile(topology):
+        return None
+    text = read_text(topology)
+    doc = parse_yaml(text, topology)
+    if not isinstance(doc, dict) or not any(k in doc for k in CHECK_KEYS):
+        return None
+    path = os.path.abspath(topology)
+    statefile.write(os.path.join(clean.workdir(run_id), CHECKS_SOURCE),
+                    {"path": path, "sha256": hashlib.sha256(text.encode()).hexdigest()})
+    return path
+
+
+def remembered_checks(run_id: str) -> str:
+    """The topology file lab ``run_id`` was built from, whose checks ``nslab
+    check`` runs when none are named; one line saying what to do otherwise
+    (none remembered, or the file changed since the lab was built)."""
+    import hashlib
+
+    from ..model import bounded
+    from ..model.topo_yaml import read_text
+    from ..runtime import clean
+    try:
+        data = bounded.load(os.path.join(clean.workdir(run_id), CHECKS_SOURCE), 64 * 1024)
+    except (OSError, ValueError):
+        data = None
+    path = data.get("path") if isinstance(data, dict) else None
+    if not isinstance(path, str) or not os.path.isabs(path):
+        raise InputError(f"no {DEFAULT_CHECKS} in this folder, and lab {run_id} was not built "
+                         "from a topology file with checks: name the checks with --checks FILE")
+    try:
+        now = hashlib.sha256(read_text(path).encode()).hexdigest()
+    except (OSError, InputError):
+        now = ""
+    if now != data.get("sha256"):
+        raise InputError(f"{printable(path)}: changed (or gone) since lab {run_id} was built from "
+                         f"it: name the checks with --checks FILE")
+    return path
 
 
 def pick_stages(suite: Suite, stage: Optional[str]) -> List[StagePlan]:
@@ -136,7 +191,8 @@ def run_once(run_id: str, suite: Suite, stages: Sequence[StagePlan], change_link
 @click.argument("lab", required=False, metavar="[LAB]")
 @click.option("--checks", "checks_path", default=None, metavar="FILE",
               help="A checks file, or a topology or study file with checks: or stages: "
-                   f"(default: {DEFAULT_CHECKS} in this folder).")
+                   f"(default: {DEFAULT_CHECKS} in this folder, else the checks of the "
+                   "topology file the lab was built from).")
 @click.option("--stage", default=None, metavar="N|all",
               help="The stage to run (its link changes, then its checks); all: every stage "
                    "in order. Needed when the file has several.")
@@ -177,8 +233,9 @@ def _check(lab: Optional[str], checks_path: Optional[str], stage: Optional[str],
            output: Optional[str], watch: bool, interval: float, list_only: bool) -> int:
     path = checks_path or DEFAULT_CHECKS
     if checks_path is None and not os.path.lexists(path):
-        raise InputError(f"no {DEFAULT_CHECKS} in this folder: name the checks with "
-                         "--checks FILE")
+        # the checks of the topology file the lab was built from (nslab topo up FILE)
+        path = remembered_checks(find_lab(lab))
+        echo(f"checks: {printable(path)} (the lab's topology file)", err=True)
     suite = load_checks(path)
     stages = pick_stages(suite, stage)
     if list_only:

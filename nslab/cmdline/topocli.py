@@ -304,6 +304,10 @@ def topo_up(ctx: click.Context, topology: str, with_cli: bool, hold: Optional[fl
         lab_cm = Lab(t, run_id=run_id, host_grants=host_grants)
     with lab_cm as lab:
         print_lab(lab)
+        from .checkcli import remember_checks
+        if remember_checks(lab.run_id, topology):  # its checks, for `nslab check` with none named
+            echo(f"checks: {printable(topology)} has checks: `nslab check {lab.run_id}` runs them",
+                 err=True)
         if with_cli:
             from .mncli import run_cli
             assert isinstance(lab, Lab)  # --cli with --hosts was refused above

@@ -258,3 +258,39 @@ def test_a_handout_s_checks_file_holds_on_the_lab_its_handout_builds(handout, to
         doc = json.loads(res.stdout)
         assert doc["summary"]["fail"] == doc["summary"]["error"] == 0
         assert doc["summary"]["pass"] == len(doc["results"]) >= 4
+
+
+def test_nslab_check_runs_the_checks_of_the_file_the_lab_was_built_from(tmp_path):
+    """`nslab topo up lab.yaml` (a file with checks), then `nslab check` from
+    a folder with no checks.yaml: the lab's own file's checks run."""
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(textwrap.dedent("""\
+        name: remembered
+        nodes: {h1: {ip: 10.9.0.1/24}, h2: {ip: 10.9.0.2/24}}
+        links: [{a: h1, b: h2}]
+        checks:
+          - {check: ping, from: h1, to: 10.9.0.2, within: 10}
+          - {check: interface, node: h2, interface: h2-eth0, state: up}
+    """))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    before = {j["run"] for j in live_journals()}
+    up = subprocess.Popen([NSLAB, "--results", str(tmp_path / "r"), "topo", "up", str(lab),
+                           "--for", "120"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, text=True)
+    try:
+        err = []
+        threading.Thread(target=lambda: err.extend(up.stderr), daemon=True).start()
+        deadline = time.monotonic() + 60
+        while not any("has checks: `nslab check" in line for line in err):
+            assert time.monotonic() < deadline and up.poll() is None, "".join(err)
+            time.sleep(0.1)
+        (run,) = {j["run"] for j in live_journals() if j.get("pid") == up.pid} - before
+        res = nslab("check", run, "--format", "json", cwd=str(elsewhere))
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"checks: {lab} (the lab's topology file)" in res.stderr
+        assert json.loads(res.stdout)["summary"] == {"pass": 2, "fail": 0, "error": 0}
+    finally:
+        up.send_signal(signal.SIGINT)
+        up.wait(30)
+    assert not {j["run"] for j in live_journals()} - before

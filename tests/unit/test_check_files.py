@@ -286,3 +286,34 @@ def test_any_text_is_loaded_or_refused_in_one_line(tmp_path, text):
         checkfile.load(str(f))
     except InputError as exc:
         assert str(exc).startswith(str(f)) and "\n" not in str(exc)
+
+
+def test_a_lab_built_from_a_topology_file_with_checks_remembers_it(tmp_path, monkeypatch):
+    """`nslab topo up lab.yaml` notes the file (if it has checks) in the lab's
+    work directory; `nslab check` with no checks named runs them, unless the
+    file changed since (then one line says to name it)."""
+    from nslab.cmdline import checkcli
+    from nslab.runtime import clean
+    monkeypatch.setattr(clean, "workdir", lambda run: str(tmp_path / "work" / run))
+    lab = tmp_path / "lab.yaml"
+    lab.write_text(open(os.path.join(EXAMPLE, "lab.yaml")).read()
+                   + "checks:\n  - {check: ping, from: server1, to: server2}\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(open(os.path.join(EXAMPLE, "lab.yaml")).read())
+    with pytest.raises(InputError, match=r"lab nl0001 was not built from a topology file with "
+                                         r"checks: name the checks with --checks FILE"):
+        checkcli.remembered_checks("nl0001")
+    assert checkcli.remember_checks("nl0001", str(plain)) is None
+    assert checkcli.remember_checks("nl0001", "clos,2") is None   # a registered topology
+    with pytest.raises(InputError):
+        checkcli.remembered_checks("nl0001")
+    assert checkcli.remember_checks("nl0001", str(lab)) == str(lab)
+    assert checkcli.remembered_checks("nl0001") == str(lab)
+    assert checkfile.load(str(lab)).stages[0].checks[0][1].check == "ping"
+    lab.write_text(lab.read_text() + "  - {check: ping, from: server2, to: server1}\n")
+    with pytest.raises(InputError, match=r"lab.yaml: changed \(or gone\) since lab nl0001 was "
+                                         r"built from it: name the checks with --checks FILE"):
+        checkcli.remembered_checks("nl0001")
+    lab.unlink()
+    with pytest.raises(InputError, match=r"changed \(or gone\)"):
+        checkcli.remembered_checks("nl0001")
