@@ -324,7 +324,6 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
     time budget and the progress estimates (the virtual RFC 2544 bed's guest
     passes the host's clock: its own counts instructions).
     """
-    from ..runtime.provenance import collect_provenance
     if store is None:
         store, cfg = open_store(study, cfg, results_root, run_id, resume)
     run_id = (run_id or new_run_id()) if resume else store.run_id
@@ -343,107 +342,154 @@ def run_study(study: Study, cfg: Any, results_root: str = "results",
         store.write_provenance(prov)
         away(cfg, store, run_id, progress)
         return store.path
-    rounds = cfg.sampling_rounds() if isinstance(cfg, StudyConfig) else \
-        int(getattr(cfg, "rounds", 1) or 1)
-    budget = getattr(cfg, "budget_s", None)
-    labs = study.labs(cfg)
-    # before any lab is built: the plan of the last round bounds them all
-    check_plan(len(labs), study.points(config_of_round(cfg, rounds - 1)),
-               f"the {study.name} study")
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    from ..traffic.noise import idle_jitter
-    noise = idle_jitter()
-    t0 = clock()
-    sampling: Dict[str, Any] = {"rounds": rounds, "budget_s": budget, "rounds_run": 0,
-                                "stopped": "one round" if rounds == 1 else ""}
-    first_id = True
-    open_claims: List[Any] = []
-    need = 0.0  # what the next round should take, from what the rounds so far cost
-    # what a lab's build and one point cost so far: the next round's estimate
-    cost = {"points": 0, "point_s": 0.0, "labs": 0, "once_s": 0.0}
-    for r in range(rounds):
-        cfg_r = config_of_round(cfg, r)
+    return StudyRun(study, cfg, store, run_id, progress=progress, lab_factory=lab_factory,
+                    host_grants=host_grants, clock=clock).run()
+
+
+class StudyRun:
+    """One run of a study on this machine, in the steps :func:`run_study`
+    takes once the store is open and the study runs here: each sampling
+    round (:meth:`round`) measures the points it still needs, lab by lab
+    (:meth:`lab`: build it, set it up, measure its points, tear it down);
+    between rounds :meth:`next_round` judges the claims and says whether
+    another round can change one, within the time budget. The sampling's
+    outcome goes into the run's provenance."""
+
+    def __init__(self, study: Study, cfg: Any, store: ResultStore, run_id: str, *,
+                 progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None,
+                 host_grants: Optional[HostGrants] = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        from ..traffic.noise import idle_jitter
+        self.study, self.cfg, self.store, self.run_id = study, cfg, store, run_id
+        self.progress, self.host_grants, self.clock = progress, host_grants, clock
+        self.lab_factory = lab_factory or lab_module.Lab
+        self.rounds = cfg.sampling_rounds() if isinstance(cfg, StudyConfig) else \
+            int(getattr(cfg, "rounds", 1) or 1)
+        self.budget: Optional[float] = getattr(cfg, "budget_s", None)
+        self.labs = study.labs(cfg)
+        # before any lab is built: the plan of the last round bounds them all
+        check_plan(len(self.labs), study.points(config_of_round(cfg, self.rounds - 1)),
+                   f"the {study.name} study")
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.noise = idle_jitter()
+        self.t0 = clock()
+        self.sampling: Dict[str, Any] = {"rounds": self.rounds, "budget_s": self.budget,
+                                         "rounds_run": 0,
+                                         "stopped": "one round" if self.rounds == 1 else ""}
+        self.first_id = True  # the first lab built takes the run's id
+        self.open_claims: List[Any] = []
+        #: what the next round should take, from what the rounds so far cost
+        self.need = 0.0
+        #: what a lab's build and one point cost so far: the next round's estimate
+        self.cost: Dict[str, Any] = {"points": 0, "point_s": 0.0, "labs": 0, "once_s": 0.0}
+
+    def run(self) -> str:
+        """Every round the sampling allows; returns the run directory."""
+        for r in range(self.rounds):
+            self.round(r)
+            self.sampling["rounds_run"] = r + 1
+            if r + 1 == self.rounds:
+                self.sampling["stopped"] = (self.sampling["stopped"]
+                                            or f"all {self.rounds} rounds measured")
+                break
+            stop = self.next_round(r)
+            if stop:
+                self.sampling["stopped"] = stop
+                break
+        prov = self.store.provenance()
+        prov["sampling"] = self.sampling
+        self.store.write_provenance(prov)
+        return self.store.path
+
+    def round(self, r: int) -> None:
+        """Round ``r``: the points of its plan not measured yet (after the
+        first, only those an undecided claim reads), lab by lab."""
+        study, cfg_r = self.study, config_of_round(self.cfg, r)
         plan = study.points(cfg_r)
-        done = store.done_keys()
+        done = self.store.done_keys()
         todo = [p for p in plan if point_key(p) not in done]
         if r > 0:
-            todo = study.needed(cfg_r, todo, open_claims)
+            todo = study.needed(cfg_r, todo, self.open_claims)
         if r == 0 and len(todo) < len(plan):
-            log.info("resuming %s: %d of %d points already measured", store.path,
+            log.info("resuming %s: %d of %d points already measured", self.store.path,
                      len(plan) - len(todo), len(plan))
-        if todo:
-            if r > 0:
-                line = (f"round {r + 1} of {rounds}: {len(todo)} point(s) again for the "
-                        f"{len(open_claims)} claim(s) still undecided"
-                        + (f", ~{need:.0f} s" if need else ""))
-                log.info("%s", line)
-                if progress:
-                    sys.stderr.write(line + "\n")
-                    sys.stderr.flush()
-            prog = Progress(len(todo), enabled=progress, clock=clock)
+        if not todo:
+            return
+        if r > 0:
+            line = (f"round {r + 1} of {self.rounds}: {len(todo)} point(s) again for the "
+                    f"{len(self.open_claims)} claim(s) still undecided"
+                    + (f", ~{self.need:.0f} s" if self.need else ""))
+            log.info("%s", line)
+            if self.progress:
+                sys.stderr.write(line + "\n")
+                sys.stderr.flush()
+        prog = Progress(len(todo), enabled=self.progress, clock=self.clock)
+        try:
+            with study.session(cfg_r):
+                for key, topo in self.labs.items():
+                    mine = [p for p in todo if study.lab_key(cfg_r, p) == key]
+                    if mine:
+                        self.lab(key, topo, mine, cfg_r, prog)
+        finally:
+            prog.close()
+
+    def lab(self, key: str, topo: Any, points: List[Dict[str, Any]], cfg_r: Any,
+            prog: Progress) -> None:
+        """Build lab ``key`` of ``topo``, set it up (its set-up goes into the
+        provenance), measure ``points`` on it, appending each as it comes,
+        and tear it down."""
+        from ..runtime.provenance import collect_provenance
+        study, store = self.study, self.store
+        lab_id = self.run_id if self.first_id else new_run_id()
+        self.first_id = False
+        _draw(topo, store.path, key)
+        self.cost["labs"] += 1
+        with self.lab_factory(topo, run_id=lab_id, host_grants=self.host_grants) as lab:
+            runner = study.runner(key, lab, cfg_r, store)
+            info = runner.setup()
+            if isinstance(info, dict):  # set-up later labs reuse
+                self.cost["once_s"] += float(info.get("once_s") or 0.0)
+            _provenance(store, collect_provenance(
+                lab, sysctls=study.sysctls,
+                extra={"config": self.cfg.model_dump(mode="json"), "started": self.started,
+                       "study": study.name, "host_noise": self.noise}), key, info)
             try:
-                with study.session(cfg_r):
-                    for key, topo in labs.items():
-                        mine = [p for p in todo if study.lab_key(cfg_r, p) == key]
-                        if not mine:
-                            continue
-                        lab_id = run_id if first_id else new_run_id()
-                        first_id = False
-                        _draw(topo, store.path, key)
-                        cost["labs"] += 1
-                        with (lab_factory or lab_module.Lab)(topo, run_id=lab_id,
-                                                  host_grants=host_grants) as lab:
-                            runner = study.runner(key, lab, cfg_r, store)
-                            info = runner.setup()
-                            if isinstance(info, dict):  # set-up later labs reuse
-                                cost["once_s"] += float(info.get("once_s") or 0.0)
-                            _provenance(store, collect_provenance(
-                                lab, sysctls=study.sysctls,
-                                extra={"config": cfg.model_dump(mode="json"), "started": started,
-                                       "study": study.name, "host_noise": noise}), key, info)
-                            try:
-                                for point in mine:
-                                    t_point = clock()
-                                    m, raw, summary, host = measure_point(study, runner, point,
-                                                                          cfg_r)
-                                    cost["points"] += 1
-                                    cost["point_s"] += clock() - t_point
-                                    store.append(point, m, raw=raw, host=host)
-                                    if host["disturbed"]:
-                                        summary += (f" [host interference: {host['worst_pct']:.0f}"
-                                                    " % of the CPUs]")
-                                    prog.point(study.describe_point(point), summary)
-                            finally:
-                                runner.finish()
+                for point in points:
+                    t_point = self.clock()
+                    m, raw, summary, host = measure_point(study, runner, point, cfg_r)
+                    self.cost["points"] += 1
+                    self.cost["point_s"] += self.clock() - t_point
+                    store.append(point, m, raw=raw, host=host)
+                    if host["disturbed"]:
+                        summary += f" [host interference: {host['worst_pct']:.0f} % of the CPUs]"
+                    prog.point(study.describe_point(point), summary)
             finally:
-                prog.close()
-        sampling["rounds_run"] = r + 1
-        if r + 1 == rounds:
-            sampling["stopped"] = sampling["stopped"] or f"all {rounds} rounds measured"
-            break
+                runner.finish()
+
+    def next_round(self, r: int) -> Optional[str]:
+        """After round ``r``: why sampling stops now (every claim decided, or
+        the budget would not hold the next round), else None, with the
+        claims still open and what the next round should take."""
+        study = self.study
         with claims_only():  # judged, not rendered: the run renders its report once, at the end
-            claims = report_of(study, store.path).claims
-        open_claims = [c for c in claims if c.verdict == "undecided"]
-        if not open_claims:
-            sampling["stopped"] = f"every claim decided after round {r + 1}"
-            break
-        spent = clock() - t0
-        nxt = config_of_round(cfg, r + 1)
+            claims = report_of(study, self.store.path).claims
+        self.open_claims = [c for c in claims if c.verdict == "undecided"]
+        if not self.open_claims:
+            return f"every claim decided after round {r + 1}"
+        spent = self.clock() - self.t0
+        nxt = config_of_round(self.cfg, r + 1)
         nxt_todo = study.needed(nxt, [p for p in study.points(nxt)
-                                      if point_key(p) not in store.done_keys()], open_claims)
-        need = round_cost(cost, spent, len(nxt_todo),
-                          len({study.lab_key(nxt, p) for p in nxt_todo}))
-        if budget is not None and spent + need > budget:
-            sampling["stopped"] = (f"the time budget ({budget:.0f} s) would not hold another "
-                                   f"round (spent {spent:.0f} s in {r + 1}; the next, "
-                                   f"{len(nxt_todo)} points, would take ~{need:.0f} s)")
-            break
+                                      if point_key(p) not in self.store.done_keys()],
+                                self.open_claims)
+        self.need = round_cost(self.cost, spent, len(nxt_todo),
+                               len({study.lab_key(nxt, p) for p in nxt_todo}))
+        if self.budget is not None and spent + self.need > self.budget:
+            return (f"the time budget ({self.budget:.0f} s) would not hold another "
+                    f"round (spent {spent:.0f} s in {r + 1}; the next, "
+                    f"{len(nxt_todo)} points, would take ~{self.need:.0f} s)")
         log.info("after round %d: %d of %d claims undecided; measuring the %d points they "
-                 "need again", r + 1, len(open_claims), len(claims), len(nxt_todo))
-    prov = store.provenance()
-    prov["sampling"] = sampling
-    store.write_provenance(prov)
-    return store.path
+                 "need again", r + 1, len(self.open_claims), len(claims), len(nxt_todo))
+        return None
 
 
 def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
