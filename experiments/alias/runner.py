@@ -22,6 +22,7 @@ from nslab.model.shaping import goodput_ceiling, parse_rate
 
 from .config import AliasConfig
 from .model import alias_addresses, alias_batch, invalid_reasons, window_payload
+from nslab.run.study import Measured
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,10 @@ class AliasRunner:
         here, with the clients spawned in under 1 s."""
         return max(1.0 + 0.004 * procs, 1.0 + 2 * self.spawn_s * (procs + 1))
 
-    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+    def measure(self, point: Dict[str, Any]) -> Measured:
+        return Measured(*self._measure_point(point))
+
+    def _measure_point(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
         n, mode = int(point["n"]), point["mode"]
         dur = self.cfg.duration
         warm, cool = min(1.0, 0.1 * dur), min(0.5, 0.05 * dur)

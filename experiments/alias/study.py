@@ -26,7 +26,7 @@ from .config import AliasConfig
 from .records import SCHEMA
 
 
-class AliasStudy(Study):
+class AliasStudy(Study[AliasConfig]):
     name = "alias"
     title = "Study 1: IP aliases, throughput vs number of aliases"
     order = 1

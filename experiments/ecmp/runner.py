@@ -16,6 +16,7 @@ from nslab.safeio import write_atomic
 
 from .config import EcmpConfig
 from .model import PORT, assign_links, parse_tcpdump_ports, split_label
+from nslab.run.study import Measured
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,10 @@ class EcmpRunner:
         return {intf: int(self.sender.run(["cat", f"/sys/class/net/{intf}/statistics/tx_bytes"])
                           .stdout.strip()) for intf in self.uplinks}
 
-    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+    def measure(self, point: Dict[str, Any]) -> Measured:
+        return Measured(*self._measure_point(point))
+
+    def _measure_point(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
         from nslab.traffic.iperf import client_argv, parse
         policy, trial = int(point["policy"]), int(point["trial"])
         self.set_policy(policy)

@@ -20,7 +20,7 @@ from .config import EcmpConfig
 from .records import SCHEMA
 
 
-class EcmpStudy(Study):
+class EcmpStudy(Study[EcmpConfig]):
     name = "ecmp"
     title = "Study 2: ECMP hashing, fib_multipath_hash_policy L3 vs L4"
     order = 2

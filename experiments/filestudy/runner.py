@@ -31,6 +31,7 @@ from .model import (Convergence, Cpu, DaemonCont, Delivery, Pktgen, DaemonKill, 
                     LinkRate, LinkRestore, LinkUp, Links, Outage, Probe, SetSysctl)
 from .spec import Loaded, address_of, link_ends, metric_name
 from .analysis import late_events
+from nslab.run.study import Measured
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +145,10 @@ class FileRunner:
         return [r.model_dump() for r in results]
 
     # -- one trial ------------------------------------------------------------------------
-    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+    def measure(self, point: Dict[str, Any]) -> Measured:
+        return Measured(*self._measure_point(point))
+
+    def _measure_point(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
         tag = raw_tag(point)
         captures = self.captures.start(point, tag)  # those the file asks of this trial
         try:

@@ -116,7 +116,7 @@ def config_class(loaded: Loaded) -> Type[FileStudyConfig]:
     return cls
 
 
-class FileStudy(Study):
+class FileStudy(Study[FileStudyConfig]):
     """A study written as a file; ``study_class(path)`` makes its class."""
 
     Config: ClassVar[Type[FileStudyConfig]] = FileStudyConfig

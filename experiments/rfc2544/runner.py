@@ -22,6 +22,7 @@ from .bed import napi_on
 from .calibration import Calibration
 from .model import nominal_fps
 from .search import Tests
+from nslab.run.study import Measured
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +104,10 @@ class Rfc2544Runner(Tests, Calibration):
         info["once_s"] = round(once, 1)
         return info
 
-    def measure(self, p: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+    def measure(self, p: Dict[str, Any]) -> Measured:
+        return Measured(*self._measure_point(p))
+
+    def _measure_point(self, p: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
         """One point: a test at one frame size."""
         size, test = p["frame"], p["test"]
         if test == "back-to-back":

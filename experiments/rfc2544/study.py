@@ -22,7 +22,7 @@ from .config import Rfc2544Config
 from .records import SCHEMA
 
 
-class Rfc2544Study(Study):
+class Rfc2544Study(Study[Rfc2544Config]):
     name = "rfc2544"
     title = "Study 3: RFC 2544, Linux bridge vs Linux router"
     order = 3

@@ -27,7 +27,8 @@ import os
 import random
 import sys
 import time
-from typing import (Any, Callable, ClassVar, ContextManager, Dict, List, Mapping, Optional, Protocol, Sequence,
+from typing import (Any, Callable, ClassVar, ContextManager, Dict, Generic, List, Mapping, NamedTuple,
+                    Optional, Protocol, Sequence, TypeVar,
                     Tuple, Type)
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -145,21 +146,39 @@ class StudyConfig(BaseModel):
                               ) from None
 
 
+#: A point of a study's grid: its parameters by name (``{"n": 16, "repeat": 0}``).
+Point = Dict[str, Any]
+#: A study's configuration type (its ``Config``, a :class:`StudyConfig` or like one).
+ConfigT = TypeVar("ConfigT")
+
+
+class Measured(NamedTuple):
+    """What a runner measured at one point."""
+
+    #: the point's measurements, as the study's record schema types them
+    measurements: Dict[str, Any]
+    #: paths of the raw outputs kept beside the records (relative to the run)
+    raw: List[str]
+    #: one line for the progress display
+    summary: str
+
+
 class Runner(Protocol):
     """What a study's runner does with one lab."""
 
     def setup(self) -> Dict[str, Any]:
         """Prepare the lab; return facts for the provenance."""
 
-    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
-        """Measure one point: (measurements, raw output paths, one-line summary)."""
+    def measure(self, point: Point) -> Measured:
+        """Measure one point."""
 
     def finish(self) -> None:
         """Keep what must be kept before the lab goes (e.g. daemon logs)."""
 
 
-class Study:
-    """Base class of studies (see the module docstring)."""
+class Study(Generic[ConfigT]):
+    """Base class of studies (see the module docstring), generic over its
+    configuration type: ``class AliasStudy(Study[AliasConfig])``."""
 
     name: ClassVar[str] = ""
     title: ClassVar[str] = ""
@@ -176,29 +195,29 @@ class Study:
     #: point's host figure is only recorded)
     reruns_points: ClassVar[bool] = True
 
-    def needs(self, cfg: Any) -> List[str]:
+    def needs(self, cfg: ConfigT) -> List[str]:
         return []
 
-    def check_hosts(self, cfg: Any) -> None:
+    def check_hosts(self, cfg: ConfigT) -> None:
         """Raise one line if this study cannot run on labs across hosts
         (``--hosts``, :class:`~nslab.hosts.remote.MultiLab`); called before anything
         is built. Every study can, unless it says otherwise."""
 
-    def labs(self, cfg: Any) -> Dict[str, Any]:
+    def labs(self, cfg: ConfigT) -> Dict[str, Any]:
         raise NotImplementedError
 
-    def lab_key(self, cfg: Any, point: Dict[str, Any]) -> str:
+    def lab_key(self, cfg: ConfigT, point: Point) -> str:
         keys = list(self.labs(cfg))
         return keys[0]
 
-    def points(self, cfg: Any) -> List[Dict[str, Any]]:
+    def points(self, cfg: ConfigT) -> List[Point]:
         raise NotImplementedError
 
-    def session(self, cfg: Any) -> ContextManager[Any]:
+    def session(self, cfg: ConfigT) -> ContextManager[Any]:
         """Held around the whole run (e.g. a machine-wide lock)."""
         return contextlib.nullcontext()
 
-    def runner(self, key: str, lab: LabLike, cfg: Any, store: ResultStore) -> Runner:
+    def runner(self, key: str, lab: LabLike, cfg: ConfigT, store: ResultStore) -> Runner:
         raise NotImplementedError
 
     def report(self, run_dir: str) -> StudyReport:
@@ -210,7 +229,7 @@ class Study:
         default."""
         return {}
 
-    def elsewhere(self, cfg: Any) -> Optional[Callable[..., None]]:
+    def elsewhere(self, cfg: ConfigT) -> Optional[Callable[..., None]]:
         """What runs this study somewhere else than this machine's namespaces,
         or None (the default): here. A study whose trials run in a guest (the
         RFC 2544 virtual bed) returns a callable ``(cfg, store, run_id,
@@ -218,15 +237,15 @@ class Study:
         it the store it made, with the configuration already saved in it."""
         return None
 
-    def note(self, cfg: Any) -> Optional[str]:
+    def note(self, cfg: ConfigT) -> Optional[str]:
         """Something the user should know before the run starts (printed on stderr)."""
         return None
 
-    def describe_point(self, point: Dict[str, Any]) -> str:
+    def describe_point(self, point: Point) -> str:
         return " ".join(f"{k}={v}" for k, v in point.items())
 
-    def needed(self, cfg: Any, points: List[Dict[str, Any]],
-               open_claims: List[Any]) -> List[Dict[str, Any]]:
+    def needed(self, cfg: ConfigT, points: List[Point],
+               open_claims: List[Any]) -> List[Point]:
         """Of a later sampling round's ``points``, those that can move one of
         ``open_claims`` (the claims still undecided): the points a claim
         ``reads``, or every point for a claim that does not say
@@ -271,7 +290,7 @@ class Progress:
             self._bar = None
 
 
-def open_store(study: Study, cfg: Any, results_root: str, run_id: Optional[str],
+def open_store(study: Study[Any], cfg: Any, results_root: str, run_id: Optional[str],
                resume: Optional[str] = None) -> Tuple[ResultStore, Any]:
     """A new run directory (made fresh, under ``run_id`` or a free id: see
     :meth:`ResultStore.create`), or on resume the existing one with the
@@ -294,7 +313,7 @@ def open_store(study: Study, cfg: Any, results_root: str, run_id: Optional[str],
     return store, study.Config.saved(saved, f"{resume}: saved configuration")
 
 
-def run_study(study: Study, cfg: Any, results_root: str = "results",
+def run_study(study: Study[Any], cfg: Any, results_root: str = "results",
               run_id: Optional[str] = None, resume: Optional[str] = None,
               progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None,
               host_grants: Optional[HostGrants] = None,
@@ -355,7 +374,7 @@ class StudyRun:
     another round can change one, within the time budget. The sampling's
     outcome goes into the run's provenance."""
 
-    def __init__(self, study: Study, cfg: Any, store: ResultStore, run_id: str, *,
+    def __init__(self, study: Study[Any], cfg: Any, store: ResultStore, run_id: str, *,
                  progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None,
                  host_grants: Optional[HostGrants] = None,
                  clock: Callable[[], float] = time.monotonic) -> None:

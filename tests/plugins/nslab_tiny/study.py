@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, ClassVar, Dict, List, Tuple
+from typing import Any, ClassVar, Dict, List
 
 from pydantic import Field
 from typing_extensions import Annotated
@@ -13,7 +13,7 @@ from typing_extensions import Annotated
 from nslab.store.records import Record, RecordSchema, Strict
 from nslab.store.reporting import Claim, StudyReport, render, write_markdown_and_html
 from nslab.store.stats import mean
-from nslab.run.study import Study, StudyConfig, expand
+from nslab.run.study import Measured, Point, Study, StudyConfig, expand
 
 
 class TinyConfig(StudyConfig):
@@ -41,17 +41,17 @@ class TinyRunner:
     def setup(self) -> Dict[str, Any]:
         return {"peer": self.lab["h2"].ip}
 
-    def measure(self, point: Dict[str, Any]) -> Tuple[Dict[str, Any], List[str], str]:
+    def measure(self, point: Point) -> Measured:
         out = self.lab["h1"].run(["ping", "-c", str(self.cfg.pings), "-i", "0.2",
                                   self.lab["h2"].ip]).stdout
         rtt = float(re.search(r"= [\d.]+/([\d.]+)/", out).group(1))
-        return {"rtt_ms": rtt}, [], f"rtt {rtt:.3f} ms"
+        return Measured({"rtt_ms": rtt}, [], f"rtt {rtt:.3f} ms")
 
     def finish(self) -> None:
         pass
 
 
-class TinyStudy(Study):
+class TinyStudy(Study[TinyConfig]):
     name = "tiny"
     title = "Tiny: ping over a veth"
     source = "tests/plugins"
