@@ -299,11 +299,14 @@ def test_as_wire_cuts_frames_to_the_mtu_and_puts_the_offloads_back(make_lab, tmp
         return parse_features(lab[node].run(["ethtool", "-k", f"{node}-eth0"]).stdout)
     before = {n: features(n) for n in ("h1", "h2")}
     out = tmp_path / "wire.pcapng"
-    client = iperf_for(lab, 2)
     cap = Cli("capture", "h2:h2-eth0", lab.run_id, "-w", str(out), "--as-wire", "-c", "2000")
     cap.wait_for(r"segmentation offloads off on h2:h2-eth0, h1:h1-eth0 until it ends")
+    # read before the traffic starts: with iperf already running, 2,000 frames
+    # took milliseconds and the capture had put the offloads back before ethtool
+    # read them (a CI run on Debian 13: TSO read on)
     assert not features("h1")["tcp-segmentation-offload"][0]
     assert not features("h2")["generic-segmentation-offload"][0]
+    client = iperf_for(lab, 2)
     rc, err = cap.finish(timeout=15)
     client.join(timeout=10)
     assert rc == 0, err
