@@ -51,7 +51,7 @@ class Loaded:
     """A checked study file: the model, where it came from, and what it resolved."""
 
     def __init__(self, spec: StudyFile, path: str, text: str, doc: Any,
-                 origin: Optional[StudyFile] = None) -> None:
+                 origin: Optional[StudyFile] = None, checks: Optional[Suite] = None) -> None:
         self.spec, self.path, self.text, self.doc = spec, path, text, doc
         # the values a `when` may name: the file's own sweep and its presets'
         src = origin or spec
@@ -66,8 +66,9 @@ class Loaded:
         self.topologies: Dict[str, Topology] = {}
         #: its ``checks:`` and ``stages:`` (None: it has none). ``checks:`` run
         #: on each lab before its first trial (:meth:`.runner.FileRunner.setup`);
-        #: ``stages:`` are a classroom's, for ``nslab check --stage``.
-        self.checks: Optional[Suite] = None
+        #: ``stages:`` are a classroom's, for ``nslab check --stage``. A file
+        #: resolved for a configuration keeps its original's.
+        self.checks: Optional[Suite] = checks
 
     def fail(self, loc: Tuple[Any, ...], message: str) -> InputError:
         return InputError(f"{self.path}:{line_of(self.doc, loc)}: {field_path(loc)}: {message}")

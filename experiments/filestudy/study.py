@@ -60,7 +60,7 @@ class FileStudyConfig(StudyConfig):
         try:
             trial = Loaded(spec.model_copy(update={"sweep": sweep, "duration": self.duration,
                                                    "repeat": self.repeat, "presets": {}}),
-                           loaded.path, loaded.text, loaded.doc, spec)
+                           loaded.path, loaded.text, loaded.doc, spec, loaded.checks)
             check(trial)
             if spec.captures and self.rounds > 1:
                 # each later sampling round adds `repeat` trials to a point: the
@@ -136,7 +136,7 @@ class FileStudy(Study[FileStudyConfig]):
         # the file was validated once; the configuration's values were validated by it
         out = Loaded(spec.model_copy(update={"sweep": cls.sweep(cfg), "duration": cfg.duration,
                                              "repeat": cfg.repeat, "presets": {}}),
-                     cls.loaded.path, cls.loaded.text, cls.loaded.doc, spec)
+                     cls.loaded.path, cls.loaded.text, cls.loaded.doc, spec, cls.loaded.checks)
         check(out)
         return out
 

@@ -502,3 +502,8 @@ def test_study_check_says_the_checks_the_shipped_failover_study_runs_first():
     loaded = load(FAILOVER)
     kinds = [c.check for _, c in loaded.checks.stage(1).checks]
     assert kinds == ["route", "route", "ping"]
+    # the file as a run resolves it for a preset (what FileRunner is given)
+    # keeps its checks: a CI run found them dropped there, and no check ran
+    cls = study_class(FAILOVER)
+    resolved = cls.resolved(cls.Config.preset("quick"))
+    assert [c.check for _, c in resolved.checks.stage(1).checks] == kinds
