@@ -1,12 +1,16 @@
-"""What each of the two boxes does, run inside its QEMU guest by test_two_boxes.py.
+"""What each of the two boxes does in the two-box flows, run inside its QEMU
+guest by pair_box.py (the pair of tests/vm/conftest.py):
 
-    box.py server   box B: the posts' server.sh (nslab alias serve) and a frame sink
-    box.py client   box A: ethtool, the alias sweep across its uplink, an RFC 2544
-                    trial across the wire, then a crash and `nslab clean`
+    server(out, nic, until)   box B: the posts' server.sh (nslab alias serve) and a
+                              frame sink, until ``until()`` returns; then a crash
+                              and `nslab clean`
+    client(out, nic)          box A: ethtool, the alias sweep across its uplink, an
+                              RFC 2544 trial across the wire, then a crash and
+                              `nslab clean`
 
-Each box finds its NIC by MAC (``NIC_MAC``), gives it a configuration a user's
-NIC would have (up, an address), snapshots it, and writes what it saw to
-``BOX_OUT/<role>.json``. Progress lines go to stdout.
+Each box finds its NIC by MAC, gives it a configuration a user's NIC would
+have (up, an address), snapshots it, and returns what it saw (pair_box.py
+writes it to ``BOX_OUT/<role>.json``). Progress lines go to stdout.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)  # the venv this runs in (make VENV=...)
@@ -131,8 +136,9 @@ def wait_for(pred, timeout: float, step: float = 0.5) -> bool:
     return False
 
 
-def server(out: str, nic: str) -> dict:
-    """Box B: aliases with an iperf2 server each, and a frame sink, until told to stop."""
+def server(out: str, nic: str, until: Callable[[], str]) -> dict:
+    """Box B: aliases with an iperf2 server each, and a frame sink, until
+    ``until()`` returns (what it says is logged)."""
     configure(nic, B_ADDR)
     result: dict = {"nic": nic, "before": snapshot(nic)}
     serve = subprocess.Popen([NSLAB, "alias", "serve", "--iface", nic, "--aliases", str(ALIASES),
@@ -149,8 +155,7 @@ def server(out: str, nic: str) -> dict:
     window = TrialWindow(nic)
     window.start()
     say("B-READY")
-    line = sys.stdin.readline()  # the host says when box A is done
-    say(f"host says: {line.strip()!r}")
+    say(f"told: {until()}")  # box A's part is done
     sink.send_signal(signal.SIGINT)
     result["sink"] = json.loads(sink.communicate(timeout=30)[0].strip().splitlines()[-1])
     result["rx_after"] = int(open(f"/sys/class/net/{nic}/statistics/rx_packets").read())
@@ -248,20 +253,3 @@ def _records(path: str) -> list:
         if os.path.exists(rec):
             out += [json.loads(l) for l in open(rec) if l.strip()]
     return out
-
-
-def main() -> int:
-    from nslab.runtime.testing import hold_rx_timestamps
-    held = hold_rx_timestamps()  # a guest under TCG: see its docstring  # noqa: F841
-    role, out = sys.argv[1], os.environ["BOX_OUT"]
-    nic = nic_by_mac(os.environ["NIC_MAC"])
-    say(f"box {role}: NIC {nic}")
-    result = (server if role == "server" else client)(out, nic)
-    with open(os.path.join(out, f"{role}.json"), "w") as f:
-        json.dump(result, f, indent=1, default=str)
-    say(f"box {role}: done")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

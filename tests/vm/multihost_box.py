@@ -1,15 +1,17 @@
-"""A lab across two machines, run inside two QEMU guests by test_multihost_guests.py.
+"""A lab across two machines, run inside the two QEMU guests of the two-box
+tier by pair_box.py (the pair of tests/vm/conftest.py):
 
-    multihost_box.py host         box B: its NIC up, an sshd, until told to stop
-    multihost_box.py controller   box A: its NIC up, an sshd, then, across A and B:
-                                  a 2x2 clos (`nslab topo up --hosts`) that must
-                                  converge over VXLAN, then a crash of every agent
-                                  and of the controller, then `nslab clean --hosts`
+    setup(out, role, mac)   either box: its underlay NIC up, an sshd
+    controller(out)         box A, across A and B: a 2x2 clos (`nslab topo up
+                            --hosts`) that must converge over VXLAN, then a crash
+                            of every agent and of the controller, then `nslab
+                            clean --hosts`
 
 The guests boot Debian's stock kernel (VXLAN, FRR's needs: all modules) and
 are joined by emulated Intel NICs (e1000) over a QEMU socket: the underlay.
 The sshd is the one scripts/setup-sshd.sh unpacked; the keys and configs come
-from the test (BOX_OUT). What A saw is written to BOX_OUT/controller.json.
+from the test (``out``). What A saw is returned (pair_box.py writes it to
+``MH_OUT/controller.json``).
 """
 from __future__ import annotations
 
@@ -55,8 +57,8 @@ def start_sshd(out: str, addr: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=open(f"/tmp/sshd-{addr}.log", "w"))
 
 
-def setup(out: str, role: str) -> subprocess.Popen:
-    nic = nic_by_mac(os.environ["NIC_MAC"])
+def setup(out: str, role: str, mac: str) -> subprocess.Popen:
+    nic = nic_by_mac(mac)
     subprocess.run(["ip", "addr", "add", f"{ADDR[role]}/24", "dev", nic], check=True)
     subprocess.run(["ip", "link", "set", nic, "up"], check=True)
     say(f"{role}: {nic} {ADDR[role]}")
@@ -163,28 +165,3 @@ def controller(out: str) -> dict:
     result["after_clean"] = leftovers(out)
     say(f"after clean: {result['after_clean']}")
     return result
-
-
-def main() -> int:
-    from nslab.runtime.testing import hold_rx_timestamps
-    held = hold_rx_timestamps()  # a guest under TCG: see its docstring  # noqa: F841
-    role, out = sys.argv[1], os.environ["BOX_OUT"]
-    sshd = setup(out, role)
-    try:
-        if role == "host":
-            say("B-READY")
-            line = sys.stdin.readline()
-            say(f"host says: {line.strip()!r}")
-        else:
-            res = controller(out)
-            with open(os.path.join(out, "controller.json"), "w") as f:
-                json.dump(res, f, indent=1, default=str)
-    finally:
-        sshd.terminate()
-        sshd.wait(timeout=10)
-    say(f"{role}: done")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,58 +4,21 @@ socket (the underlay) and an sshd. Guest A drives the lab across A and B over
 SSH: a 2x2 clos split over both converges over VXLAN, and a crash of every
 agent and of the controller is cleaned by `nslab clean --hosts`. (The ECMP
 study across two hosts runs in the host tier, between pseudo-hosts: under
-TCG its trials take minutes.) Run by `make test-kernel`."""
+TCG its trials take minutes.) What box A runs is tests/vm/multihost_box.py,
+in the pair of guests that test_two_boxes.py shares (conftest.py), once the
+two-box flows there have ended. Run by `make test-kernel`."""
 import json
-import os
-import sys
-import time
 
 import pytest
 
-from nslab.hosts import vm
-from tests.integration.pseudohosts import SSHD, write_keys, write_sshd_config
-
-pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.timeout(2400)]
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BOX = os.path.join(ROOT, "tests", "vm", "multihost_box.py")
-PY = sys.executable  # the venv running pytest (make VENV=...)
+pytestmark = [pytest.mark.vm, pytest.mark.root, pytest.mark.timeout(3000)]  # the pair's, conftest.PAIR_TIMEOUT
 
 
 @pytest.fixture(scope="module")
-def across(tmp_path_factory):
-    try:
-        vm.require()
-    except Exception as exc:  # noqa: BLE001 - reported as the skip reason
-        pytest.skip(f"no stock-kernel guests here: {exc}")
-    if not os.access(SSHD, os.X_OK):
-        pytest.skip(f"no OpenSSH server unpacked at {SSHD} (scripts/setup-sshd.sh)")
-    out = os.environ.get("NSLAB_VM_OUT") or str(tmp_path_factory.mktemp("across"))
-    out = os.path.join(out, "multi-host")
-    os.makedirs(out, exist_ok=True)
-    write_keys(out, "10.77.1")
-    for addr in ("10.77.1.1", "10.77.1.2"):
-        write_sshd_config(out, addr, f"sshd_config-{addr}")
-    nic_a, nic_b = vm.nic_pair("e1000", "e1000", tag=2)
-    # One vCPU each: two guests of two vCPUs are four TCG threads on this 2-core
-    # machine, and the tier took 772 s; with one each, 617 s (same host, same day).
-    common = dict(out_dir=out, cwd=ROOT, timeout=2400, cpus=1, memory="2G")
-    env = {"BOX_OUT": out, "PYTHONDONTWRITEBYTECODE": "1", **vm.TIER_ENV}
-    b = vm.Guest("mh-b", f"{PY} {BOX} host", nics=[nic_b], env={**env, "NIC_MAC": nic_b.mac},
-                 **common)
-    a = vm.Guest("mh-a", f"{PY} {BOX} controller", nics=[nic_a],
-                 env={**env, "NIC_MAC": nic_a.mac}, **common)
-    t0 = time.monotonic()
-    with vm.start(b, stdin=True) as gb, vm.start(a) as ga:
-        ra = ga.wait()
-        gb.send("stop")
-        rb = gb.wait(timeout=300)
-    print(f"multi-host guests: {time.monotonic() - t0:.0f} s; A exit {ra.returncode}, "
-          f"B exit {rb.returncode}; consoles in {out}")
-    assert ra.ok, ra.stdout[-4000:] + ra.console[-3000:]
-    assert rb.ok, rb.stdout[-4000:] + rb.console[-3000:]
-    with open(os.path.join(out, "controller.json")) as f:
-        return json.load(f)
+def across(pair_part):
+    """What box A saw as the controller: the second part of the pair's run."""
+    (controller,) = pair_part("controller")
+    return controller
 
 
 def _clean(left):
