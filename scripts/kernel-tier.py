@@ -15,8 +15,9 @@
    the Debian 13 root of scripts/setup-debian13.sh (its Python 3.13 venv
    ``.venv-debian13``, its FRR, OVS and iperf), as a user who installs Debian
    13 has them together.
-2. On the host, the tests marked ``vm`` start pairs of guests joined by
-   emulated NICs (real drivers) for the two-box flows (among them the uplink):
+2. On the host, the tests marked ``vm`` start one pair of guests joined by
+   emulated NICs (real drivers) for the two-box flows and the lab across
+   both (tests/vm/conftest.py):
    once, on the first kernel (they test NIC drivers and flows across boxes,
    not what changes between 6.1 and 6.12 for nslab).
 
