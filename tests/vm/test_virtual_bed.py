@@ -48,12 +48,18 @@ def _launch(root, *extra) -> subprocess.Popen:
                             text=True, start_new_session=True)
 
 
+def _interrupt(p: subprocess.Popen) -> None:
+    """Ctrl-C a run still going (its whole session), and wait for it to stop."""
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(timeout=120)
+
+
 def _finish(root, p: subprocess.Popen):
     try:
         rc = p.wait(timeout=HUNG)
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGINT)
-        p.wait(timeout=120)
+        _interrupt(p)
         raise
     err = (root / "stderr").read_text()
     assert rc == 0, err[-4000:]
@@ -83,9 +89,7 @@ def twice(tmp_path_factory):
         return [_finish(root, p) for root, p in zip(roots, procs)]
     finally:
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGINT)
-                p.wait(timeout=120)
+            _interrupt(p)
 
 
 def test_the_virtual_bed_is_what_the_run_and_its_report_say(twice):
@@ -232,9 +236,7 @@ def started(tmp_path_factory):
         yield [(p, *_first_record(root, p, deadline)) for root, p in zip(roots, procs)]
     finally:
         for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGINT)
-                p.wait(timeout=120)
+            _interrupt(p)
 
 
 def test_a_killed_controller_leaves_a_guest_that_clean_stops(started):
