@@ -136,6 +136,7 @@ def test_1gbit_shaped_link_gives_line_rate_tcp(make_lab):
     assert all(r <= 965 for r, _ in runs) and max(r for r, _ in runs) >= 870, runs
 
 
+@pytest.mark.quiet  # a framed link's rate moves with what else runs, even at idle priority
 @needs("iperf")
 def test_framing_overhead_lowers_tcp_to_what_real_gbe_carries(make_lab):
     lab = make_lab(pair(bw="1Gbit", framing=True))
@@ -143,8 +144,13 @@ def test_framing_overhead_lowers_tcp_to_what_real_gbe_carries(make_lab):
     # 1448/1538 of 1 Gbit/s = 941 Mbit/s is the most TCP carries on real GbE:
     # the cap is the property and holds for every run (unframed, TCP gets
     # 949-956 here); the floor, 90 % of it, only says the shaper does not
-    # cripple the link (913 measured in CI), so it asks it of the best run
-    # (a CI run once got 749; see the test above).
+    # cripple the link, so it asks it of the best run. `quiet`: framing turns
+    # GSO off, so tbf meters ~81,000 frames/s with a 0.5 ms burst, and two
+    # virtual-bed guests at SCHED_IDLE beside it (CI's background) cut it to
+    # 693-911 Mbit/s (25 runs here; 937-941 alone), while the same machine
+    # still carried 3.7-4.5 Gbit/s framed at 10 Gbit/s and the unframed
+    # 1 Gbit/s link above 945-954: the shaper's timing, not the CPU's capacity.
+    # Two CI runs beside those guests got 749 and 694.
     assert all(r <= 945 for r, _ in runs) and max(r for r, _ in runs) >= 847, runs
 
 
