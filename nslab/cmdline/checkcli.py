@@ -56,13 +56,17 @@ def find_lab(run: Optional[str]) -> str:
 CHECKS_SOURCE = "checks-source.json"
 
 
+def _digest(text: str) -> str:
+    """What :data:`CHECKS_SOURCE` keeps of a topology file's text."""
+    import hashlib
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def remember_checks(run_id: str, topology: str) -> Optional[str]:
     """Note in lab ``run_id``'s work directory that it was built from the
     topology file ``topology``, if that file has ``checks:`` or ``stages:``,
     so that ``nslab check`` with no checks named finds them. Returns the
     file's path (None: not a file with checks)."""
-    import hashlib
-
     from ..model.checkfile import CHECK_KEYS
     from ..model.topo_yaml import parse_yaml, read_text
     from ..runtime import clean, statefile
@@ -74,7 +78,7 @@ def remember_checks(run_id: str, topology: str) -> Optional[str]:
         return None
     path = os.path.abspath(topology)
     statefile.write(os.path.join(clean.workdir(run_id), CHECKS_SOURCE),
-                    {"path": path, "sha256": hashlib.sha256(text.encode()).hexdigest()})
+                    {"path": path, "sha256": _digest(text)})
     return path
 
 
@@ -82,8 +86,6 @@ def remembered_checks(run_id: str) -> str:
     """The topology file lab ``run_id`` was built from, whose checks ``nslab
     check`` runs when none are named; one line saying what to do otherwise
     (none remembered, or the file changed since the lab was built)."""
-    import hashlib
-
     from ..model import bounded
     from ..model.topo_yaml import read_text
     from ..runtime import clean
@@ -96,7 +98,7 @@ def remembered_checks(run_id: str) -> str:
         raise InputError(f"no {DEFAULT_CHECKS} in this folder, and lab {run_id} was not built "
                          "from a topology file with checks: name the checks with --checks FILE")
     try:
-        now = hashlib.sha256(read_text(path).encode()).hexdigest()
+        now = _digest(read_text(path))
     except (OSError, InputError):
         now = ""
     if now != data.get("sha256"):

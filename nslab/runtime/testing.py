@@ -164,9 +164,15 @@ def left_behind() -> Dict[str, Any]:
     (:func:`~nslab.runtime.clean.discover`, less the runs a live process
     owns: another test's lab, or a guest `make test` runs beside the tests):
     what a test that killed or tore down its labs expects to be empty."""
-    from .clean import run_is_live
     return {r: i for r, i in discover().items()
-            if not i.empty and not run_is_live(i.journal) and not run_is_live(i.controller)}
+            if not i.empty and not _owned(i.journal, i.controller)}
+
+
+def _owned(journal: Any, controller: Any) -> bool:
+    """Whether a live process owns a run, by its journal or its controller
+    record (what a run's tagged objects and state files are spared for)."""
+    from .clean import run_is_live
+    return bool(run_is_live(journal) or run_is_live(controller))
 
 
 def state_left(before: Set[str]) -> Set[str]:
@@ -175,7 +181,7 @@ def state_left(before: Set[str]) -> Set[str]:
     another test's lab, or the virtual bed's guest `make test` runs beside the
     tests, which may start a run while a test counts what it left)."""
     from ..model.naming import RUN_RE, STATE_DIR
-    from .clean import read_controller, read_journal, run_is_live
+    from .clean import read_controller, read_journal
     try:
         now = set(os.listdir(STATE_DIR))
     except OSError:
@@ -183,8 +189,7 @@ def state_left(before: Set[str]) -> Set[str]:
     out = set()
     for name in now - before:
         rid = name.split(".", 1)[0]
-        if RUN_RE.fullmatch(rid) and (run_is_live(read_journal(rid))
-                                      or run_is_live(read_controller(rid))):
+        if RUN_RE.fullmatch(rid) and _owned(read_journal(rid), read_controller(rid)):
             continue
         out.add(name)
     return out

@@ -95,6 +95,13 @@ def colour(load: float) -> str:
     return LOAD_COLOURS[-1][1]
 
 
+def _now(link: Dict[str, Any], changes: Mapping[str, RunTime]) -> Tuple[RunTime, float]:
+    """What ``nslab link set`` changed on ``link``, and the rate its load is a
+    share of: the rate set at run time, else the topology's, else 1 Gbit/s."""
+    now = changes.get(link.get("name", ""), RunTime())
+    return now, now.rate or link["rate"] or UNSHAPED_FULL
+
+
 def link_rates(links: List[Dict[str, Any]], rows: List[Rate],
                changes: Optional[Mapping[str, RunTime]] = None) -> List[Dict[str, Any]]:
     """Per-link rates from per-interface ones. ``a -> b`` is what ``a`` sent
@@ -106,7 +113,7 @@ def link_rates(links: List[Dict[str, Any]], rows: List[Rate],
     changes = changes or {}
     out = []
     for l in links:
-        now = changes.get(l.get("name", ""), RunTime())
+        now, full = _now(l, changes)
         said = {"set": now.describe(), "down": now.down} if not now.empty else {}
         ra, rb = by.get((l["a"], l["ia"])), by.get((l["b"], l["ib"]))
         if ra is not None:
@@ -117,7 +124,7 @@ def link_rates(links: List[Dict[str, Any]], rows: List[Rate],
             out.append({"id": l["id"], "known": False, **said})
             continue
         drops = (ra.drops if ra else 0) + (rb.drops if rb else 0)
-        load = max(ab, ba) / (now.rate or l["rate"] or UNSHAPED_FULL)
+        load = max(ab, ba) / full
         out.append({"id": l["id"], "known": True, "a": l["a"], "b": l["b"],
                     "ab_bps": ab, "ba_bps": ba, "ab_pps": ab_p, "ba_pps": ba_p, "drops": drops,
                     "load": load, "colour": colour(load),
@@ -137,9 +144,7 @@ def payload(run: str, links: List[Dict[str, Any]], rows: List[Rate],
     changes = changes or {}
     rate = {}
     for l in links:
-        now = changes.get(l.get("name", ""), RunTime())
-        rate[(l["a"], l["ia"])] = rate[(l["b"], l["ib"])] = \
-            now.rate or l["rate"] or UNSHAPED_FULL
+        rate[(l["a"], l["ia"])] = rate[(l["b"], l["ib"])] = _now(l, changes)[1]
     out = []
     for r in rows:
         load = max(r.rx_bps, r.tx_bps) / rate.get((r.node, r.intf), UNSHAPED_FULL)
