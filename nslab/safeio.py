@@ -346,6 +346,10 @@ def copy_file(src: str, dst: str, *, limit: Optional[int] = None, perm: int = 0o
     return len(data)
 
 
+#: Bytes :func:`copy_tree` holds in memory at a time.
+COPY_CHUNK = 1 << 20
+
+
 def copy_tree(src: str, dst: str, *, limit: Optional[int] = None,
               leave: Optional[Callable[[str], bool]] = None) -> List[str]:
     """Copy the regular files and directories under ``src`` into the existing,
@@ -380,12 +384,14 @@ def copy_tree(src: str, dst: str, *, limit: Optional[int] = None,
             if fd is None:
                 skipped.append(os.path.normpath(os.path.join(rel, name)))
                 continue
-            data = _read_fd(fd, None if limit is None else limit - total + 1)
-            total += len(data)
-            if limit is not None and total > limit:
-                raise InputError(f"{src}: more than {limit} bytes to copy; nothing more copied")
-            with open_new(os.path.join(out, name), "wb") as f:
-                f.write(data)
+            with os.fdopen(fd, "rb") as f_in, open_new(os.path.join(out, name), "wb") as f_out:
+                # in chunks: memory stays at one chunk whatever the file's size
+                while chunk := f_in.read(COPY_CHUNK):
+                    total += len(chunk)
+                    if limit is not None and total > limit:
+                        raise InputError(f"{src}: more than {limit} bytes to copy; "
+                                         "nothing more copied")
+                    f_out.write(chunk)
     return skipped
 
 

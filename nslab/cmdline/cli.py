@@ -68,7 +68,12 @@ def doctor() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from rich.markup import escape
+    from rich.markup import escape as markup
+
+    def escape(text: object) -> str:
+        """A tool's or the system's words as plain text: no rich markup, no
+        control characters (a version string or /etc/os-release is not ours)."""
+        return markup(printable(text))
 
     from ..runtime import caps, platforms
     found = caps.probe()
@@ -87,11 +92,12 @@ def doctor() -> None:
             continue
         status = "[green]yes[/]" if c.ok else ("[red]MISSING[/]" if c.required else "[yellow]no[/]")
         note = c.detail if c.ok or not c.fix else f"{c.detail} — {c.fix}"
-        t.add_row(key, status, note)
+        t.add_row(key, status, escape(note))
         if c.required and not c.ok:
             missing_required.append(c)
     for name, v in vers.items():
-        t.add_row(f"version:{name}", "[green]yes[/]" if v else "[yellow]no[/]", v or "not installed")
+        t.add_row(f"version:{name}", "[green]yes[/]" if v else "[yellow]no[/]",
+                  escape(v) if v else "not installed")
     t.add_row("version:python", "[green]yes[/]", platform.python_version())
     dist = platforms.distribution()
     t.add_row("distribution", "[green]yes[/]" if dist.known else "[yellow]unknown[/]",
@@ -106,7 +112,8 @@ def doctor() -> None:
                   f"{noise['p99_us']:.0f} us (p99), {noise['max_us']:.0f} us (max) over "
                   f"{noise['samples']:.0f} sleeps")
     for study, (ok, why) in fitness(noise, os.cpu_count() or 1).items():
-        console.print(f"  fit for {study}: {'[green]yes[/]' if ok else '[red]no[/]'} ({why})")
+        console.print(f"  fit for {study}: {'[green]yes[/]' if ok else '[red]no[/]'} "
+                      f"({escape(why)})")
     from . import fitness as study_fitness
     for fit in study_fitness.rfc2544(found):  # by the study's own rules, per bed
         console.print(f"  fit for {fit.what}: {'[green]yes[/]' if fit.ok else '[red]no[/]'} "

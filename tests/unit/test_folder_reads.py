@@ -245,3 +245,25 @@ def test_a_matplotlibrc_in_the_current_folder_is_not_read(run, plant):
     assert os.path.isfile(run / "plot.png") or any(p.suffix == ".png" for p in run.iterdir())
     assert "Bad key" not in err and "\x1b" not in err + out and "PWNED" not in err
     assert peak < PEAK_MIB, f"peaked at {peak:.0f} MiB"
+
+
+def test_published_numbers_from_nslab_published_are_a_bounded_regular_file(tmp_path, monkeypatch):
+    """``NSLAB_PUBLISHED`` names another folder of published numbers: a FIFO
+    there is refused at once (not waited on), a link is not followed, and a
+    file past the bound is refused by its size, each as one InputError."""
+    import json as json_mod
+    from nslab.errors import InputError
+    from nslab.store import published
+    monkeypatch.setenv("NSLAB_PUBLISHED", str(tmp_path))
+    os.mkfifo(tmp_path / "alias.json")
+    with pytest.raises(InputError, match="a FIFO, not a regular file"):
+        published.load_published("alias")
+    (tmp_path / "real.json").write_text(json_mod.dumps({"x": 1}))
+    os.symlink(tmp_path / "real.json", tmp_path / "ecmp.json")
+    with pytest.raises(InputError):
+        published.load_published("ecmp")
+    with open(tmp_path / "rfc2544.json", "wb") as f:
+        f.truncate(published.MAX_BYTES + 1)
+    with pytest.raises(InputError, match="larger than"):
+        published.load_published("rfc2544")
+    assert published.load_published("real") == {"x": 1}

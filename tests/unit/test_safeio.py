@@ -125,6 +125,27 @@ def test_copy_tree_stops_at_its_limit(folder):
         copy_tree(str(lab / "run"), make_fresh_dir("copy"), limit=50)
 
 
+def test_copy_tree_holds_one_chunk_in_memory_whatever_a_files_size(folder):
+    """A foreign folder is copied before its records are read with their own
+    bound: a 64 MiB file (sparse, so cheap to make) is copied whole while
+    Python holds a few chunks at most, not the file."""
+    import tracemalloc
+    lab, _ = folder
+    (lab / "run").mkdir()
+    size = 64 * safeio.COPY_CHUNK
+    with open(lab / "run" / "records.jsonl", "wb") as f:
+        f.truncate(size)
+    dst = make_fresh_dir("copy")
+    tracemalloc.start()
+    try:
+        copy_tree(str(lab / "run"), dst)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert os.path.getsize(os.path.join(dst, "records.jsonl")) == size
+    assert peak < 4 * safeio.COPY_CHUNK, peak
+
+
 def test_copy_file_refuses_a_link_source(folder):
     lab, outside = folder
     os.symlink(outside, lab / "zebra.log")

@@ -105,6 +105,20 @@ def test_a_process_name_in_clean_dry_run_is_escaped(monkeypatch, capsys):
     assert "process 4242 (\\x1b]0;owned\\x07\\x1b[2J\\x0dOK nothing to clean)" in out
 
 
+# -- a tool's version string in `nslab doctor` --------------------------------------------
+def test_a_tools_version_string_in_doctor_is_escaped(monkeypatch, capsys):
+    """`nslab doctor` prints what tools say of themselves (and the system's
+    os-release): another program's words, escaped like a file's."""
+    evil = "8.4\x1b]0;owned\x07\x1b[2J\rOK"
+    monkeypatch.setattr(cli_mod.caps, "probe", lambda: {})
+    monkeypatch.setattr(cli_mod.caps, "versions", lambda: {"frr": evil})
+    monkeypatch.setenv("COLUMNS", "200")  # the table's cell on one line
+    main(["doctor"])
+    out = capsys.readouterr().out
+    assert safe_on_a_terminal(out)
+    assert "8.4\\x1b]0;owned\\x07" in out
+
+
 # -- warnings and log records -------------------------------------------------------------
 def test_warnings_and_stray_log_records_are_escaped_in_a_command(capsys):
     with terminal_safety():
