@@ -21,6 +21,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
+from .options import BgpOptions, bgp_of
 from nslab.errors import LabError, ReadinessError
 from nslab.runtime.extension import ExtendedLab, Extension
 
@@ -29,7 +30,6 @@ from .rundir import NodeDir, frr_ids
 from .version import FrrVersion, detect, parse_version
 
 if TYPE_CHECKING:  # pragma: no cover
-    from nslab.model.fields import BgpOptions
     from nslab.runtime.node import LabLike, LabNode
     from nslab.runtime.plan import BuildPlan
     from nslab.model.topo import Topology
@@ -133,10 +133,10 @@ class FrrExtension(Extension):
         topo = lab.topology
         version = self.version = detect()
         log.info("%s", version.label)
-        if version.mgmtd and any(node.bgp and lab.is_local(n) for n, node in topo.nodes.items()):
+        if version.mgmtd and any(bgp_of(node) and lab.is_local(n) for n, node in topo.nodes.items()):
             frr_host_dirs(version)
-        self.routers = {n: FrrRouter(lab, lab[n], topo.nodes[n].bgp, version)  # type: ignore[arg-type]
-                        for n, node in topo.nodes.items() if node.bgp and lab.is_local(n)}
+        self.routers = {n: FrrRouter(lab, lab[n], bgp_of(topo.nodes[n]), version)  # type: ignore[arg-type]
+                        for n, node in topo.nodes.items() if bgp_of(node) and lab.is_local(n)}
         pin_peer_neighbours(lab)
         routers = list(self.routers.values())
         for r in routers:
@@ -170,7 +170,7 @@ class FrrExtension(Extension):
         with ``daemons`` and ``vtysh.conf``, at their paths in the image.
         ``release``: the image's FRR version (``10.3.1``); unknown, the
         current layout (10.x, with ``mgmtd``) is assumed."""
-        bgp = topo.nodes[node].bgp
+        bgp = bgp_of(topo.nodes[node])
         if not bgp:
             return {}
         version = parse_version(f"version {release or EXPORT_RELEASE}")
@@ -225,7 +225,7 @@ def unnumbered_pairs(topo) -> List[Tuple[str, str, str, str]]:
     run an unnumbered BGP session on it."""
     out = []
     for _, na, ia, nb, ib in topo.interfaces():
-        a, b = topo.nodes[na].bgp, topo.nodes[nb].bgp
+        a, b = bgp_of(topo.nodes[na]), bgp_of(topo.nodes[nb])
         if a and b and ia in a.unnumbered and ib in b.unnumbered:
             out += [(na, ia, nb, ib), (nb, ib, na, ia)]
     return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
+from nslab.frr.options import bgp_of
 from nslab.errors import InputError
 from nslab.model.limits import topology_size
 from nslab.model.topo import Topology
@@ -153,7 +154,7 @@ def expected_routes(t: Topology) -> Dict[str, Dict[str, int]]:
     """What converged means: every server/leaf reaches every other's networks over
     all spines."""
     spines = [n for n in t.nodes if n.startswith("spine")]
-    nets = {n: [str(p) for p in node.bgp.networks]
-            for n, node in t.nodes.items() if node.bgp and n not in spines}
+    bgps = {n: bgp_of(node) for n, node in t.nodes.items() if n not in spines}
+    nets = {n: [str(p) for p in bgp.networks] for n, bgp in bgps.items() if bgp}
     leaves = list(nets)
     return {n: {p: len(spines) for m in leaves if m != n for p in nets[m]} for n in leaves}

@@ -18,8 +18,9 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from nslab.frr.options import bgp_of
 from nslab.errors import LabError, ReadinessError
-from nslab.model.fields import BgpOptions
+from nslab.frr.options import BgpOptions
 from nslab.runtime.node import LabLike, LabNode
 from nslab.runtime.proc import run, wait_path
 from nslab.safeio import read_bytes, write_atomic
@@ -48,8 +49,9 @@ class FileRunner:
         self.topo = lab.topology
         self.baseline: Dict[str, Dict[str, int]] = {}
         #: the BGP options of every routing node, in the topology's order
-        self.bgp: Dict[str, BgpOptions] = {n: node.bgp for n, node in self.topo.nodes.items()
-                                           if node.bgp}
+        self.bgp: Dict[str, BgpOptions] = {
+            n: bgp for n, bgp in ((n, bgp_of(node)) for n, node in self.topo.nodes.items())
+            if bgp is not None}
         self.bgp_nodes = list(self.bgp)
         self._killed: Dict[str, int] = {}
         self.captures = TrialCaptures(lab, loaded.spec, store)
@@ -72,7 +74,7 @@ class FileRunner:
             return []
         down = []
         for n, r in frr_of(self.lab).routers.items():
-            bgp = self.topo.nodes[n].bgp
+            bgp = bgp_of(self.topo.nodes[n])
             if bgp is None or bgp.bfd is None:
                 continue
             try:

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type
 
 from pydantic import BaseModel, ValidationError
 
+from nslab.frr.options import bgp_of
 from nslab.errors import InputError, TopologyError
 from nslab.model import checkfile
 from nslab.model.checks import Suite
@@ -402,7 +403,7 @@ def _check_names(loaded: Loaded, topo: Topology) -> None:
                 assert e.path_of is not None
                 targets = neighbours(topo, loaded.flows[e.path_of].src)
             for t in targets:
-                bgp = nodes[t].bgp
+                bgp = bgp_of(nodes[t])
                 if bgp is None:
                     raise loaded.fail(("events", i, "node" if node else "path_of"),
                                       f"{t} runs no FRR (no bgp)")
@@ -417,7 +418,7 @@ def _check_names(loaded: Loaded, topo: Topology) -> None:
         node = getattr(m, "node", None)
         if node is not None and (node not in nodes or nodes[node].is_switch):
             raise loaded.fail(("metrics", i, "node"), f"no host or router {node!r}")
-        if isinstance(m, Convergence) and nodes[m.node].bgp is None:
+        if isinstance(m, Convergence) and bgp_of(nodes[m.node]) is None:
             raise loaded.fail(("metrics", i, "node"), f"{m.node} runs no routing daemon")
 
 

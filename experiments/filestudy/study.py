@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 from pydantic import BeforeValidator, Field, ValidationError, create_model, model_validator
 from typing_extensions import Annotated
 
+from nslab.frr.options import bgp_of
 from nslab.errors import InputError
 from nslab.safeio import write_atomic
 from nslab.run.study import Study, StudyConfig, StudyReport, expand
@@ -145,7 +146,7 @@ class FileStudy(Study[FileStudyConfig]):
         out = {"tool:ip"}
         for topo in lo.topologies.values():
             out.update(topo.needs())
-            if any(n.bgp for n in topo.nodes.values()):
+            if any(bgp_of(n) for n in topo.nodes.values()):
                 out.add("frr")
         if any(f.kind.startswith("iperf") for f in lo.spec.traffic):
             out.add("tool:iperf")
@@ -198,7 +199,7 @@ class FileStudy(Study[FileStudyConfig]):
                                        f"measure {m.metric} yet (read from the node's kernel on "
                                        "this machine); run it on one host")
         routers = sorted({n for topo in self.labs(cfg).values()
-                          for n, node in topo.nodes.items() if node.bgp})
+                          for n, node in topo.nodes.items() if bgp_of(node)})
         if routers:
             raise self.loaded.fail(("topology",), "a study across hosts (--hosts) cannot run "
                                    f"BGP routers yet ({', '.join(routers[:3])}"

@@ -185,6 +185,19 @@ def topo_draw(ctx: click.Context, topology: str, output: str, custom: Optional[s
     echo(draw(t, output))
 
 
+def kind_image_options(f: Any) -> Any:
+    """An option per registered kind that names a container image
+    (``--frr-image``), defaulting to the kind's own (:mod:`nslab.model.kinds`)."""
+    from ..model.kinds import registered
+    for kind in reversed(list(registered().values())):
+        if kind.image is not None:
+            f = click.option(kind.image.flag, f"{kind.name}_image", default=kind.image.default,
+                             show_default=True,
+                             help=f"Image of the nodes with {', '.join(kind.image.options)} "
+                                  f"({kind.name}); its tag's version picks the config layout.")(f)
+    return f
+
+
 @topo.command("export", context_settings={"ignore_unknown_options": True,
                                            "allow_extra_args": True})
 @click.argument("topology")
@@ -197,8 +210,7 @@ def topo_draw(ctx: click.Context, topology: str, output: str, custom: Optional[s
 @click.option("--name", default=None, help="The lab's name (default: the topology's).")
 @click.option("--image", default="wbitt/network-multitool:alpine-extra", show_default=True,
               help="Image of the hosts, plain routers and switches (needs ip and tc).")
-@click.option("--frr-image", default="quay.io/frrouting/frr:10.3.1", show_default=True,
-              help="Image of the FRR routers; its tag's version picks the config layout.")
+@kind_image_options
 @click.option("--interface-names", default="keep", show_default=True, metavar="keep|eth",
               help="keep nslab's interface names, or rename to eth1, eth2... per node.")
 @click.option("--no-mgmt", is_flag=True,
@@ -206,9 +218,9 @@ def topo_draw(ctx: click.Context, topology: str, output: str, custom: Optional[s
 @custom_option
 @limit_option
 @click.pass_context
-def topo_export(ctx: click.Context, topology: str, fmt: str, output: Optional[str],
-                name: Optional[str], image: str, frr_image: str, interface_names: str,
-                no_mgmt: bool, custom: Optional[str]) -> None:
+def topo_export(ctx: click.Context, /, topology: str, fmt: str, output: Optional[str],
+                name: Optional[str], image: str, interface_names: str,
+                no_mgmt: bool, custom: Optional[str], **kind_images: str) -> None:
     """Write TOPOLOGY (a ready name with its options, or a .yaml file) for
     another tool. No root needed; but with --custom FILE, TOPOLOGY is a
     topology of that Mininet custom file, and nslab runs the file (as root
@@ -222,7 +234,8 @@ def topo_export(ctx: click.Context, topology: str, fmt: str, output: Optional[st
     from ..run.topoload import extra_kwargs, load_topology
     _custom_log(ctx, custom)
     t = load_topology(topology, extra_kwargs(ctx.args), custom)
-    text, messages = export_command(t, fmt, output, name=name, image=image, frr_image=frr_image,
+    images = {k[:-len("_image")]: v for k, v in kind_images.items()}
+    text, messages = export_command(t, fmt, output, name=name, image=image, images=images,
                                     interface_names=interface_names, mgmt=not no_mgmt)
     for m in messages:
         echo(m, err=True)

@@ -16,14 +16,15 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, StrictBool, StringConstraints,
                       ValidationError, field_validator, model_validator)
-from typing_extensions import Annotated, Literal
+from typing_extensions import Annotated
 
 from ..errors import TopologyError
 from .fields import NAME_RE, SYSCTL_KEY_RE, Label, NodeName, check_name
 from .limits import active, topology_size
 from .topo_errors import explain, fail, field_path, loc_path
-from .topo_parts import (BRIDGE_MAX_PORTS, HOST_ONLY, KINDS, NO_IPV6, SWITCH_ONLY, SWITCH_TYPES,
-                         Link, LinkEnd, Node)
+from .kinds import BRIDGE, TYPED_SWITCH_OPTIONS, switch_types
+from .topo_parts import (HOST_ONLY, KINDS, NO_IPV6, OPTIONS, SWITCH_ONLY, SWITCH_TYPES, Link,
+                         LinkEnd, Node, SwitchTypeName)
 from .topo_yaml import LineDict, line_of, read_yaml
 
 __all__ = ["Topology", "Node", "Link", "LinkEnd", "check_name", "KINDS", "SWITCH_TYPES",
@@ -37,8 +38,8 @@ class Topology(BaseModel):
         name: a label.
         nodes: nodes by name, in insertion order.
         links: links in insertion order.
-        switch_type: default type of ``switch`` nodes (``bridge`` or ``ovs``;
-            the YAML key is ``switch``).
+        switch_type: default type of ``switch`` nodes (``bridge``, or a type a
+            registered kind adds, such as ``ovs``; the YAML key is ``switch``).
         auto_ip: give hosts without an address ``ip_base`` + N in insertion
             order, like Mininet.
         ip_base: the network auto addresses come from.
@@ -50,7 +51,7 @@ class Topology(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
 
     name: Label = "custom"
-    switch_type: Literal["bridge", "ovs"] = Field("bridge", alias="switch")
+    switch_type: SwitchTypeName = Field(BRIDGE.name, alias="switch")
     auto_ip: StrictBool = True
     ipv6: StrictBool = Field(True, description="false: no IPv6 on host and switch links (no "
                              "link-local addresses, so no DAD, MLD or router solicitations)")
@@ -166,7 +167,7 @@ class Topology(BaseModel):
         """Capabilities this topology needs (names as in :mod:`nslab.runtime.caps`)."""
         need = {"netns", "veth"}
         for name in self.switches():
-            need.add("ovs" if self.switch_type_of(name) == "ovs" else "bridge")
+            need.add(switch_types()[self.switch_type_of(name)].capability)
         for link in self.links:
             s = link.shaping
             if s and s.rate is not None:
@@ -178,11 +179,13 @@ class Topology(BaseModel):
     def features(self) -> set:
         """What this topology needs beyond the core (namespaces, veths, Linux
         bridges, addresses, routes, shaping): ``switch:<type>`` for other switch
-        types (``switch:ovs``) and ``bgp``. Extensions provide them."""
+        types (``switch:ovs``) and the features of the registered node options
+        its nodes use (``bgp``). Extensions provide them."""
         out = {f"switch:{self.switch_type_of(s)}" for s in self.switches()
-               if self.switch_type_of(s) != "bridge"}
-        if any(n.bgp for n in self.nodes.values()):
-            out.add("bgp")
+               if self.switch_type_of(s) != BRIDGE.name}
+        for key, opt in OPTIONS.items():
+            if opt.feature and any(getattr(n, key) is not None for n in self.nodes.values()):
+                out.add(opt.feature)
         return out
 
     def sysctls(self) -> Dict[str, Dict[str, str]]:
@@ -270,9 +273,10 @@ class Topology(BaseModel):
 
     def size(self) -> Tuple[int, int, int]:
         """(nodes, links, namespaces): a Linux bridge has a namespace of its own,
-        an OVS switch none."""
+        a switch built in the root namespace (OVS) none."""
+        types = switch_types()
         ns = sum(1 for n in self.nodes if not self.nodes[n].is_switch
-                 or self.switch_type_of(n) != "ovs")
+                 or types[self.switch_type_of(n)].namespace)
         return len(self.nodes), len(self.links), ns
 
     # -- validation ---------------------------------------------------------------
@@ -329,26 +333,19 @@ class Topology(BaseModel):
         for name, node in self.nodes.items():
             where = ("nodes", name)
             if node.is_switch:
-                if (node.type or self.switch_type) != "ovs" and len(intfs[name]) > BRIDGE_MAX_PORTS:
-                    raise fail(where, f"switch {name} has {len(intfs[name])} links; a Linux bridge "
-                                       f"holds at most {BRIDGE_MAX_PORTS} ports (the kernel's "
-                                       "BR_MAX_PORTS): use type: ovs, or more switches")
-                if (node.type or self.switch_type) != "ovs":
-                    bad = [k for k in ("dpid", "controller", "uplink") if getattr(node, k)]
-                    if bad:
-                        raise fail(where + (bad[0],), f"{', '.join(bad)} apply to OVS switches "
-                                                       "only (type: ovs)")
+                self._check_switch(name, node, len(intfs[name]))
                 continue
             mine = set(intfs[name]) | {"lo"}
             for r, route in enumerate(node.routes):
                 if route.dev is not None and route.dev not in mine:
                     raise fail(where + ("routes", r), f"route to {route.dst} uses dev {route.dev}, "
                                 f"which {name} does not have (it has {', '.join(sorted(mine))})")
-            if node.bgp:
-                for j, intf in enumerate(node.bgp.unnumbered):
-                    if intf not in mine:
-                        raise fail(where + ("bgp", "unnumbered", j),
-                                    f"{intf} is not an interface of {name}")
+            for key, opt in OPTIONS.items():
+                value = getattr(node, key)
+                problem = opt.check(value, name, sorted(mine)) \
+                    if value is not None and opt.check else None
+                if problem:
+                    raise fail(where + (key,) + problem[0], problem[1])
             if (node.ip or node.mac) and not intfs[name]:
                 raise fail(where + ("ip" if node.ip else "mac",),
                             f"{name} has no link to put its address on")
@@ -363,6 +360,31 @@ class Topology(BaseModel):
             if mac in macs:
                 raise fail(("nodes", owner), f"MAC {mac} is used twice ({macs[mac]} and {owner})")
             macs[mac] = owner
+
+    def _check_switch(self, name: str, node: Node, ports: int) -> None:
+        """A switch's port count and options against what its type takes."""
+        types = switch_types()
+        kind = types[node.type or self.switch_type]
+        where = ("nodes", name)
+        if kind.max_ports is not None and ports > kind.max_ports:
+            roomier = [t.name for t in types.values()
+                       if t.max_ports is None or t.max_ports > ports]
+            why = " (the kernel's BR_MAX_PORTS)" if kind is BRIDGE else ""
+            raise fail(where, f"switch {name} has {ports} links; a {kind.label} holds at most "
+                              f"{kind.max_ports} ports{why}: use "
+                              + "".join(f"type: {t}, or " for t in roomier[:1]) + "more switches")
+        bad = [k for k in TYPED_SWITCH_OPTIONS if getattr(node, k) and k not in kind.takes]
+        if bad:
+            takers = [t for t in types.values() if bad[0] in t.takes]
+            raise fail(where + (bad[0],), f"{', '.join(bad)} apply to "
+                       + (" or ".join(t.label for t in takers) or "no installed") + " switches "
+                       + "only" + (f" (type: {' or '.join(t.name for t in takers)})"
+                                   if takers else ""))
+        for key, opt in OPTIONS.items():
+            if getattr(node, key) is not None and opt.switch_types \
+                    and kind.name not in opt.switch_types:
+                raise fail(where + (key,), f"{key} applies to {' or '.join(opt.switch_types)} "
+                                           f"switches only (type: {kind.name})")
 
     def locate(self, exc: TopologyError) -> TopologyError:
         """``exc`` with the file and line it is about, when this topology came
@@ -475,11 +497,15 @@ def raw_size(data: Any) -> Tuple[int, int, int]:
     nodes = nodes if isinstance(nodes, dict) else {}
     links = data.get("links")
     links = links if isinstance(links, list) else []
-    default = data.get("switch", "bridge")
+    default = data.get("switch", BRIDGE.name)
+    types = switch_types()
     ns = 0
     for opts in nodes.values():
         opts = opts if isinstance(opts, dict) else {}
-        if opts.get("kind", "host") != "switch" or opts.get("type", default) != "ovs":
+        wanted = opts.get("type", default)
+        kind = types.get(wanted) if opts.get("kind") == "switch" and isinstance(wanted, str) \
+            else None
+        if kind is None or kind.namespace:  # an unknown type counts as a namespace
             ns += 1
     return len(nodes), len(links), ns
 

@@ -5,37 +5,77 @@ parts (a link's nodes exist, an address is used once) is the whole
 :class:`~nslab.model.topo.Topology`'s to check."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from pydantic import Field, StrictBool, StrictInt, ValidationInfo, field_validator, model_validator
+from pydantic import (Field, StrictBool, StrictInt, ValidationInfo, create_model, field_validator,
+                      model_validator)
 from typing_extensions import Annotated, Literal
 
 from ..errors import InputError
-from .fields import (BgpOptions, Bytes, ControllerTarget, Delay, Dpid, IfName, Interface, Mac,
+from .fields import (Bytes, ControllerTarget, Delay, Dpid, IfName, Interface, Mac,
                      Mtu, NodeName, Percent, QueueLimit, Rate, Route, StrictModel, SysctlKey,
                      SysctlValue)
+from .kinds import BRIDGE, NODE_KINDS, node_options, switch_types
 from .shaping import ETHERNET_OVERHEAD, Shaping
 
-KINDS = ("host", "switch", "router")
-SWITCH_TYPES = ("bridge", "ovs")
+KINDS = NODE_KINDS
+#: Switch types: the core's Linux bridge and those the registered kinds add.
+SWITCH_TYPES = tuple(switch_types())
 #: The most ports a Linux bridge takes (the kernel's BR_MAX_PORTS is 1024, port 0 unused).
-BRIDGE_MAX_PORTS = 1023
+BRIDGE_MAX_PORTS = BRIDGE.max_ports
+#: The registered kinds' node options, by key.
+OPTIONS = node_options()
+_CORE_SWITCH_ONLY = ("type", "stp", "dpid", "controller", "uplink", "force")
+_CORE_HOST_ONLY = ("ip", "loopback", "routes", "mac")
 #: Options that only a switch takes.
-SWITCH_ONLY = ("type", "stp", "dpid", "controller", "uplink", "force")
+SWITCH_ONLY = _CORE_SWITCH_ONLY + tuple(k for k, o in OPTIONS.items() if o.on == ("switch",))
 #: Options that only a host or router takes (a switch has no address of its own).
-HOST_ONLY = ("ip", "loopback", "routes", "bgp", "mac")
+HOST_ONLY = _CORE_HOST_ONLY + tuple(k for k, o in OPTIONS.items() if "switch" not in o.on)
+
+if TYPE_CHECKING:
+    SwitchTypeName = str
+else:  # a Literal of the installed switch types: the schema lists them, errors name them
+    SwitchTypeName = Literal[SWITCH_TYPES]
 
 
 #: The sysctls of a namespace with IPv6 disabled (set before its links exist).
 NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 
 
-class Node(StrictModel):
+def _switch_only(value: Any, info: ValidationInfo) -> Any:
+    kind = info.data.get("kind", "host")
+    if kind != "switch":
+        raise ValueError(f"{info.field_name} applies to switches only, not to a {kind}")
+    return value
+
+
+def _host_only(value: Any, info: ValidationInfo) -> Any:
+    if info.data.get("kind") == "switch":
+        raise ValueError(f"a switch takes no {info.field_name} (it has no address of its own)")
+    return value
+
+
+def _on_kinds(value: Any, info: ValidationInfo) -> Any:
+    """A registered option given on a kind of node it does not fit."""
+    kind = info.data.get("kind", "host")
+    on = OPTIONS[str(info.field_name)].on
+    if value is None or kind in on:
+        return value
+    if kind == "switch":
+        return _host_only(value, info)
+    if on == ("switch",):
+        return _switch_only(value, info)
+    raise ValueError(f"{info.field_name} applies to a {' or '.join(on)} only, not to a {kind}")
+
+
+class NodeBase(StrictModel):
     """A node of the topology (its name is its key in :attr:`Topology.nodes`).
 
     A ``host`` is a namespace with addresses and routes, a ``router`` a host
-    that forwards, a ``switch`` a Linux bridge (in its own namespace) or an
-    OVS bridge.
+    that forwards, a ``switch`` a Linux bridge (in its own namespace) or a
+    switch of a type a registered kind adds. Besides the options below, a node
+    takes those of the registered kinds (:mod:`nslab.model.kinds`), read with
+    :meth:`option`.
     """
 
     kind: Literal["host", "switch", "router"] = "host"
@@ -45,37 +85,50 @@ class Node(StrictModel):
     routes: List[Route] = Field(default_factory=list)
     sysctls: Dict[SysctlKey, SysctlValue] = Field(
         default_factory=dict, description="per-namespace net.* sysctls only")
-    type: Optional[Literal["bridge", "ovs"]] = Field(None, description="switches: bridge or ovs")
+    type: Optional[SwitchTypeName] = Field(
+        None, description=f"switches: {' or '.join(SWITCH_TYPES)}")
     stp: StrictBool = False
     dpid: Optional[Dpid] = None
     controller: Optional[ControllerTarget] = None
-    uplink: Optional[IfName] = Field(None, description="OVS switches: a physical NIC to attach")
+    uplink: Optional[IfName] = Field(None, description="a physical NIC to attach (a switch "
+                                     "type that takes one)")
     force: StrictBool = Field(False, description="allow an uplink that carries the default "
                                                  "route or the SSH session")
-    bgp: Optional[BgpOptions] = None
 
-    @field_validator(*SWITCH_ONLY)
-    @classmethod
-    def _switch_only(cls, value: Any, info: ValidationInfo) -> Any:
-        kind = info.data.get("kind", "host")
-        if kind != "switch":
-            raise ValueError(f"{info.field_name} applies to switches only, not to a {kind}")
-        return value
-
-    @field_validator(*HOST_ONLY)
-    @classmethod
-    def _host_only(cls, value: Any, info: ValidationInfo) -> Any:
-        if info.data.get("kind") == "switch":
-            raise ValueError(f"a switch takes no {info.field_name} (it has no address of its own)")
-        return value
+    _switch_only = field_validator(*_CORE_SWITCH_ONLY)(_switch_only)
+    _host_only = field_validator(*_CORE_HOST_ONLY)(_host_only)
 
     @property
     def is_switch(self) -> bool:
         return self.kind == "switch"
 
+    def option(self, key: str) -> Any:
+        """The value of a registered kind's option (``node.option("bgp")``), None
+        when not given; :class:`KeyError` for a key no installed kind registers."""
+        if key not in OPTIONS:
+            raise KeyError(f"no installed kind has the node option {key!r}")
+        return getattr(self, key)
+
     def options(self) -> Dict[str, Any]:
         """The options given for this node (as they would be written in YAML)."""
         return self.model_dump(mode="json", exclude_unset=True, exclude={"kind"})
+
+
+def _node_model() -> Any:
+    """:class:`NodeBase` with a field for each registered kind's option."""
+    fields: Dict[str, Any] = {o.key: (Optional[o.annotation], Field(None, description=o.description))
+                              for o in OPTIONS.values()}
+    validators: Dict[str, Any] = {}
+    if OPTIONS:
+        validators["_kinds_on"] = field_validator(*OPTIONS)(_on_kinds)
+    return create_model("Node", __base__=NodeBase, __module__=__name__, __doc__=NodeBase.__doc__,
+                        __validators__=validators, **fields)
+
+
+if TYPE_CHECKING:
+    Node = NodeBase
+else:
+    Node = _node_model()
 
 
 class LinkEnd(StrictModel):

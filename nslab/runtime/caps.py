@@ -18,6 +18,7 @@ from typing import Dict, List, Optional
 from ..errors import CapabilityError, NotRootError, TopologyError
 from .proc import scaled
 from ..model.fields import sysctl_template
+from ..model.kinds import tools as kind_tools
 from ..model.naming import new_run_id
 from ..model.topo import field_path
 
@@ -37,12 +38,9 @@ class Capability:
 
 #: Debian package that provides each tool.
 PACKAGES = {
-    "ip": "iproute2", "tc": "iproute2", "ovs-vsctl": "openvswitch-switch",
-    "ovs-ofctl": "openvswitch-switch", "iperf": "iperf", "ethtool": "ethtool",
-    "tcpdump": "tcpdump", "gcc": "gcc", "mn": "mininet", "zebra": "frr", "bgpd": "frr",
-    "dumpcap": "wireshark-common",
+    "ip": "iproute2", "tc": "iproute2", "iperf": "iperf", "ethtool": "ethtool",
+    "tcpdump": "tcpdump", "gcc": "gcc", "mn": "mininet", "dumpcap": "wireshark-common",
 }
-FRR_DIR = "/usr/lib/frr"
 
 
 def is_root() -> bool:
@@ -83,16 +81,18 @@ def tool_version(argv: List[str], pattern: str = r"(\d+\.\d+(?:\.\d+)?)") -> Opt
 
 
 def versions() -> Dict[str, Optional[str]]:
-    """Versions of the tools the lab drives (None = missing)."""
-    return {
+    """Versions of the tools the lab drives (None = missing): the core's and
+    the registered kinds' (:class:`nslab.model.kinds.Tool`)."""
+    out = {
         "kernel": os.uname().release,
         "mininet": tool_version(["mn", "--version"]),
-        "openvswitch": tool_version(["ovs-vsctl", "--version"]),
-        "frr": tool_version([f"{FRR_DIR}/zebra", "--version"]),
         "iperf2": tool_version(["iperf", "-v"]),
         "iproute2": tool_version(["ip", "-V"], r"(\d{6}|\d+\.\d+\.\d+)"),
         "ethtool": tool_version(["ethtool", "--version"]),
     }
+    for tool in kind_tools():
+        out[tool.name] = tool_version(list(tool.version))
+    return out
 
 
 def ovs_running() -> bool:
@@ -210,14 +210,11 @@ def probe() -> Dict[str, Capability]:
     root = is_root()
     caps["root"] = Capability("root", root, "running as root" if root else "not root", True,
                               "run as root (sudo)")
-    for tool in ("ip", "tc", "iperf", "ethtool", "ovs-vsctl", "tcpdump", "dumpcap", "gcc",
-                 "mn"):
+    for tool in ("ip", "tc", "iperf", "ethtool", "tcpdump", "dumpcap", "gcc", "mn"):
         found = shutil.which(tool)
         caps[f"tool:{tool}"] = Capability(f"tool:{tool}", bool(found), found or "missing",
                                           tool in ("ip", "tc"), f"apt install {PACKAGES[tool]}")
-    frr = os.path.exists(f"{FRR_DIR}/zebra") and os.path.exists(f"{FRR_DIR}/bgpd")
-    caps["frr"] = Capability("frr", frr, FRR_DIR if frr else "missing: zebra/bgpd", False,
-                             "apt install frr")
+    caps.update(_kind_tools())
     if root and shutil.which("ip"):
         caps.update(_kernel_probes())
     kmod = ovs_kernel_module()
@@ -231,6 +228,31 @@ def probe() -> Dict[str, Capability]:
     running = has_ovs and ovs_running()
     caps["ovs_running"] = Capability("ovs_running", running, "ovs-vswitchd running" if running else
                                      "not running: the lab starts it when needed", False, "")
+    return caps
+
+
+def _found(program: str) -> Optional[str]:
+    """Where ``program`` is: an absolute path that exists, or found on ``PATH``."""
+    if os.path.isabs(program):
+        return program if os.path.exists(program) else None
+    return shutil.which(program)
+
+
+def _kind_tools() -> Dict[str, Capability]:
+    """The registered kinds' tools: ``tool:<program>`` for each program on
+    ``PATH``, and ``<tool>`` when all its programs are there."""
+    caps: Dict[str, Capability] = {}
+    for tool in kind_tools():
+        found = {p: _found(p) for p in tool.programs}
+        for p, where in found.items():
+            if not os.path.isabs(p):
+                caps[f"tool:{p}"] = Capability(f"tool:{p}", bool(where), where or "missing",
+                                               False, f"apt install {tool.package}")
+        missing = [os.path.basename(p) for p, where in found.items() if not where]
+        paths = sorted({os.path.dirname(w) for w in found.values() if w})
+        caps[tool.name] = Capability(tool.name, not missing,
+                                     f"missing: {'/'.join(missing)}" if missing
+                                     else ", ".join(paths), False, f"apt install {tool.package}")
     return caps
 
 

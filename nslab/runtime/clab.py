@@ -10,8 +10,9 @@ a Kubernetes cluster through clabernetes (see ``docs/multi-host.md``).
 How a topology maps:
 
 * Every node is a container of kind ``linux``. Hosts, plain routers and
-  switches run :data:`HOST_IMAGE` (``--image``). A node whose configuration an
-  extension renders (FRR's BGP) runs :data:`FRR_IMAGE` (``--frr-image``), with
+  switches run :data:`HOST_IMAGE` (``--image``). A node with an option of a
+  kind that names a container image (:class:`nslab.model.kinds.Image`: FRR's
+  BGP, ``--frr-image``) runs that image, with
   the files the extension writes for it
   (:meth:`~nslab.runtime.extension.Extension.export_files`: the same configuration the
   lab gives its daemons) bound into the container (``binds``) from a folder
@@ -40,6 +41,7 @@ template: no name from a topology can change its structure.
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
@@ -50,6 +52,7 @@ import yaml
 
 from ..errors import InputError, TopologyError
 from .extension import registered
+from ..model.kinds import node_options, registered as registered_kinds, switch_types
 from .netlink import RouteAdd
 from .plan import plan
 from ..model.render import line, token
@@ -58,15 +61,13 @@ from ..model.topo import KINDS, Topology, field_path
 from ..model.topo_yaml import line_of, read_yaml
 
 __all__ = ["export_containerlab", "write_export", "from_containerlab", "ClabExport", "FORMATS",
-           "HOST_IMAGE", "FRR_IMAGE"]
+           "HOST_IMAGE", "default_images"]
 
 #: Export formats (``--format``).
 FORMATS = ("containerlab",)
 #: Image of hosts, plain routers and switches: small, with iproute2 (``ip``,
 #: ``tc``, bridges), ethtool, ping, iperf3 and tcpdump.
 HOST_IMAGE = "wbitt/network-multitool:alpine-extra"
-#: Image of the nodes that run FRR: FRR's own release image.
-FRR_IMAGE = "quay.io/frrouting/frr:10.3.1"
 #: The label that records a node's nslab kind (host, router, switch).
 KIND_LABEL = "nslab_kind"
 #: containerlab's management interface in a container.
@@ -139,17 +140,24 @@ def image_release(image: str) -> Optional[str]:
 
 
 # -- export ------------------------------------------------------------------------------
+def default_images() -> Dict[str, str]:
+    """The image of each registered kind that names one, by kind (``{"frr": ...}``)."""
+    return {k.name: k.image.default for k in registered_kinds().values() if k.image}
+
+
 def export_containerlab(topo: Topology, *, name: Optional[str] = None, image: str = HOST_IMAGE,
-                        frr_image: str = FRR_IMAGE, files_dir: str = "files", mgmt: bool = True,
-                        interface_names: str = "keep") -> ClabExport:
+                        images: Optional[Dict[str, str]] = None, files_dir: str = "files",
+                        mgmt: bool = True, interface_names: str = "keep") -> ClabExport:
     """``topo`` as a containerlab lab (see the module doc for the mapping).
 
     Args:
         topo: a validated topology.
         name: the lab's name (default: the topology's, made safe).
         image: the image of hosts, plain routers and switches.
-        frr_image: the image of the nodes that run FRR; its tag's version
-            picks the configuration layout (FRR 10's ``mgmtd`` or not).
+        images: by kind, the image of the nodes with its options, instead of
+            the kind's own (:func:`default_images`); its tag's version goes
+            to the kind's extension, to pick the configuration layout (FRR
+            10's ``mgmtd`` or not).
         files_dir: the folder, relative to the ``.clab.yml``, of the files
             bound into containers.
         mgmt: keep containerlab's management network (``eth0``); False gives
@@ -163,7 +171,13 @@ def export_containerlab(topo: Topology, *, name: Optional[str] = None, image: st
             exported (an OVS switch's controller or uplink, a feature no
             installed extension renders), naming the field.
     """
-    for what, value in (("--image", image), ("--frr-image", frr_image)):
+    kinds = {k.name: k for k in registered_kinds().values() if k.image}
+    unknown = sorted(set(images or {}) - set(kinds))
+    if unknown:
+        raise InputError(f"no installed kind names an image: {', '.join(unknown)}")
+    chosen = {**default_images(), **(images or {})}
+    for what, value in [("--image", image)] + [(kinds[k].image.flag, v)  # type: ignore[union-attr]
+                                               for k, v in chosen.items()]:
         if not IMAGE_RE.fullmatch(value):
             raise InputError(f"{what} {value!r} is not a container image reference")
     if interface_names not in ("keep", "eth"):
@@ -178,7 +192,6 @@ def export_containerlab(topo: Topology, *, name: Optional[str] = None, image: st
         notes += [f"{n}: interface {old} is {new} here ({MGMT_INTERFACE} is containerlab's "
                   "management interface)" for (n, old), new in renames.items()]
     extensions = _extensions(t)
-    release = image_release(frr_image)
     p = plan(t, "clab")
     first = _first_commands(t)
     sysctls = t.sysctls()
@@ -197,14 +210,18 @@ def export_containerlab(topo: Topology, *, name: Optional[str] = None, image: st
             entry["sysctls"] = dict(sorted(values.items()))
         binds = []
         for ext in extensions:
+            release = image_release(chosen[ext.name]) if ext.name in chosen else None
             for path, text in ext.export_files(t, n, release).items():
                 rel = f"{files_dir}/{n}/{os.path.basename(path)}"
                 if rel in files:  # two extensions writing one file: a bug of theirs
                     raise InputError(f"{n}: two extensions write {os.path.basename(path)}")
                 files[rel] = text
                 binds.append(f"{rel}:{path}")
+        for kind, img in chosen.items():
+            if any(getattr(node, o, None) is not None
+                   for o in kinds[kind].image.options):  # type: ignore[union-attr]
+                entry["image"] = img
         if binds:
-            entry["image"] = frr_image
             entry["binds"] = binds
         cmds = first.get(n, []) + _plan_commands(p, p.nodes[n].netns)
         if cmds:
@@ -270,8 +287,9 @@ def _refuse_unexported(topo: Topology) -> List[str]:
                     f"{field_path(('nodes', n, key))}: {what} cannot be exported (the switch "
                     "becomes a Linux bridge in a container); remove it to export",
                     ("nodes", n, key)))
-        if node.is_switch and topo.switch_type_of(n) == "ovs":
-            notes.append(f"{n}: an OVS switch in nslab, a Linux bridge here"
+        kind = switch_types()[topo.switch_type_of(n)] if node.is_switch else None
+        if kind is not None and not kind.namespace:
+            notes.append(f"{n}: an {kind.label} switch in nslab, a Linux bridge here"
                          + (" (its dpid is not exported)" if node.dpid else ""))
     if topo.placement:
         notes.append("hosts: (which machine runs which node) is not exported: containerlab "
@@ -308,7 +326,8 @@ def _renames(topo: Topology, mgmt: bool, style: str) -> Dict[Tuple[str, str], st
 
 def renamed(topo: Topology, renames: Dict[Tuple[str, str], str]) -> Topology:
     """A copy of ``topo`` with interfaces renamed (``{(node, old): new}``),
-    and every reference to them (routes' ``dev``, BGP's ``unnumbered``)."""
+    and every reference to them (routes' ``dev``, and those in the kinds'
+    options that say how to rename them: BGP's ``unnumbered``)."""
     if not renames:
         return topo
     data = topo.to_dict()
@@ -320,10 +339,14 @@ def renamed(topo: Topology, renames: Dict[Tuple[str, str], str]) -> Topology:
         for route in node.get("routes", []):
             if route.get("dev"):
                 route["dev"] = renames.get((n, route["dev"]), route["dev"])
-        if node.get("bgp"):
-            node["bgp"]["unnumbered"] = [renames.get((n, i), i)
-                                         for i in node["bgp"].get("unnumbered", [])]
+        for key, opt in node_options().items():
+            if node.get(key) is not None and opt.rename is not None:
+                node[key] = opt.rename(node[key], functools.partial(_new_name, renames, n))
     return Topology.from_dict(data)
+
+
+def _new_name(renames: Dict[Tuple[str, str], str], node: str, intf: str) -> str:
+    return renames.get((node, intf), intf)
 
 
 def write_export(exp: ClabExport, output: str) -> List[str]:

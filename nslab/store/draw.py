@@ -15,6 +15,7 @@ import shutil
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..model.fields import check_name
+from ..model.kinds import node_options, switch_types
 from ..model.topo import Topology
 from ..errors import InputError
 from ..safeio import write_atomic
@@ -39,24 +40,34 @@ def _node_id(name: str) -> str:
     return graphviz.nohtml(check_name(name))
 
 
-#: Graphviz node attributes per kind of node.
+#: Graphviz node attributes of the core's kinds of node.
 STYLE = {
     "host": {"shape": "box", "style": "rounded,filled", "fillcolor": "#e8f1fb"},
-    "bridge": {"shape": "ellipse", "style": "filled", "fillcolor": "#eaf6e9"},
-    "ovs": {"shape": "hexagon", "style": "filled", "fillcolor": "#fdf1dc"},
     "router": {"shape": "octagon", "style": "filled", "fillcolor": "#f4e8f8"},
-    "bgp": {"shape": "doubleoctagon", "style": "filled", "fillcolor": "#f4e8f8"},
 }
 
 
+def styles() -> Dict[str, Dict[str, str]]:
+    """Graphviz node attributes by what :func:`node_kind` answers: the core's,
+    each switch type's and each registered node option's that has a drawing
+    (:mod:`nslab.model.kinds`)."""
+    out = {k: dict(v) for k, v in STYLE.items()}
+    out.update({t.name: dict(t.draw) for t in switch_types().values()})
+    out.update({o.key: dict(o.draw) for o in node_options().values() if o.draw})
+    return out
+
+
 def node_kind(topo: Topology, name: str) -> str:
-    """``host``, ``bridge``, ``ovs``, ``router`` or ``bgp`` (an FRR router)."""
+    """``host``, ``router``, a switch type (``bridge``, ``ovs``), or for a
+    router, a registered option with a drawing that it has (``bgp``: an FRR
+    router)."""
     node = topo.nodes[name]
     if node.is_switch:
         return topo.switch_type_of(name)
-    if node.kind == "router":
-        return "bgp" if node.bgp is not None else "router"
-    return "host"
+    if node.kind != "router":
+        return "host"
+    return next((key for key, opt in node_options().items()
+                 if opt.draw and getattr(node, key) is not None), "router")
 
 
 def _stem(name: str) -> str:
@@ -150,10 +161,11 @@ def to_graph(topo: Topology, rates: Optional[Dict[Tuple[str, str], str]] = None,
                        edge_attr={"fontname": "Helvetica", "fontsize": "8", "color": "#555555",
                                   "labeldistance": "1.6"})
     tiers: Dict[str, list] = {}
+    style = styles()
     for name in topo.nodes:
         kind = node_kind(topo, name)
         g.node(_node_id(name), label=_text(f"{name}\n({kind})" if kind != "host" else name),
-               **STYLE[kind])
+               **style[kind])
         tiers.setdefault(_stem(name), []).append(name)
     for stem, names in tiers.items():
         if len(names) > 1:

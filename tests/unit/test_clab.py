@@ -10,7 +10,8 @@ import shlex
 import pytest
 import yaml
 
-from nslab.runtime.clab import (FRR_IMAGE, HOST_IMAGE, KIND_LABEL, export_containerlab, from_containerlab,
+from nslab.frr.kind import FRR_IMAGE
+from nslab.runtime.clab import (HOST_IMAGE, KIND_LABEL, export_containerlab, from_containerlab,
                         image_release, write_export)
 from nslab.cmdline.cli import main
 from nslab.errors import InputError
@@ -292,7 +293,7 @@ def test_the_frr_release_comes_from_the_image_tag(image, release):
 
 def test_an_frr_8_image_gets_interfaces_in_zebra_s_part(tmp_path):
     topo = _load("clos", tmp_path)
-    exp = export_containerlab(topo, frr_image="frrouting/frr:v8.4.1")
+    exp = export_containerlab(topo, images={"frr": "frrouting/frr:v8.4.1"})
     conf = exp.files["files/spine1/frr.conf"]
     assert "! mgmtd for" not in conf and "interface spine1-eth0" in conf.splitlines()
     assert "mgmtd" not in exp.files["files/spine1/daemons"]

@@ -4,7 +4,8 @@ kept by hand), so an unknown key anywhere names the keys allowed there."""
 import pytest
 
 from nslab.errors import TopologyError
-from nslab.model.fields import BfdOptions, BgpOptions, Route
+from nslab.frr.options import BfdOptions, BgpOptions
+from nslab.model.fields import Route
 from nslab.model.topo import Link, LinkEnd, Node, Topology
 from nslab.model.topo_errors import field_path, model_at
 

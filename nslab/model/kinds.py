@@ -1,0 +1,225 @@
+"""Kinds: what a lab extension adds to the topology format, as data the core reads.
+
+The core knows hosts, routers, Linux bridges and their options. Everything
+else (a switch type such as OVS, a node option such as FRR's ``bgp``, the
+tools behind them, how they are drawn and exported) is a :class:`Kind` that
+an extension registers under the entry point group ``nslab.kinds``, in its own
+folder, as containerlab keeps a kind in ``nodes/<kind>/`` and netlab keeps a
+feature's schema beside it. The core reads the registry and names none of
+them:
+
+* a :class:`NodeOption` becomes a field of every node
+  (:class:`~nslab.model.topo_parts.Node`), validated with the same
+  ``file:line: field`` errors and bounds as the core's own, refused on the
+  kind of node it does not fit and listed in the JSON Schema;
+* a :class:`SwitchType` becomes a value of ``switch:`` and a node's ``type:``;
+* its :class:`Tool` entries are probed by ``nslab doctor`` and recorded in a
+  run's provenance;
+* its :class:`Image` is what ``nslab topo export`` runs a node that uses it in.
+
+The entry point names a module attribute holding a :class:`Kind`. It is read
+when the topology model is first imported, so a kind's module imports only
+:mod:`nslab.model` (its option models), never the runtime. A kind that fails to
+load, or claims a name the core or another kind has, is an error, never
+skipped in silence.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..errors import LabError
+
+GROUP = "nslab.kinds"
+
+#: A node option's own check against the node's interfaces: given the option's
+#: value, the node's name and the names of its interfaces, ``(path under the
+#: option, message)`` for the first problem, or None.
+InterfaceCheck = Callable[[Any, str, Sequence[str]], Optional[Tuple[Tuple[Any, ...], str]]]
+
+
+@dataclass(frozen=True)
+class NodeOption:
+    """A key a node may carry in a topology (``bgp:``).
+
+    Attributes:
+        key: the key, as written in YAML and given to ``add_host(key=...)``.
+        annotation: its type (a pydantic model, or any type pydantic
+            validates); the node's field is ``Optional[annotation]``, None
+            when not given.
+        description: one line, for the JSON Schema and the docs.
+        on: the kinds of node that take it (``host``, ``router``, ``switch``).
+        switch_types: for a switch option, the switch types that take it
+            (empty: all).
+        feature: the topology feature a node with this option asks for (see
+            :meth:`Topology.features <nslab.model.topo.Topology.features>`);
+            an extension that ``provides`` it builds it. Empty: none.
+        draw: Graphviz attributes of a node that has the option (None: drawn
+            as its kind of node).
+        draw_as: the legend's name for such a node.
+        check: the option's own check against the node's interfaces.
+        rename: how the option, as plain data, follows renamed interfaces
+            (``nslab topo export --interface-names eth``): given its data and
+            a function from an old interface name to the new one.
+    """
+
+    key: str
+    annotation: Any
+    description: str = ""
+    on: Tuple[str, ...] = ("host", "router")
+    switch_types: Tuple[str, ...] = ()
+    feature: str = ""
+    draw: Optional[Mapping[str, str]] = None
+    draw_as: str = ""
+    check: Optional[InterfaceCheck] = None
+    rename: Optional[Callable[[Any, Callable[[str], str]], Any]] = None
+
+
+@dataclass(frozen=True)
+class SwitchType:
+    """A value of ``switch:`` / a switch's ``type:``.
+
+    Attributes:
+        name: the value (``ovs``).
+        label: how messages name it (``OVS``).
+        namespace: True when each switch is built in a namespace of its own
+            (a Linux bridge), False when in the root namespace (counted for
+            the size limits before anything is built).
+        max_ports: the most links one switch takes (None: no limit of its own).
+        capability: the capability it needs (:mod:`nslab.runtime.caps`).
+        takes: the core's switch options that only some switch types take
+            (:data:`TYPED_SWITCH_OPTIONS`) that this one does.
+        draw: Graphviz attributes of such a switch.
+    """
+
+    name: str
+    label: str
+    namespace: bool = False
+    max_ports: Optional[int] = None
+    capability: str = ""
+    takes: Tuple[str, ...] = ()
+    draw: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool behind a kind, probed by ``nslab doctor`` and recorded in a run's
+    provenance: ``version`` is the command that prints its version (the first
+    ``N.N[.N]`` it prints is taken); ``programs`` the files it needs, each
+    found on ``PATH`` or at the absolute path given; ``package`` what installs it."""
+
+    name: str
+    version: Tuple[str, ...]
+    programs: Tuple[str, ...] = ()
+    package: str = ""
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Image:
+    """The container image ``nslab topo export`` runs a node with one of the
+    kind's options in (containerlab ``kind: linux``): ``flag`` is the export
+    command's option that overrides it (``--frr-image``)."""
+
+    default: str
+    flag: str
+    options: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What one extension adds to the topology format (see the module's text)."""
+
+    name: str
+    description: str = ""
+    node_options: Tuple[NodeOption, ...] = ()
+    switch_types: Tuple[SwitchType, ...] = ()
+    tools: Tuple[Tool, ...] = ()
+    image: Optional[Image] = None
+
+
+#: The core's own switch: a Linux bridge in a namespace of its own.
+BRIDGE = SwitchType("bridge", "Linux bridge", namespace=True, max_ports=1023,
+                    capability="bridge",
+                    draw={"shape": "ellipse", "style": "filled", "fillcolor": "#eaf6e9"})
+#: Keys of a node the core owns (a kind may not claim them).
+CORE_KEYS = ("kind", "ip", "mac", "loopback", "routes", "sysctls", "type", "stp", "dpid",
+             "controller", "uplink", "force")
+NODE_KINDS = ("host", "switch", "router")
+#: The core's switch options that only the switch types that say so take.
+TYPED_SWITCH_OPTIONS = ("dpid", "controller", "uplink")
+
+
+class KindError(LabError):
+    """A kind could not be loaded, or claims what is already taken."""
+
+
+def _check(kinds: Sequence[Kind]) -> Dict[str, Kind]:
+    out: Dict[str, Kind] = {}
+    keys: Dict[str, str] = {k: "the core" for k in CORE_KEYS}
+    types: Dict[str, str] = {BRIDGE.name: "the core"}
+    for kind in kinds:
+        if kind.name in out:
+            raise KindError(f"kind {kind.name!r} is registered twice")
+        for opt in kind.node_options:
+            if opt.key in keys:
+                raise KindError(f"kind {kind.name!r}: node option {opt.key!r} is already "
+                                f"{keys[opt.key]}'s")
+            bad = [o for o in opt.on if o not in NODE_KINDS]
+            if bad or not opt.on:
+                raise KindError(f"kind {kind.name!r}: node option {opt.key!r} is on "
+                                f"{bad or 'no kind of node'}; choose of {', '.join(NODE_KINDS)}")
+            keys[opt.key] = f"kind {kind.name!r}"
+        for st in kind.switch_types:
+            if st.name in types:
+                raise KindError(f"kind {kind.name!r}: switch type {st.name!r} is already "
+                                f"{types[st.name]}'s")
+            types[st.name] = f"kind {kind.name!r}"
+        out[kind.name] = kind
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def registered() -> Dict[str, Kind]:
+    """Every kind registered under ``nslab.kinds``, by name, in registration order."""
+    from importlib.metadata import entry_points
+    found: List[Kind] = []
+    for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+        try:
+            kind = ep.load()
+        except Exception as exc:  # reported, not swallowed
+            raise KindError(f"kind {ep.name} ({ep.value}) failed to load: "
+                            f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(kind, Kind):
+            raise KindError(f"kind {ep.name} ({ep.value}) is a {type(kind).__name__}, "
+                            "not an nslab.model.kinds.Kind")
+        found.append(kind)
+    return _check(found)
+
+
+def node_options() -> Dict[str, NodeOption]:
+    """Every registered node option, by key."""
+    return {o.key: o for k in registered().values() for o in k.node_options}
+
+
+def switch_types() -> Dict[str, SwitchType]:
+    """Every switch type: the core's Linux bridge first, then the kinds'."""
+    out = {BRIDGE.name: BRIDGE}
+    out.update({t.name: t for k in registered().values() for t in k.switch_types})
+    return out
+
+
+def switch_type(name: str) -> SwitchType:
+    """The switch type ``name`` (one validation already accepted)."""
+    return switch_types()[name]
+
+
+def tools() -> List[Tool]:
+    """Every registered kind's tools."""
+    return [t for k in registered().values() for t in k.tools]
+
+
+def images() -> List[Image]:
+    """Every registered kind's container image."""
+    return [k.image for k in registered().values() if k.image is not None]
