@@ -123,3 +123,42 @@ def test_no_core_module_is_in_an_import_cycle_not_even_for_types():
                      if b in core and b != a
                      and graph.find_shortest_chain(importer=b, imported=a)})
     assert not cycles, cycles
+
+
+#: String literals in the core's layers that still name FRR or OVS (issue 50),
+#: by file: the registry (nslab/model/kinds.py) has taken the rest. The list
+#: only shrinks: a new literal fails, and so does one listed here that is gone
+#: (delete it from the list). docs/extending.md says why each is still here.
+NAMED_STILL = {
+    "nslab/hosts/agent.py": {"frr"},
+    "nslab/hosts/remote.py": {"frr"},
+    "nslab/model/checks.py": {"Bfd", "Bgp", "bfd", "bgp"},
+    "nslab/runtime/caps.py": {"openvswitch", "ovs", "ovs-appctl", "ovs-vsctl", "ovs-vswitchd",
+                              "ovs-vswitchd running"},
+    "nslab/runtime/clab.py": {"ovs-bridge"},
+    "nslab/runtime/lab.py": {"ovs"},
+    "nslab/runtime/platforms.py": {"frr"},
+    "nslab/runtime/provenance.py": {"ovs"},
+    "nslab/runtime/restore.py": {"ovs-vsctl"},
+    "nslab/store/reporting.py": {"FRR", "frr", "openvswitch"},
+}
+
+
+def test_the_core_names_no_daemon_or_switch_beyond_the_list():
+    import ast
+    import re
+    pattern = re.compile(r"^(ovs|frr|bgp|bfd|openvswitch)$|^(ovs-|ovsdb)|/usr/lib/frr", re.I)
+    found: dict = {}
+    for layer in ("model", "runtime", "store", "hosts"):
+        for folder, _, files in os.walk(os.path.join(ROOT, "nslab", layer)):
+            for name in files:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as fh:
+                    tree = ast.parse(fh.read())
+                for node in ast.walk(tree):
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                            and pattern.search(node.value):
+                        found.setdefault(os.path.relpath(path, ROOT), set()).add(node.value)
+    assert found == NAMED_STILL
