@@ -15,6 +15,7 @@ from nslab.model.fields import check_ifname
 from nslab.ovs.bridge import list_bridges
 from nslab.ovs.daemon import (USER, datapath_type, ensure_running, owner, started_by_nslab,
                               stop_if_ours)
+from nslab.ovs import probes
 from nslab.runtime import caps
 from nslab.runtime.proc import run
 
@@ -61,7 +62,7 @@ def stop() -> None:
 def status() -> None:
     """Daemons, version, datapath types, bridges (tagged with their nslab run or not)."""
     _need_ovs()
-    if not caps.ovs_running():
+    if not probes.ovs_running():
         click.echo("ovsdb-server/ovs-vswitchd: not running (nslab ovs start)")
         return
     from nslab.ovs.toolbelt import vsctl

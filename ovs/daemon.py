@@ -22,7 +22,9 @@ import subprocess
 import tempfile
 from typing import Dict, List, Optional, Tuple
 
-from nslab.runtime import caps, statefile
+from nslab.runtime import statefile
+
+from . import probes
 from nslab.errors import CapabilityError
 from nslab.model.naming import STATE_DIR
 from nslab.runtime.proc import TAG_ENV, pid_running, run
@@ -55,7 +57,7 @@ def _running() -> Dict[str, Tuple[int, float]]:
 
 def datapath_type() -> str:
     """``system`` (kernel) when the openvswitch module is present, else ``netdev`` (userspace)."""
-    return "system" if caps.ovs_kernel_module() else "netdev"
+    return "system" if probes.ovs_kernel_module() else "netdev"
 
 
 #: Owners of daemons nslab started.
@@ -83,7 +85,7 @@ def ensure_running(owner_: str = LAB) -> bool:
     """
     if not os.path.exists("/usr/bin/ovs-vsctl"):
         raise CapabilityError("Open vSwitch is not installed (apt install openvswitch-switch)")
-    if caps.ovs_running():
+    if probes.ovs_running():
         if owner_ == USER and owner() == LAB:
             prev = statefile.read(_MARK) or {}
             statefile.write(_MARK, {**prev, "owner": USER})
@@ -127,7 +129,7 @@ def ensure_running(owner_: str = LAB) -> bool:
         tail = text.strip().splitlines()[-1] if text.strip() else f"exit {rc}"
         raise CapabilityError(f"ovs-ctl could not start Open vSwitch: {tail}")
     deadline = time.monotonic() + 10
-    while not caps.ovs_running():
+    while not probes.ovs_running():
         if time.monotonic() > deadline:
             raise CapabilityError("ovs-vswitchd did not come up within 10 s "
                                   "(see /var/log/openvswitch/ovs-vswitchd.log)")

@@ -94,6 +94,14 @@ class OvsExtension(Extension):
         attach(iface, br, self.datapath or "netdev")
         lab.nodes[sw].intfs.append(iface)
 
+    def facts(self, lab: ExtendedLab) -> Dict[str, Any]:
+        """The physical uplinks, with their drivers and their state before the lab."""
+        if not self.uplinks:
+            return {}
+        from nslab.runtime.provenance import interface_driver
+        return {"uplinks": {i: {"driver": interface_driver(i), "ethtool": snap.get("ethtool")}
+                            for i, snap in self.uplinks.items()}}
+
     def discover(self, run_id: Optional[str] = None) -> Dict[str, List[str]]:
         if not shutil.which("ovs-vsctl"):
             return {}

@@ -19,5 +19,6 @@ KIND = Kind(
         takes=("dpid", "controller", "uplink"),
         draw={"shape": "hexagon", "style": "filled", "fillcolor": "#fdf1dc"}),),
     tools=(Tool("openvswitch", ("ovs-vsctl", "--version"), programs=("ovs-vsctl", "ovs-ofctl"),
-                package="openvswitch-switch", label="Open vSwitch"),),
+                package="openvswitch-switch", label="Open vSwitch", capability=False),),
+    probes="nslab.ovs.probes:capabilities",
 )

@@ -82,8 +82,9 @@ def doctor() -> None:
     t.add_column("capability")
     t.add_column("status")
     t.add_column("the lab will use / how to fix")
-    order = ["root", "netns", "veth", "bridge", "ovs", "ovs_kernel", "ovs_running", "htb", "tbf",
-             "netem", "ecmp", "rps", "u32", "macvlan", "vlan", "vrf", "bond", "dummy", "frr"]
+    order = ["root", "netns", "veth", "bridge", "htb", "tbf", "netem", "ecmp", "rps", "u32",
+             "macvlan", "vlan", "vrf", "bond", "dummy"]
+    order += [k for k in found if k not in order and not k.startswith("tool:")]  # the kinds'
     order += [k for k in found if k.startswith("tool:")]
     missing_required = []
     for key in order:

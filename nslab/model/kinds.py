@@ -114,6 +114,13 @@ class Tool:
     programs: Tuple[str, ...] = ()
     package: str = ""
     label: str = ""
+    #: The oldest release nslab is tested with (``8.4``), and what a machine
+    #: with an older one is told (``nslab doctor``'s known problems).
+    oldest: str = ""
+    too_old: str = ""
+    #: False when the kind's own probes (:attr:`Kind.probes`) say whether it is
+    #: usable: then only its programs are capabilities (``tool:<program>``).
+    capability: bool = True
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,11 @@ class Kind:
     switch_types: Tuple[SwitchType, ...] = ()
     tools: Tuple[Tool, ...] = ()
     image: Optional[Image] = None
+    #: ``module:function`` run by the capability probe
+    #: (:func:`nslab.runtime.caps.probe`): given the capabilities found so far,
+    #: the kind's own (``ovs_kernel``, ``ovs_running``). Named, not imported:
+    #: a probe needs the runtime, which this module may not import.
+    probes: str = ""
 
 
 #: The core's own switch: a Linux bridge in a namespace of its own.

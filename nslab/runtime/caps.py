@@ -13,12 +13,12 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from ..errors import CapabilityError, NotRootError, TopologyError
 from .proc import scaled
 from ..model.fields import sysctl_template
-from ..model.kinds import tools as kind_tools
+from ..model.kinds import registered as registered_kinds, tools as kind_tools
 from ..model.naming import new_run_id
 from ..model.topo import field_path
 
@@ -95,22 +95,10 @@ def versions() -> Dict[str, Optional[str]]:
     return out
 
 
-def ovs_running() -> bool:
-    """True if ovsdb-server and ovs-vswitchd answer."""
-    if not shutil.which("ovs-vsctl"):
-        return False
-    return _q(["ovs-vsctl", "--timeout=2", "--", "get", "Open_vSwitch", ".", "ovs_version"]).returncode == 0 \
-        and _q(["ovs-appctl", "-t", "ovs-vswitchd", "--timeout=2", "version"]).returncode == 0
-
-
-def ovs_kernel_module() -> bool:
-    """True if the openvswitch kernel datapath is available (loaded or loadable)."""
-    if os.path.isdir("/sys/module/openvswitch"):
-        return True
-    if is_root() and shutil.which("modprobe") and os.path.exists("/proc/modules"):
-        if _q(["modprobe", "-q", "openvswitch"]).returncode == 0:
-            return os.path.isdir("/sys/module/openvswitch")
-    return False
+def run_probe(argv: List[str], timeout: float = PROBE_TIMEOUT) -> subprocess.CompletedProcess:
+    """Run a probe's command: its output captured, a missing program or a
+    timeout (logged) an exit status of 127, never an exception."""
+    return _q(argv, timeout)
 
 
 def _kernel_probes() -> Dict[str, Capability]:
@@ -217,18 +205,21 @@ def probe() -> Dict[str, Capability]:
     caps.update(_kind_tools())
     if root and shutil.which("ip"):
         caps.update(_kernel_probes())
-    kmod = ovs_kernel_module()
-    caps["ovs_kernel"] = Capability("ovs_kernel", kmod,
-                                    "kernel datapath" if kmod else
-                                    "no openvswitch module: userspace datapath (netdev), tx offload off",
-                                    False, "")
-    has_ovs = caps["tool:ovs-vsctl"].ok
-    caps["ovs"] = Capability("ovs", has_ovs, "Open vSwitch" + (" (kernel)" if kmod else " (userspace)"),
-                             False, "apt install openvswitch-switch")
-    running = has_ovs and ovs_running()
-    caps["ovs_running"] = Capability("ovs_running", running, "ovs-vswitchd running" if running else
-                                     "not running: the lab starts it when needed", False, "")
+    for kind in registered_kinds().values():
+        if kind.probes:
+            caps.update(_kind_probes(kind.name, kind.probes)(dict(caps)))
     return caps
+
+
+def _kind_probes(kind: str, where: str) -> Callable[[Dict[str, Capability]], Dict[str, Capability]]:
+    """A kind's probe function, named ``module:function`` by the kind."""
+    import importlib
+    module, _, name = where.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise CapabilityError(f"kind {kind}: its probes {where} failed to load: "
+                              f"{type(exc).__name__}: {exc}") from exc
 
 
 def _found(program: str) -> Optional[str]:
@@ -248,6 +239,8 @@ def _kind_tools() -> Dict[str, Capability]:
             if not os.path.isabs(p):
                 caps[f"tool:{p}"] = Capability(f"tool:{p}", bool(where), where or "missing",
                                                False, f"apt install {tool.package}")
+        if not tool.capability:
+            continue
         missing = [os.path.basename(p) for p, where in found.items() if not where]
         paths = sorted({os.path.dirname(w) for w in found.values() if w})
         caps[tool.name] = Capability(tool.name, not missing,

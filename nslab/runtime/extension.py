@@ -16,6 +16,7 @@ and munet's staged teardown:
 * ``teardown(lab)``: first at teardown (daemons before their namespaces);
 * ``discover(run_id)`` / ``remove(run_id, objects)`` / ``release(journal,
   live_runs)``: for ``nslab clean`` after a crash, by tag only;
+* ``facts(lab)``: what it adds to a run's provenance about the built lab;
 * ``judge(node, check)``: one try of an ``nslab check`` check of a kind it
   answers for (``check_kinds``: FRR's ``bgp`` and ``bfd``), on a running lab.
 
@@ -127,6 +128,11 @@ class Extension:
         ``{absolute path in the container: text}``, empty when ``node`` has no
         part in it. ``release``: the software's version in that image, when
         its tag says (``10.3.1``)."""
+        return {}
+
+    def facts(self, lab: ExtendedLab) -> Dict[str, Any]:
+        """What this extension adds to a run's provenance about the built lab
+        (merged into its ``lab``: OVS's physical uplinks and their drivers)."""
         return {}
 
     def journal(self, lab: ExtendedLab) -> Dict[str, Any]:

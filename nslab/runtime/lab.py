@@ -200,9 +200,10 @@ class Lab:
 
     @property
     def datapath(self) -> Optional[str]:
-        """The OVS datapath type of this lab's OVS bridges, if it has any."""
-        ext = self.extensions.get("ovs")
-        return getattr(ext, "datapath", None) if ext else None
+        """The datapath type of the switches an extension builds in the root
+        namespace (OVS's ``system`` or ``netdev``), if this lab has any."""
+        return next((d for d in (getattr(e, "datapath", None) for e in self.extensions.values())
+                     if d), None)
 
     def run_each(self, nodes: List[str], argv: List[str], where: str = "") -> List[Result]:
         """Run ``argv`` in each of ``nodes`` (a few at a time, each forked from a
@@ -498,7 +499,8 @@ class Lab:
         for node in self.nodes.values():
             kind = node.kind
             if kind == "switch":
-                kind += f" (ovs, {self.datapath})" if node.netns is None else " (bridge)"
+                kind += f" ({self.topology.switch_type_of(node.name)}, {self.datapath})" \
+                    if node.netns is None else " (bridge)"
             rows.append((node.name, kind, node.interfaces_cell(max_intfs), node.enter_hint()))
         return rows
 

@@ -12,6 +12,8 @@ import re
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional
 
+from ..model.kinds import tools as kind_tools
+
 #: Distributions whose package names ``scripts/setup-system.sh`` knows.
 KNOWN = {"debian": ("12", "13"), "ubuntu": ("24.04",)}
 
@@ -90,8 +92,8 @@ def known_problems(dist: Distribution, versions: Mapping[str, Optional[str]]) ->
         out.append(f"iperf {versions.get('iperf2')}: its -P SUM line is computed differently from "
                    "2.1.x (989-998 Mbit/s where 2.1.8 claims 1.2 Gbit/s at -P 254); the alias "
                    "report says which version produced each figure")
-    frr = _major_minor(versions.get("frr"))
-    if frr is not None and frr < (8, 4):
-        out.append(f"FRR {versions.get('frr')}: nslab is tested with FRR 8.4 and 10.x; older "
-                   "releases may refuse the configuration it renders")
+    for tool in kind_tools():
+        have, oldest = _major_minor(versions.get(tool.name)), _major_minor(tool.oldest)
+        if have is not None and oldest is not None and have < oldest:
+            out.append(f"{tool.label or tool.name} {versions.get(tool.name)}: {tool.too_old}")
     return out

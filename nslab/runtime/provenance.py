@@ -67,11 +67,8 @@ def collect_provenance(lab: Optional[LabLike] = None, sysctls: Iterable[str] = (
             nodes[node.name] = info
         prov["lab"] = {"run_id": lab.run_id, "topology": lab.topology.name,
                        "datapath": lab.datapath, "nodes": nodes}
-        ovs = getattr(lab, "extensions", {}).get("ovs")
-        if ovs is not None and getattr(ovs, "uplinks", None):
-            prov["lab"]["uplinks"] = {i: {"driver": _driver(None, i),
-                                          "ethtool": snap.get("ethtool")}
-                                      for i, snap in ovs.uplinks.items()}
+        for ext in getattr(lab, "extensions", {}).values():
+            prov["lab"].update(ext.facts(lab))
     if extra:
         prov.update(extra)
     return prov
@@ -99,6 +96,11 @@ def _offloads(netns: Optional[str], intf: str, run_out: Optional[Callable[[List[
         if k.strip() in keep:
             res[k.strip()] = v.strip()
     return res
+
+
+def interface_driver(intf: str, netns: Optional[str] = None) -> Dict[str, str]:
+    """``ethtool -i``: the driver behind an interface (veth, e1000, 8139cp, ...)."""
+    return _driver(netns, intf)
 
 
 def _driver(netns: Optional[str], intf: str,

@@ -20,6 +20,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from ..model.kinds import tools as kind_tools
+
 import jinja2
 
 from ..safeio import write_atomic
@@ -239,8 +241,9 @@ def environment(template_dir: str) -> jinja2.Environment:
 
 
 #: The tools a report names, by their key in a provenance's ``versions``.
-TOOL_NAMES = {"iperf2": "iperf", "frr": "FRR", "openvswitch": "Open vSwitch",
-              "iproute2": "iproute2", "ethtool": "ethtool"}
+#: The core's; the registered kinds add theirs (:class:`nslab.model.kinds.Tool`).
+TOOL_NAMES = {"iperf2": "iperf", "iproute2": "iproute2", "ethtool": "ethtool",
+              **{t.name: t.label or t.name for t in kind_tools()}}
 
 
 def tools_line(provs: Any, *keys: str) -> MarkdownText:

@@ -156,22 +156,22 @@ def test_framing_overhead_lowers_tcp_to_what_real_gbe_carries(make_lab):
 
 @needs("ovs-vsctl", "iperf")
 def test_ovs_daemons_the_lab_started_outlive_a_users_bridge_then_stop():
-    from nslab.runtime import caps
+    from nslab.ovs import probes as ovs_probes
     from nslab.ovs.daemon import USER, owner, started_by_nslab
     from .conftest import Bystanders
-    if caps.ovs_running() and not started_by_nslab():
+    if ovs_probes.ovs_running() and not started_by_nslab():
         pytest.skip("OVS was already running here, not started by nslab: not ours to stop")
-    if caps.ovs_running() and owner() == USER:
+    if ovs_probes.ovs_running() and owner() == USER:
         pytest.skip("OVS is held by `nslab ovs start`: it stays up until `nslab ovs stop`")
     users = Bystanders(port=5996)  # starts the daemons if needed, then adds the user's bridge
     try:
         with Lab(single(k=2, switch="ovs")):
             pass
-        assert caps.ovs_running(), "stopped OVS under a bridge nslab did not create"
+        assert ovs_probes.ovs_running(), "stopped OVS under a bridge nslab did not create"
         assert started_by_nslab()
     finally:
         users.remove()  # bridge gone, no run left: the daemons go too
-    assert not caps.ovs_running()
+    assert not ovs_probes.ovs_running()
 
 
 def test_netem_is_refused_clearly_when_the_kernel_lacks_it():

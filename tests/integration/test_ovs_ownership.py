@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from nslab.runtime import caps
+
+from nslab.ovs import probes as ovs_probes
 from nslab.topologies import single
 
 pytestmark = pytest.mark.root
@@ -24,14 +25,14 @@ def nslab(*args):
 def ovs_down():
     if not os.path.exists("/usr/bin/ovs-vsctl"):
         pytest.skip("Open vSwitch is not installed")
-    if caps.ovs_running():
+    if ovs_probes.ovs_running():
         from nslab.ovs.daemon import owner
         if owner() is None:
             pytest.skip("OVS is running and was not started by nslab: not ours to stop")
         nslab("ovs", "stop")
-    assert not caps.ovs_running()
+    assert not ovs_probes.ovs_running()
     yield
-    if caps.ovs_running():
+    if ovs_probes.ovs_running():
         from nslab.ovs.daemon import owner
         if owner() is not None:
             nslab("ovs", "stop")
@@ -40,25 +41,25 @@ def ovs_down():
 def test_ovs_started_by_the_user_stays_until_ovs_stop(ovs_down):
     assert "it stays up until nslab ovs stop" in nslab("ovs", "start")
     nslab("topo", "up", "single", "--k", "2", "--switch", "ovs", "--for", "0")
-    assert caps.ovs_running(), "a lab's teardown stopped the user's OVS"
+    assert ovs_probes.ovs_running(), "a lab's teardown stopped the user's OVS"
     nslab("clean")
-    assert caps.ovs_running(), "nslab clean stopped the user's OVS"
+    assert ovs_probes.ovs_running(), "nslab clean stopped the user's OVS"
     assert "stays up until nslab ovs stop" in nslab("ovs", "status")
     assert "stopped" in nslab("ovs", "stop")
-    assert not caps.ovs_running()
+    assert not ovs_probes.ovs_running()
 
 
 def test_ovs_started_by_a_lab_goes_with_the_last_lab(ovs_down):
     from nslab import Lab
     with Lab(single(k=2, switch="ovs")):
-        assert caps.ovs_running()
+        assert ovs_probes.ovs_running()
         assert "started by a lab" in nslab("ovs", "status")
-    assert not caps.ovs_running()
+    assert not ovs_probes.ovs_running()
 
 
 def test_ovs_start_during_a_lab_keeps_it_after(ovs_down):
     from nslab import Lab
     with Lab(single(k=2, switch="ovs")):
         nslab("ovs", "start")  # takes over the daemons the lab started
-    assert caps.ovs_running()
+    assert ovs_probes.ovs_running()
     nslab("ovs", "stop")

@@ -85,8 +85,8 @@ def test_a_lab_killed_while_it_starts_ovs_leaves_no_daemons_after_clean(tmp_path
     # The daemons nslab starts for a lab are its own until they are stopped:
     # a kill before, during or after `ovs-ctl start`, then `nslab clean`,
     # must leave OVS as it was found (here: not running), and no state file.
-    from nslab.runtime import caps
-    if caps.ovs_running():
+    from nslab.ovs import probes as ovs_probes
+    if ovs_probes.ovs_running():
         pytest.skip("OVS is already running here: the lab would not start it")
     state_before = set(os.listdir(STATE_DIR)) if os.path.isdir(STATE_DIR) else set()
     for delay in (0.25, 0.4, 0.55, 0.7, 0.85, 1.0, 1.3, 1.8):

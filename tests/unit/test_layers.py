@@ -133,14 +133,8 @@ NAMED_STILL = {
     "nslab/hosts/agent.py": {"frr"},
     "nslab/hosts/remote.py": {"frr"},
     "nslab/model/checks.py": {"Bfd", "Bgp", "bfd", "bgp"},
-    "nslab/runtime/caps.py": {"openvswitch", "ovs", "ovs-appctl", "ovs-vsctl", "ovs-vswitchd",
-                              "ovs-vswitchd running"},
     "nslab/runtime/clab.py": {"ovs-bridge"},
-    "nslab/runtime/lab.py": {"ovs"},
-    "nslab/runtime/platforms.py": {"frr"},
-    "nslab/runtime/provenance.py": {"ovs"},
     "nslab/runtime/restore.py": {"ovs-vsctl"},
-    "nslab/store/reporting.py": {"FRR", "frr", "openvswitch"},
 }
 
 

@@ -228,7 +228,7 @@ def test_daemons_the_user_started_outlive_every_lab(mark, monkeypatch):
 
 def test_ovs_start_takes_over_daemons_a_lab_started(mark, monkeypatch):
     daemon, _, me = mark
-    monkeypatch.setattr("nslab.runtime.caps.ovs_running", lambda: True)
+    monkeypatch.setattr("nslab.ovs.probes.ovs_running", lambda: True)
     monkeypatch.setattr(daemon.os.path, "exists", lambda p: True)
     statefile.write(daemon._MARK, {"clock": daemon.CLOCK, "since": 0, "owner": daemon.LAB,
                                    "daemons": {"ovs-vswitchd": me}})
