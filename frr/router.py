@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .options import BgpOptions, bgp_of
 from nslab.errors import LabError, ReadinessError
@@ -125,6 +125,23 @@ class FrrExtension(Extension):
         self.routers: Dict[str, FrrRouter] = {}
         self.started_at: Optional[float] = None
         self.version: Optional[FrrVersion] = None
+
+    def agent_facts(self, lab: ExtendedLab) -> Dict[str, Any]:
+        """When the daemons started (as an age) and each router's run directory."""
+        if self.started_at is None:
+            return {}
+        return {"started_ago": time.monotonic() - self.started_at,
+                "dirs": {n: r.dir for n, r in self.routers.items()}}
+
+    def remote(self, lab: Any, facts: List[Tuple[Dict[str, Any], float]]) -> Any:
+        """The controller's :class:`~nslab.frr.remote.RemoteFrr`: the earliest
+        start among the hosts, on the controller's clock, and every router."""
+        from .remote import RemoteFrr, RemoteRouter
+        started = [got - float(told["started_ago"]) for told, got in facts
+                   if told.get("started_ago") is not None]
+        routers = {n: RemoteRouter(lab.nodes[n], d) for told, _ in facts
+                   for n, d in (told.get("dirs") or {}).items()}
+        return RemoteFrr(min(started) if started else None, routers)
 
     def needs(self, topo) -> List[str]:
         return ["frr"]

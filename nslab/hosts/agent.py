@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 from typing import IO, Any, Dict
 
 from ..errors import InputError, LabError
@@ -80,10 +79,8 @@ def agent_up(stdin: IO[str], stdout: IO[str]) -> int:
         ev: Dict[str, Any] = {"event": "ready", "host": req.host, "pid": os.getpid(),
                               "nodes": nodes, "build_s": lab.build_seconds,
                               "datapath": lab.datapath}
-        frr = lab.extensions.get("frr")
-        if frr is not None and getattr(frr, "started_at", None) is not None:
-            ev["frr_started_ago"] = time.monotonic() - frr.started_at  # type: ignore[attr-defined]
-            ev["frr_dirs"] = {n: r.dir for n, r in frr.routers.items()}  # type: ignore[attr-defined]
+        facts = {name: ext.agent_facts(lab) for name, ext in lab.extensions.items()}
+        ev["extensions"] = {name: f for name, f in facts.items() if f}
         say(ev)
         try:
             for line in stdin:

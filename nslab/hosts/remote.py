@@ -36,6 +36,7 @@ from ..model.multihost import parse_hosts, place, tunnels
 from ..model.naming import check_run_id, new_run_id
 from ..model.topo import Topology
 from ..runtime import grants
+from ..runtime.extension import registered as registered_extensions
 from ..runtime.clean import remove_controller, write_controller
 from ..runtime.grants import HostGrants
 from ..runtime.lab import TORN_DOWN
@@ -112,27 +113,6 @@ class RemoteNode(LabNode):
         ssh = self.lab.ssh[self.host]  # type: ignore[attr-defined]
         where = f"ip netns exec {self.netns} bash" if self.netns else "(root namespace)"
         return f"ssh {ssh.dest} {where}"
-
-
-class _RemoteRouter:
-    """Enough of an FRR router to ask it questions (``vtysh``) on its host."""
-
-    def __init__(self, node: RemoteNode, vty_dir: str) -> None:
-        self.node = node
-        self.dir = vty_dir
-
-    def vtysh(self, command: str) -> str:
-        return self.node.run(["vtysh", "--vty_socket", self.dir, "-c", command], check=False,
-                             timeout=20).stdout
-
-
-class _RemoteFrr:
-    """What studies read of the FRR extension: when the daemons started (on this
-    controller's clock) and each router."""
-
-    def __init__(self, started_at: Optional[float], routers: Dict[str, _RemoteRouter]) -> None:
-        self.started_at = started_at
-        self.routers = routers
 
 
 class Agent:
@@ -227,7 +207,8 @@ class MultiLab:
         self.ssh: Dict[str, Ssh] = {}
         self.build_seconds = 0.0
         self.datapath: Optional[str] = None
-        self._frr: Optional[_RemoteFrr] = None
+        #: stand-ins of the extensions the hosts built (``lab.extension(name)``)
+        self._stand_ins: Dict[str, Any] = {}
         self._dir: Optional[str] = None
         self._started = False
         self._recorded = False
@@ -256,8 +237,8 @@ class MultiLab:
         return self._dir
 
     def extension(self, name: str) -> Any:
-        if name == "frr" and self._frr is not None:
-            return self._frr
+        if name in self._stand_ins:
+            return self._stand_ins[name]
         raise LabError(f"a lab across hosts offers no {name} extension here")
 
     def run_each(self, nodes: List[str], argv: List[str], where: str = "") -> List[Result]:
@@ -301,7 +282,7 @@ class MultiLab:
                 agent = Agent(host, popen)
                 self.agents[host] = agent
                 agent.send(json.dumps(msg) + "\n")
-            frr_ages = []
+            facts: Dict[str, List[Tuple[Dict[str, Any], float]]] = {}
             for host, agent in self.agents.items():
                 ev = agent.read_event(AGENT_UP_TIMEOUT)
                 got = time.monotonic()
@@ -310,16 +291,17 @@ class MultiLab:
                     node = RemoteNode(self, name, info["kind"], info["netns"], host)
                     node.intfs, node.addrs = list(info["intfs"]), dict(info["addrs"])
                     self.nodes[name] = node
-                if ev.get("frr_started_ago") is not None:
-                    frr_ages.append(got - float(ev["frr_started_ago"]))
+                for ext_name, told in (ev.get("extensions") or {}).items():
+                    facts.setdefault(ext_name, []).append((told, got))
                 if ev.get("datapath"):
                     self.datapath = ev["datapath"]
             self.nodes = {n: self.nodes[n] for n in self.topology.nodes if n in self.nodes}
-            if frr_ages:
-                self._frr = _RemoteFrr(min(frr_ages), {
-                    n: _RemoteRouter(self.nodes[n], ev_dir)
-                    for host, agent in self.agents.items()
-                    for n, ev_dir in agent.ready.get("frr_dirs", {}).items()})
+            exts = registered_extensions()
+            for ext_name, told in facts.items():
+                if ext_name in exts:
+                    stand_in = exts[ext_name].remote(self, told)
+                    if stand_in is not None:
+                        self._stand_ins[ext_name] = stand_in
             self._record()
         except BaseException:
             log.info("lab %s across %s failed to come up; tearing down", self.run_id,

@@ -17,6 +17,8 @@ and munet's staged teardown:
 * ``discover(run_id)`` / ``remove(run_id, objects)`` / ``release(journal,
   live_runs)``: for ``nslab clean`` after a crash, by tag only;
 * ``facts(lab)``: what it adds to a run's provenance about the built lab;
+* ``agent_facts(lab)`` / ``remote(lab, facts)``: across hosts, what a host's
+  agent tells the controller, and the stand-in the controller makes of it;
 * ``judge(node, check)``: one try of an ``nslab check`` check of a kind it
   answers for (``check_kinds``: FRR's ``bgp`` and ``bfd``), on a running lab.
 
@@ -134,6 +136,20 @@ class Extension:
         """What this extension adds to a run's provenance about the built lab
         (merged into its ``lab``: OVS's physical uplinks and their drivers)."""
         return {}
+
+    def agent_facts(self, lab: ExtendedLab) -> Dict[str, Any]:
+        """What this extension's part of one host's share of a lab across hosts
+        tells the controller (``nslab agent up``'s ready event; JSON; a time
+        as an age in seconds, since the two clocks differ). Read back by
+        :meth:`remote` on the controller. Empty: nothing."""
+        return {}
+
+    def remote(self, lab: Any, facts: List[Tuple[Dict[str, Any], float]]) -> Any:
+        """On the controller of a lab across hosts: the stand-in that
+        ``lab.extension(name)`` returns, from each host's :meth:`agent_facts`
+        and the controller's ``time.monotonic()`` when it arrived. None: no
+        stand-in (the extension is not reachable from the controller)."""
+        return None
 
     def journal(self, lab: ExtendedLab) -> Dict[str, Any]:
         """What to record in the run's journal before building (read by :meth:`release`)."""
