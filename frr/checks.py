@@ -6,7 +6,7 @@ hands a check of these kinds to the FRR extension
 runs one ``vtysh -c 'show ... json'`` in the node's namespace, against the
 node's own daemons (their sockets in the run's work directory, as ``nslab
 vtysh`` reaches them), and matches its JSON here. The command is one of a
-fixed set (:data:`nslab.model.checks.BGP_SHOW`, ``BFD_SHOW``), checked again
+fixed set (:data:`nslab.frr.checkspec.BGP_SHOW`, ``BFD_SHOW``), checked again
 here; its output is bounded JSON.
 
 Peers are keyed as FRR keys them: an unnumbered session by its interface
@@ -20,7 +20,9 @@ import stat
 from typing import Any, Dict, List, Optional
 
 from nslab.model import bounded
-from nslab.model.checks import BFD_SHOW, BGP_SHOW, Bfd, Bgp, CannotRun, Outcome
+from nslab.model.checks import CannotRun, Outcome
+
+from .checkspec import BFD_SHOW, BGP_SHOW, Bfd, Bgp
 from nslab.model.subset import differences
 
 #: The commands a check may run (nothing else reaches vtysh from a check).

@@ -45,4 +45,5 @@ KIND = Kind(
                 oldest="8.4", too_old="nslab is tested with FRR 8.4 and 10.x; older releases "
                 "may refuse the configuration it renders"),),
     image=Image(FRR_IMAGE, "--frr-image", ("bgp",)),
+    checks=("nslab.frr.checkspec:Bgp", "nslab.frr.checkspec:Bfd"),
 )

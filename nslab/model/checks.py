@@ -19,22 +19,25 @@ anything runs, never a shell command:
 Every check takes ``within: T``: poll (every ``every`` seconds) until it
 holds or ``T`` seconds have passed, then fail with the last difference, as
 FRR's topotests do. Sizes are bounded here (:data:`MAX_CHECKS`,
-:data:`MAX_STAGES`, :data:`MAX_WITHIN_S`, :data:`MAX_EXPECT_NODES`); loading a
+:data:`MAX_STAGES`, :data:`~nslab.model.checkbase.MAX_WITHIN_S`, :data:`~nslab.model.checkbase.MAX_EXPECT_NODES`); loading a
 file with line numbers is :mod:`nslab.model.checkfile`. Pure: no I/O.
 """
 from __future__ import annotations
 
+import importlib
 import ipaddress
 import re
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Type, Union
 
 from pydantic import BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, WithJsonSchema, model_validator
 from typing_extensions import Annotated, Literal
 
 from ..errors import LabError
-from .fields import (IFNAME_RE, NAME_RE, Address, Delay, IfName, Label, Mtu, NodeName, Rate,
+from .checkbase import CheckBase, _json_value
+from .kinds import KindError, registered as registered_kinds
+from .fields import (NAME_RE, Address, Delay, IfName, Label, Mtu, NodeName, Rate,
                      StrictModel, parse_address)
 
 #: Checks in one stage (or in ``checks:``), and stages in a file.
@@ -42,17 +45,7 @@ MAX_CHECKS = 500
 MAX_STAGES = 50
 #: Link changes one stage makes.
 MAX_LINK_CHANGES = 64
-#: The longest ``within`` (s): a check polls at most this long.
-MAX_WITHIN_S = 600.0
-#: JSON values (mappings, lists, scalars) an ``expect`` may hold.
-MAX_EXPECT_NODES = 2000
-#: How deep an ``expect`` may nest.
-MAX_EXPECT_DEPTH = 16
 
-#: What ``show`` names for a ``bgp`` or ``bfd`` check: the FRR command it runs.
-BGP_SHOW = {"summary": "show bgp summary json", "neighbors": "show bgp neighbors json",
-            "ipv4": "show bgp ipv4 unicast json", "ipv6": "show bgp ipv6 unicast json"}
-BFD_SHOW = {"peers": "show bfd peers json", "counters": "show bfd peers counters json"}
 #: A link as ``nslab link set`` and a stage name it: two node names.
 LINK_RE = re.compile(r"^([A-Za-z][A-Za-z0-9_]{0,8})-([A-Za-z][A-Za-z0-9_]{0,8})$")
 
@@ -63,9 +56,6 @@ class CannotRun(LabError):
 
 
 # -- values ---------------------------------------------------------------------------
-#: seconds a check may keep trying, and between tries
-Within = Annotated[float, Field(ge=0, le=MAX_WITHIN_S, allow_inf_nan=False)]
-Every = Annotated[float, Field(ge=0.1, le=60, allow_inf_nan=False)]
 Counter = Literal["rx_bytes", "rx_packets", "rx_errors", "rx_dropped",
                   "tx_bytes", "tx_packets", "tx_errors", "tx_dropped"]
 
@@ -106,30 +96,6 @@ Target = Annotated[str, BeforeValidator(_target),
                    WithJsonSchema({"type": "string", "description": "a node, or an address"})]
 
 
-def _peer(value: Any) -> str:
-    """A BGP or BFD peer: an interface (unnumbered sessions) or an address."""
-    if not isinstance(value, str):
-        raise ValueError(f"a peer is an interface name or an address, not {type(value).__name__}")
-    if IFNAME_RE.fullmatch(value) and not _is_address(value):
-        return value
-    try:
-        return str(parse_address(value))
-    except ValueError:
-        raise ValueError(f"{value!r} is neither an interface name nor an IP address") from None
-
-
-def _is_address(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
-
-
-Peer = Annotated[str, BeforeValidator(_peer),
-                 WithJsonSchema({"type": "string", "description": "an interface or an address"})]
-
-
 def _prefix(value: Any) -> str:
     """``default`` or a prefix (host bits zero), kept as its canonical text."""
     if not isinstance(value, str):
@@ -144,37 +110,6 @@ def _prefix(value: Any) -> str:
 
 Prefix = Annotated[str, BeforeValidator(_prefix),
                    WithJsonSchema({"type": "string", "description": "a prefix, or default"})]
-
-
-def _json_value(value: Any) -> Any:
-    """``value`` if it is JSON data (mappings with string keys, lists, text,
-    numbers, booleans, null) of bounded size and depth; YAML's other types
-    (a timestamp, a set, bytes) are refused."""
-    count = 0
-    stack: List[Tuple[Any, int]] = [(value, 1)]
-    while stack:
-        v, depth = stack.pop()
-        count += 1
-        if count > MAX_EXPECT_NODES:
-            raise ValueError(f"more than {MAX_EXPECT_NODES} values")
-        if depth > MAX_EXPECT_DEPTH:
-            raise ValueError(f"nested more than {MAX_EXPECT_DEPTH} deep")
-        if isinstance(v, dict):
-            for k, item in v.items():
-                if not isinstance(k, str):
-                    raise ValueError(f"key {k!r}: a JSON key is text (quote it)")
-                stack.append((item, depth + 1))
-        elif isinstance(v, list):
-            stack.extend((item, depth + 1) for item in v)
-        elif isinstance(v, float) and v != v:
-            raise ValueError("NaN is not a JSON value")
-        elif v is not None and not isinstance(v, (str, int, float, bool)):
-            raise ValueError(f"a {type(v).__name__} is not a JSON value (quote it)")
-    return value
-
-
-Json = Annotated[Any, BeforeValidator(_json_value),
-                 WithJsonSchema({"description": "JSON data: the part of the output expected"})]
 
 
 def _json_map(value: Any) -> Dict[str, Any]:
@@ -225,21 +160,7 @@ class DelayBound(Bound):
 
 
 # -- checks -----------------------------------------------------------------------------
-class _Check(StrictModel):
-    name: Optional[Label] = Field(None, description="what the table calls it (default: "
-                                                    "made from the check)")
-    within: Within = Field(0.0, description="seconds to keep trying until it holds (0: once)")
-    every: Every = Field(0.5, description="seconds between tries")
-
-    def label(self) -> str:
-        """What a table calls it: its ``name``, or one made from the check."""
-        return self.name or self.describe()
-
-    def describe(self) -> str:
-        raise NotImplementedError
-
-
-class Ping(_Check):
+class Ping(CheckBase):
     """ICMP echo from ``from`` to ``to``: at most ``loss`` % of ``count``
     lost (default 0), the average round trip within ``rtt`` if given."""
 
@@ -265,7 +186,7 @@ class Ping(_Check):
         return f"ping {self.src} -> {self.to}"
 
 
-class Route(_Check):
+class Route(CheckBase):
     """A prefix in ``node``'s main routing table (``ip -j route``)."""
 
     check: Literal["route"]
@@ -287,7 +208,7 @@ class Route(_Check):
         return f"route {self.dst}" + ("" if self.present else " absent")
 
 
-class Interface(_Check):
+class Interface(CheckBase):
     """An interface of ``node``: its operational ``state``, ``mtu``,
     ``counters`` (bounds) and an ``expect`` subset of ``ip -s -j link``."""
 
@@ -310,66 +231,7 @@ class Interface(_Check):
         return f"interface {self.interface}"
 
 
-class Bgp(_Check):
-    """BGP sessions of ``node`` (FRR): each peer ``established`` or ``down``
-    (anything else, or not configured), from ``show bgp summary json``; and
-    an ``expect`` subset of the JSON of ``show`` (summary, neighbors, ipv4,
-    ipv6: the routes of ``show bgp ipv4 unicast json``)."""
-
-    check: Literal["bgp"]
-    node: NodeName
-    peers: Dict[Peer, Literal["established", "down"]] = Field(default_factory=dict)
-    show: Literal["summary", "neighbors", "ipv4", "ipv6"] = "summary"
-    expect: Optional[Json] = None
-
-    @model_validator(mode="after")
-    def _something(self) -> "Bgp":
-        if not self.peers and self.expect is None:
-            raise ValueError("give peers, expect or both")
-        if self.peers and self.show != "summary":
-            raise ValueError("peers are read from show: summary; check another show with expect")
-        if len(self.peers) > 256:
-            raise ValueError("at most 256 peers")
-        return self
-
-    @property
-    def command(self) -> str:
-        return BGP_SHOW[self.show]
-
-    def describe(self) -> str:
-        return "bgp " + (_peers_text(self.peers) or self.show)
-
-
-class Bfd(_Check):
-    """BFD sessions of ``node`` (FRR ``show bfd peers json``): each peer, by
-    its interface or address, ``up`` or ``down`` (anything else, or none);
-    and an ``expect`` subset of the JSON of ``show``."""
-
-    check: Literal["bfd"]
-    node: NodeName
-    peers: Dict[Peer, Literal["up", "down"]] = Field(default_factory=dict)
-    show: Literal["peers", "counters"] = "peers"
-    expect: Optional[Json] = None
-
-    @model_validator(mode="after")
-    def _something(self) -> "Bfd":
-        if not self.peers and self.expect is None:
-            raise ValueError("give peers, expect or both")
-        if self.peers and self.show != "peers":
-            raise ValueError("peers are read from show: peers; check another show with expect")
-        if len(self.peers) > 256:
-            raise ValueError("at most 256 peers")
-        return self
-
-    @property
-    def command(self) -> str:
-        return BFD_SHOW[self.show]
-
-    def describe(self) -> str:
-        return "bfd " + (_peers_text(self.peers) or self.show)
-
-
-class Throughput(_Check):
+class Throughput(CheckBase):
     """iperf2 (TCP) from ``from`` to ``to`` (its ``address``, else its
     loopback, else its first address) for ``time`` seconds: at least
     ``at_least``. Throughput checks run one at a time, after the others."""
@@ -393,15 +255,32 @@ class Throughput(_Check):
         return f"throughput {self.src} -> {self.to}"
 
 
-def _peers_text(peers: typing.Mapping[str, str]) -> str:
-    """``spine1-eth0, spine1-eth1``; more than two: ``4 peers``."""
-    return ", ".join(peers) if len(peers) <= 2 else f"{len(peers)} peers"
+def _kind_checks() -> Tuple[Type[CheckBase], ...]:
+    """The check models the registered kinds name (:attr:`nslab.model.kinds.Kind.checks`)."""
+    out = []
+    for kind in registered_kinds().values():
+        for where in kind.checks:
+            module, _, name = where.partition(":")
+            try:
+                model = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError) as exc:
+                raise KindError(f"kind {kind.name}: its check {where} failed to load: "
+                                f"{type(exc).__name__}: {exc}") from exc
+            if not (isinstance(model, type) and issubclass(model, CheckBase)):
+                raise KindError(f"kind {kind.name}: its check {where} is not a CheckBase")
+            out.append(model)
+    return tuple(out)
 
 
-Check = Annotated[Union[Ping, Route, Interface, Bgp, Bfd, Throughput],
-                  Field(discriminator="check")]
+#: Every kind of check: the core's, with the registered kinds' (FRR's bgp and
+#: bfd) before throughput, in the order the reference lists them.
+CHECK_MODELS: Tuple[Type[CheckBase], ...] = (Ping, Route, Interface) + _kind_checks() + (Throughput,)
+if TYPE_CHECKING:
+    Check = CheckBase
+else:
+    Check = Annotated[Union[CHECK_MODELS], Field(discriminator="check")]
 #: The kinds, in the order the reference lists them.
-KINDS = ("ping", "route", "interface", "bgp", "bfd", "throughput")
+KINDS = tuple(typing.get_args(m.model_fields["check"].annotation)[0] for m in CHECK_MODELS)
 
 
 # -- link changes -----------------------------------------------------------------------

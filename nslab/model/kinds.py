@@ -149,6 +149,11 @@ class Kind:
     #: the kind's own (``ovs_kernel``, ``ovs_running``). Named, not imported:
     #: a probe needs the runtime, which this module may not import.
     probes: str = ""
+    #: ``module:Class`` of each kind of ``nslab check`` check it adds (a
+    #: :class:`nslab.model.checkbase.CheckBase` with ``check: Literal[...]``),
+    #: judged by its extension (``check_kinds``, ``judge``). Named, not
+    #: imported: read while :mod:`nslab.model.checks` is built.
+    checks: Tuple[str, ...] = ()
 
 
 #: The core's own switch: a Linux bridge in a namespace of its own.

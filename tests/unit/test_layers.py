@@ -130,7 +130,6 @@ def test_no_core_module_is_in_an_import_cycle_not_even_for_types():
 #: only shrinks: a new literal fails, and so does one listed here that is gone
 #: (delete it from the list). docs/extending.md says why each is still here.
 NAMED_STILL = {
-    "nslab/model/checks.py": {"Bfd", "Bgp", "bfd", "bgp"},
     "nslab/runtime/clab.py": {"ovs-bridge"},
     "nslab/runtime/restore.py": {"ovs-vsctl"},
 }
