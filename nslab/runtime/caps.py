@@ -205,10 +205,19 @@ def probe() -> Dict[str, Capability]:
     caps.update(_kind_tools())
     if root and shutil.which("ip"):
         caps.update(_kernel_probes())
+    caps.update(kind_capabilities(caps))
+    return caps
+
+
+def kind_capabilities(found: Dict[str, Capability]) -> Dict[str, Capability]:
+    """What the registered kinds' own probes (:attr:`nslab.model.kinds.Kind.probes`)
+    find, given the capabilities found before them (each kind sees the
+    earlier kinds' too)."""
+    out: Dict[str, Capability] = {}
     for kind in registered_kinds().values():
         if kind.probes:
-            caps.update(_kind_probes(kind.name, kind.probes)(dict(caps)))
-    return caps
+            out.update(_kind_probes(kind.name, kind.probes)({**found, **out}))
+    return out
 
 
 def _kind_probes(kind: str, where: str) -> Callable[[Dict[str, Capability]], Dict[str, Capability]]:

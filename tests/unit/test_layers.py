@@ -125,10 +125,12 @@ def test_no_core_module_is_in_an_import_cycle_not_even_for_types():
     assert not cycles, cycles
 
 
-#: String literals in the core's layers that still name FRR or OVS (issue 50),
-#: by file: the registry (nslab/model/kinds.py) has taken the rest. The list
-#: only shrinks: a new literal fails, and so does one listed here that is gone
-#: (delete it from the list). docs/extending.md says why each is still here.
+#: String literals in the core's layers that name FRR or OVS (issue 50), by
+#: file: the registry (nslab/model/kinds.py) has taken the rest. The list only
+#: shrinks: a new literal fails, and so does one listed here that is gone
+#: (delete it from the list). docs/extending.md says why these two stay: the
+#: commands a journal may make `nslab clean` run are the core's one list, and
+#: "ovs-bridge" is containerlab's word, read from its files.
 NAMED_STILL = {
     "nslab/runtime/clab.py": {"ovs-bridge"},
     "nslab/runtime/restore.py": {"ovs-vsctl"},

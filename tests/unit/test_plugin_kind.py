@@ -1,7 +1,8 @@
 """A kind of node is one folder outside the core (issue 50): a throwaway kind in
 tests/plugins/nslab_beacon, registered by a dist-info with entry point lines and
 nothing else, adds a node option with its own validation and file:line errors,
-a tool that the provenance's versions probe, a drawing and a JSON Schema entry.
+a tool that the provenance's versions probe, a probe of its own, a drawing and a
+JSON Schema entry.
 Run in a child process, so the registry there holds the toy kind."""
 import json
 import os
@@ -36,6 +37,8 @@ PROBE = textwrap.dedent("""
     out["schema"] = schema()["$defs"]["Node"]["properties"]["beacon"]
     out["dot"] = to_graph(t).source
     out["versions"] = caps.versions()
+    probed = caps.kind_capabilities({})
+    out["probed"] = {k: [c.ok, c.detail] for k, c in probed.items()}
     errors = []
     for bad in sys.argv[2:]:
         try:
@@ -67,6 +70,8 @@ def test_a_kind_outside_the_core_adds_its_option_tool_drawing_and_schema(tmp_pat
     assert out["schema"]["description"] == "an address the node answers on"
     assert "shape=star" in out["dot"] and "fillcolor=\"#ffee88\"" in out["dot"]
     assert out["versions"]["beacontool"] == "%d.%d.%d" % sys.version_info[:3]
+    assert out["probed"]["beacon"] == [True, "loopback addresses"]  # its probe, beside OVS's
+    assert "ovs_running" in out["probed"]
     on_switch_err, bad_key_err = out["errors"]
     assert on_switch_err.startswith(f"{on_switch}:5: nodes.s1.beacon: a switch takes no beacon")
     assert bad_key_err.startswith(f"{bad_key}:6: nodes.r1.beacon: unknown key 'colour'")

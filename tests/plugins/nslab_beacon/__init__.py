@@ -31,4 +31,5 @@ KIND = Kind(
                              draw_as="beacon", check=_lo_only),),
     tools=(Tool("beacontool", (sys.executable, "--version"), programs=(sys.executable,),
                 package="python3"),),
+    probes="nslab_beacon.extension:capabilities",
 )

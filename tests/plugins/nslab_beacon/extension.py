@@ -3,7 +3,15 @@ from __future__ import annotations
 
 from typing import List
 
+from nslab.runtime.caps import Capability
 from nslab.runtime.extension import Extension
+
+
+def capabilities(found):
+    """The kind's own probe: a beacon needs the loopback's ``ip`` (a core tool)."""
+    ip = found.get("tool:ip")
+    return {"beacon": Capability("beacon", ip is None or ip.ok, "loopback addresses", False,
+                                 "apt install iproute2")}
 
 
 class BeaconExtension(Extension):
