@@ -26,6 +26,8 @@ skipped in silence.
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -199,19 +201,31 @@ def _check(kinds: Sequence[Kind]) -> Dict[str, Kind]:
 
 @functools.lru_cache(maxsize=1)
 def registered() -> Dict[str, Kind]:
-    """Every kind registered under ``nslab.kinds``, by name, in registration order."""
+    """Every kind registered under ``nslab.kinds``, by name, in registration order.
+
+    Read when the topology model is first imported, which is before the
+    ``nslab`` command drops the current directory from ``sys.path``: so the
+    kinds are found, and their modules imported, with only the absolute
+    entries of ``sys.path`` (never ``""``, ``.`` or another relative one,
+    which a caller's ``PYTHONPATH`` may put there). The current directory may
+    be a lab folder from anyone, and nslab runs as root."""
     from importlib.metadata import entry_points
-    found: List[Kind] = []
-    for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
-        try:
-            kind = ep.load()
-        except Exception as exc:  # reported, not swallowed
-            raise KindError(f"kind {ep.name} ({ep.value}) failed to load: "
-                            f"{type(exc).__name__}: {exc}") from exc
-        if not isinstance(kind, Kind):
-            raise KindError(f"kind {ep.name} ({ep.value}) is a {type(kind).__name__}, "
-                            "not an nslab.model.kinds.Kind")
-        found.append(kind)
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if p and os.path.isabs(p)]
+    try:
+        found: List[Kind] = []
+        for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
+            try:
+                kind = ep.load()
+            except Exception as exc:  # reported, not swallowed
+                raise KindError(f"kind {ep.name} ({ep.value}) failed to load: "
+                                f"{type(exc).__name__}: {exc}") from exc
+            if not isinstance(kind, Kind):
+                raise KindError(f"kind {ep.name} ({ep.value}) is a {type(kind).__name__}, "
+                                "not an nslab.model.kinds.Kind")
+            found.append(kind)
+    finally:
+        sys.path[:] = saved
     return _check(found)
 
 

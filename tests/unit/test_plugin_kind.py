@@ -87,3 +87,24 @@ def test_without_the_kind_its_option_is_an_unknown_key(tmp_path):
     assert res.returncode != 0
     last = res.stderr.strip().splitlines()[-1]
     assert f"{good}:4: nodes.r1: unknown key 'beacon'" in last and "bgp" in last, last
+
+
+def test_a_kind_in_the_current_folder_is_never_imported(tmp_path):
+    """A lab folder from anyone may ship a dist-info that registers a kind:
+    kinds are read when the model is first imported, before the ``nslab``
+    command drops the current directory from ``sys.path``, so they are found
+    and imported with absolute path entries only. ``python -c`` puts ``""``
+    (the current directory) first on ``sys.path``."""
+    folder = tmp_path / "lab"
+    dist = folder / "evil-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: evil\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[nslab.kinds]\nevil = evilkind:KIND\n")
+    marker = tmp_path / "marker"
+    (folder / "evilkind.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    res = subprocess.run([sys.executable, "-c", "import sys; assert sys.path[0] == ''; "
+                          "import nslab.model.topo as t; print(' '.join(t.SWITCH_TYPES))"],
+                         cwd=folder, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["bridge", "ovs"]
+    assert not marker.exists(), "a kind's module from the current folder ran"
