@@ -328,7 +328,7 @@ def node_configs(context: Dict[str, Any], version: FrrVersion) -> Dict[str, str]
 
     Args:
         context: ``node``, ``run_id``, ``interfaces`` (the node's, in order)
-            and ``bgp`` (its :class:`~nslab.model.fields.BgpOptions`).
+            and ``bgp`` (its :class:`~nslab.frr.options.BgpOptions`).
         version: the FRR the node runs: from 10.0 the interface configuration
             moves from ``zebra.conf`` to ``mgmtd.conf``, and a ``vtysh.conf``
             stands in for the host's in the dry run of ``mgmtd.conf``.

@@ -39,7 +39,7 @@ KIND = Kind(
         key="bgp", annotation=BgpOptions, on=("host", "router"), feature="bgp",
         description="BGP on this node (FRR): eBGP unnumbered over the listed interfaces",
         draw={"shape": "doubleoctagon", "style": "filled", "fillcolor": "#f4e8f8"},
-        draw_as="FRR/BGP router", check=_unnumbered, rename=_rename),),
+        check=_unnumbered, rename=_rename),),
     tools=(Tool("frr", (f"{FRR_DIR}/zebra", "--version"),
                 programs=(f"{FRR_DIR}/zebra", f"{FRR_DIR}/bgpd"), package="frr", label="FRR",
                 oldest="8.4", too_old="nslab is tested with FRR 8.4 and 10.x; older releases "

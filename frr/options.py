@@ -6,7 +6,7 @@ configuration by :mod:`nslab.frr.router`'s templates."""
 from __future__ import annotations
 
 import ipaddress
-from typing import Any, List, Optional
+from typing import Any, List, Optional, cast
 
 from pydantic import BeforeValidator, Field, StrictBool, StrictInt, WithJsonSchema, model_validator
 from typing_extensions import Annotated
@@ -67,5 +67,4 @@ class BgpOptions(StrictModel):
 def bgp_of(node: Any) -> Optional[BgpOptions]:
     """A topology node's ``bgp:`` option (None when it has none): the ``frr``
     kind's node option, typed (the core's node model holds it by key)."""
-    value = node.option("bgp")
-    return value if isinstance(value, BgpOptions) or value is None else None
+    return cast(Optional[BgpOptions], node.option("bgp"))

@@ -1,7 +1,7 @@
 """FRR on the nodes of a lab: directories, daemons in order, readiness.
 
 A node takes part when its topology options carry ``bgp`` (a typed
-:class:`~nslab.model.fields.BgpOptions`)::
+:class:`~nslab.frr.options.BgpOptions`)::
 
     bgp: {asn: 65001, router_id: 10.0.200.1, unnumbered: [server1-eth0, ...],
           networks: [10.0.200.1/32]}

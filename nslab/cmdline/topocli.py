@@ -234,7 +234,10 @@ def topo_export(ctx: click.Context, /, topology: str, fmt: str, output: Optional
     from ..run.topoload import extra_kwargs, load_topology
     _custom_log(ctx, custom)
     t = load_topology(topology, extra_kwargs(ctx.args), custom)
-    images = {k[:-len("_image")]: v for k, v in kind_images.items()}
+    images = {k[:-len("_image")]: v for k, v in kind_images.items() if k.endswith("_image")}
+    if len(images) != len(kind_images):  # every other option has a parameter of its own
+        extra = sorted(set(kind_images) - {f"{k}_image" for k in images})
+        raise InputError(f"unexpected options: {', '.join(extra)}")
     text, messages = export_command(t, fmt, output, name=name, image=image, images=images,
                                     interface_names=interface_names, mgmt=not no_mgmt)
     for m in messages:

@@ -20,18 +20,22 @@ them:
 The entry point names a module attribute holding a :class:`Kind`. It is read
 when the topology model is first imported, so a kind's module imports only
 :mod:`nslab.model` (its option models), never the runtime. A kind that fails to
-load, or claims a name the core or another kind has, is an error, never
-skipped in silence.
+load, or claims a name the core or another kind has, is :func:`broken`:
+logged, and a failing row of ``nslab doctor``, never skipped in silence; the
+commands that need no kind (``nslab clean``) still run.
 """
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import LabError
+
+log = logging.getLogger(__name__)
 
 GROUP = "nslab.kinds"
 
@@ -57,9 +61,8 @@ class NodeOption:
         feature: the topology feature a node with this option asks for (see
             :meth:`Topology.features <nslab.model.topo.Topology.features>`);
             an extension that ``provides`` it builds it. Empty: none.
-        draw: Graphviz attributes of a node that has the option (None: drawn
-            as its kind of node).
-        draw_as: the legend's name for such a node.
+        draw: Graphviz attributes of a router that has the option (None:
+            drawn as a router; a host is drawn as a host).
         check: the option's own check against the node's interfaces.
         rename: how the option, as plain data, follows renamed interfaces
             (``nslab topo export --interface-names eth``): given its data and
@@ -73,7 +76,6 @@ class NodeOption:
     switch_types: Tuple[str, ...] = ()
     feature: str = ""
     draw: Optional[Mapping[str, str]] = None
-    draw_as: str = ""
     check: Optional[InterfaceCheck] = None
     rename: Optional[Callable[[Any, Callable[[str], str]], Any]] = None
 
@@ -174,34 +176,62 @@ class KindError(LabError):
     """A kind could not be loaded, or claims what is already taken."""
 
 
-def _check(kinds: Sequence[Kind]) -> Dict[str, Kind]:
+def _problem(kind: Kind, keys: Dict[str, str], types: Dict[str, str]) -> Optional[str]:
+    """Why ``kind`` cannot be added beside what ``keys`` and ``types`` hold, or None."""
+    for opt in kind.node_options:
+        if opt.key in keys:
+            return (f"kind {kind.name!r}: node option {opt.key!r} is already "
+                    f"{keys[opt.key]}'s")
+        bad = [o for o in opt.on if o not in NODE_KINDS]
+        if bad or not opt.on:
+            return (f"kind {kind.name!r}: node option {opt.key!r} is on "
+                    f"{bad or 'no kind of node'}; choose of {', '.join(NODE_KINDS)}")
+    for st in kind.switch_types:
+        if st.name in types:
+            return f"kind {kind.name!r}: switch type {st.name!r} is already {types[st.name]}'s"
+    return None
+
+
+def _check(kinds: Sequence[Tuple[str, Kind]]) -> Dict[str, Kind]:
+    """The kinds that fit beside the core and the kinds before them; each one
+    that does not is :func:`broken`."""
     out: Dict[str, Kind] = {}
     keys: Dict[str, str] = {k: "the core" for k in CORE_KEYS}
     types: Dict[str, str] = {BRIDGE.name: "the core"}
-    for kind in kinds:
-        if kind.name in out:
-            raise KindError(f"kind {kind.name!r} is registered twice")
-        for opt in kind.node_options:
-            if opt.key in keys:
-                raise KindError(f"kind {kind.name!r}: node option {opt.key!r} is already "
-                                f"{keys[opt.key]}'s")
-            bad = [o for o in opt.on if o not in NODE_KINDS]
-            if bad or not opt.on:
-                raise KindError(f"kind {kind.name!r}: node option {opt.key!r} is on "
-                                f"{bad or 'no kind of node'}; choose of {', '.join(NODE_KINDS)}")
-            keys[opt.key] = f"kind {kind.name!r}"
-        for st in kind.switch_types:
-            if st.name in types:
-                raise KindError(f"kind {kind.name!r}: switch type {st.name!r} is already "
-                                f"{types[st.name]}'s")
-            types[st.name] = f"kind {kind.name!r}"
+    for name, kind in kinds:
+        problem = (f"kind {kind.name!r} is registered twice" if kind.name in out
+                   else _problem(kind, keys, types))
+        if problem:
+            _broke(name, problem)
+            continue
+        keys.update({o.key: f"kind {kind.name!r}" for o in kind.node_options})
+        types.update({t.name: f"kind {kind.name!r}" for t in kind.switch_types})
         out[kind.name] = kind
     return out
 
 
+#: Kinds that are registered but could not be added, by entry point name: why.
+_BROKEN: Dict[str, str] = {}
+
+
+def _broke(name: str, why: str) -> None:
+    _BROKEN[name] = why
+    log.error("%s: its node options, switch types and checks are unknown until it is "
+              "fixed or uninstalled (nslab doctor lists it)", why)
+
+
+def broken() -> Dict[str, str]:
+    """Registered kinds that could not be loaded or added, and why. Reported
+    (a log line when read, a row of ``nslab doctor``), never skipped in
+    silence; but they do not stop the commands that need no kind, such as
+    ``nslab clean``."""
+    registered()
+    return dict(_BROKEN)
+
+
 @functools.lru_cache(maxsize=1)
 def registered() -> Dict[str, Kind]:
-    """Every kind registered under ``nslab.kinds``, by name, in registration order.
+    """Every kind registered under ``nslab.kinds``, by name (in the order of their names).
 
     Read when the topology model is first imported, which is before the
     ``nslab`` command drops the current directory from ``sys.path``: so the
@@ -213,17 +243,19 @@ def registered() -> Dict[str, Kind]:
     saved = list(sys.path)
     sys.path[:] = [p for p in saved if p and os.path.isabs(p)]
     try:
-        found: List[Kind] = []
+        found: List[Tuple[str, Kind]] = []
         for ep in sorted(entry_points(group=GROUP), key=lambda e: e.name):
             try:
                 kind = ep.load()
-            except Exception as exc:  # reported, not swallowed
-                raise KindError(f"kind {ep.name} ({ep.value}) failed to load: "
-                                f"{type(exc).__name__}: {exc}") from exc
+            except Exception as exc:  # noqa: BLE001 - any error of a kind is reported (log, doctor)
+                _broke(ep.name, f"kind {ep.name} ({ep.value}) failed to load: "
+                                f"{type(exc).__name__}: {exc}")
+                continue
             if not isinstance(kind, Kind):
-                raise KindError(f"kind {ep.name} ({ep.value}) is a {type(kind).__name__}, "
+                _broke(ep.name, f"kind {ep.name} ({ep.value}) is a {type(kind).__name__}, "
                                 "not an nslab.model.kinds.Kind")
-            found.append(kind)
+                continue
+            found.append((ep.name, kind))
     finally:
         sys.path[:] = saved
     return _check(found)
@@ -242,8 +274,12 @@ def switch_types() -> Dict[str, SwitchType]:
 
 
 def switch_type(name: str) -> SwitchType:
-    """The switch type ``name`` (one validation already accepted)."""
-    return switch_types()[name]
+    """The switch type ``name``; :class:`KindError` naming those installed."""
+    types = switch_types()
+    if name not in types:
+        raise KindError(f"switch type {name!r} is not one of {', '.join(types)} (the core's "
+                        "and the installed kinds')")
+    return types[name]
 
 
 def tools() -> List[Tool]:

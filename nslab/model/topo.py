@@ -22,7 +22,8 @@ from ..errors import TopologyError
 from .fields import NAME_RE, SYSCTL_KEY_RE, Label, NodeName, check_name
 from .limits import active, topology_size
 from .topo_errors import explain, fail, field_path, loc_path
-from .kinds import BRIDGE, TYPED_SWITCH_OPTIONS, switch_types
+from .kinds import BRIDGE, TYPED_SWITCH_OPTIONS, KindError, switch_types
+from .kinds import switch_type as switch_type_named
 from .topo_parts import (HOST_ONLY, KINDS, NO_IPV6, OPTIONS, SWITCH_ONLY, SWITCH_TYPES, Link,
                          LinkEnd, Node, SwitchTypeName)
 from .topo_yaml import LineDict, line_of, read_yaml
@@ -150,7 +151,12 @@ class Topology(BaseModel):
         return self.model_copy(update={"ipv6": False}, deep=True).validate()
 
     def with_switch_type(self, switch_type: str) -> "Topology":
-        """A copy whose default switch type is ``switch_type`` (this one is unchanged)."""
+        """A copy whose default switch type is ``switch_type`` (this one is
+        unchanged); :class:`TopologyError` for a type no installed kind has."""
+        try:
+            switch_type_named(switch_type)
+        except KindError as exc:
+            raise TopologyError(str(exc)) from None
         return self.model_copy(update={"switch_type": switch_type}, deep=True).validate()
 
     # -- queries ------------------------------------------------------------------
@@ -167,7 +173,7 @@ class Topology(BaseModel):
         """Capabilities this topology needs (names as in :mod:`nslab.runtime.caps`)."""
         need = {"netns", "veth"}
         for name in self.switches():
-            need.add(switch_types()[self.switch_type_of(name)].capability)
+            need.add(switch_type_named(self.switch_type_of(name)).capability)
         for link in self.links:
             s = link.shaping
             if s and s.rate is not None:
@@ -274,9 +280,8 @@ class Topology(BaseModel):
     def size(self) -> Tuple[int, int, int]:
         """(nodes, links, namespaces): a Linux bridge has a namespace of its own,
         a switch built in the root namespace (OVS) none."""
-        types = switch_types()
         ns = sum(1 for n in self.nodes if not self.nodes[n].is_switch
-                 or types[self.switch_type_of(n)].namespace)
+                 or switch_type_named(self.switch_type_of(n)).namespace)
         return len(self.nodes), len(self.links), ns
 
     # -- validation ---------------------------------------------------------------
@@ -364,7 +369,7 @@ class Topology(BaseModel):
     def _check_switch(self, name: str, node: Node, ports: int) -> None:
         """A switch's port count and options against what its type takes."""
         types = switch_types()
-        kind = types[node.type or self.switch_type]
+        kind = switch_type_named(node.type or self.switch_type)
         where = ("nodes", name)
         if kind.max_ports is not None and ports > kind.max_ports:
             roomier = [t.name for t in types.values()

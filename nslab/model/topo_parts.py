@@ -15,7 +15,7 @@ from ..errors import InputError
 from .fields import (Bytes, ControllerTarget, Delay, Dpid, IfName, Interface, Mac,
                      Mtu, NodeName, Percent, QueueLimit, Rate, Route, StrictModel, SysctlKey,
                      SysctlValue)
-from .kinds import BRIDGE, NODE_KINDS, node_options, switch_types
+from .kinds import BRIDGE, NODE_KINDS, KindError, node_options, switch_types
 from .shaping import ETHERNET_OVERHEAD, Shaping
 
 KINDS = NODE_KINDS
@@ -59,7 +59,7 @@ def _on_kinds(value: Any, info: ValidationInfo) -> Any:
     """A registered option given on a kind of node it does not fit."""
     kind = info.data.get("kind", "host")
     on = OPTIONS[str(info.field_name)].on
-    if value is None or kind in on:
+    if kind in on:
         return value
     if kind == "switch":
         return _host_only(value, info)
@@ -104,9 +104,13 @@ class NodeBase(StrictModel):
 
     def option(self, key: str) -> Any:
         """The value of a registered kind's option (``node.option("bgp")``), None
-        when not given; :class:`KeyError` for a key no installed kind registers."""
+        when not given; :class:`~nslab.model.kinds.KindError` for a key no
+        installed kind registers (nslab's own kinds are registered when it is
+        installed: ``pip install -e .`` again after an upgrade)."""
         if key not in OPTIONS:
-            raise KeyError(f"no installed kind has the node option {key!r}")
+            raise KindError(f"no installed kind has the node option {key!r} (installed: "
+                            f"{', '.join(OPTIONS) or 'none'}; reinstall nslab if it is one "
+                            "of its own)")
         return getattr(self, key)
 
     def options(self) -> Dict[str, Any]:

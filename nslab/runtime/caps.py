@@ -18,7 +18,8 @@ from typing import Callable, Dict, List, Optional
 from ..errors import CapabilityError, NotRootError, TopologyError
 from .proc import scaled
 from ..model.fields import sysctl_template
-from ..model.kinds import registered as registered_kinds, tools as kind_tools
+from ..model.kinds import broken as broken_kinds, registered as registered_kinds
+from ..model.kinds import tools as kind_tools
 from ..model.naming import new_run_id
 from ..model.topo import field_path
 
@@ -213,10 +214,17 @@ def kind_capabilities(found: Dict[str, Capability]) -> Dict[str, Capability]:
     """What the registered kinds' own probes (:attr:`nslab.model.kinds.Kind.probes`)
     find, given the capabilities found before them (each kind sees the
     earlier kinds' too)."""
-    out: Dict[str, Capability] = {}
+    out: Dict[str, Capability] = {
+        f"kind:{name}": Capability(f"kind:{name}", False, why, True,
+                                   "fix or uninstall the package that registers it")
+        for name, why in broken_kinds().items()}
     for kind in registered_kinds().values():
         if kind.probes:
-            out.update(_kind_probes(kind.name, kind.probes)({**found, **out}))
+            try:
+                out.update(_kind_probes(kind.name, kind.probes)({**found, **out}))
+            except CapabilityError as exc:
+                out[f"kind:{kind.name}"] = Capability(f"kind:{kind.name}", False, str(exc),
+                                                      True, "fix or uninstall its package")
     return out
 
 

@@ -52,7 +52,7 @@ import yaml
 
 from ..errors import InputError, TopologyError
 from .extension import registered
-from ..model.kinds import node_options, registered as registered_kinds, switch_types
+from ..model.kinds import node_options, registered as registered_kinds, switch_type
 from .netlink import RouteAdd
 from .plan import plan
 from ..model.render import line, token
@@ -156,8 +156,8 @@ def export_containerlab(topo: Topology, *, name: Optional[str] = None, image: st
         image: the image of hosts, plain routers and switches.
         images: by kind, the image of the nodes with its options, instead of
             the kind's own (:func:`default_images`); its tag's version goes
-            to the kind's extension, to pick the configuration layout (FRR
-            10's ``mgmtd`` or not).
+            to the extension of the same name as the kind, to pick the
+            configuration layout (FRR 10's ``mgmtd`` or not).
         files_dir: the folder, relative to the ``.clab.yml``, of the files
             bound into containers.
         mgmt: keep containerlab's management network (``eth0``); False gives
@@ -287,7 +287,7 @@ def _refuse_unexported(topo: Topology) -> List[str]:
                     f"{field_path(('nodes', n, key))}: {what} cannot be exported (the switch "
                     "becomes a Linux bridge in a container); remove it to export",
                     ("nodes", n, key)))
-        kind = switch_types()[topo.switch_type_of(n)] if node.is_switch else None
+        kind = switch_type(topo.switch_type_of(n)) if node.is_switch else None
         if kind is not None and not kind.namespace:
             notes.append(f"{n}: an {kind.label} switch in nslab, a Linux bridge here"
                          + (" (its dpid is not exported)" if node.dpid else ""))

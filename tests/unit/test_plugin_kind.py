@@ -108,3 +108,62 @@ def test_a_kind_in_the_current_folder_is_never_imported(tmp_path):
     assert res.returncode == 0, res.stderr
     assert res.stdout.split() == ["bridge", "ovs"]
     assert not marker.exists(), "a kind's module from the current folder ran"
+
+
+def test_a_broken_kind_is_reported_and_stops_no_command(tmp_path):
+    """A registered kind that fails to import, and one that claims an option
+    the core has, are each one log line and a failing row of the capability
+    check (``nslab doctor``); the other kinds load, and a command that needs
+    no kind (``nslab --version``, ``nslab clean``) still runs."""
+    env = registered_env(tmp_path)
+    site = tmp_path / "site"
+    dist = site / "nslab_broken-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: nslab-broken\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[nslab.kinds]\nbroken = nslab_broken_missing:KIND\n"
+                                           "clash = nslab_clash:KIND\n")
+    (site / "nslab_clash.py").write_text(
+        "from nslab.model.kinds import Kind, NodeOption\n"
+        "KIND = Kind('clash', node_options=(NodeOption('routes', int),))\n")
+    script = ("import json; from nslab.model import kinds; from nslab.runtime import caps\n"
+              "rows = caps.kind_capabilities({})\n"
+              "print(json.dumps({'kinds': sorted(kinds.registered()), "
+              "'broken': sorted(kinds.broken()), "
+              "'rows': {k: [c.ok, c.required] for k, c in rows.items() if k.startswith('kind:')}}))")
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["kinds"] == ["beacon", "frr", "ovs"]
+    assert out["broken"] == ["broken", "clash"]
+    assert out["rows"] == {"kind:broken": [False, True], "kind:clash": [False, True]}
+    assert "kind broken (nslab_broken_missing:KIND) failed to load: ModuleNotFoundError" \
+        in res.stderr
+    assert "kind 'clash': node option 'routes' is already the core's" in res.stderr
+    nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
+    version = subprocess.run([nslab, "--version"], capture_output=True, text=True, env=env,
+                             timeout=120)
+    assert version.returncode == 0 and version.stdout.strip(), version.stderr
+
+
+def test_a_null_option_on_a_node_it_does_not_fit_is_refused():
+    from nslab.errors import TopologyError
+    from nslab.model.topo import Topology
+    try:
+        Topology.from_dict({"nodes": {"s1": {"kind": "switch", "bgp": None}}})
+    except TopologyError as exc:
+        assert str(exc).startswith("nodes.s1.bgp: a switch takes no bgp"), exc
+    else:
+        raise AssertionError("bgp: null on a switch was accepted")
+
+
+def test_an_unknown_switch_type_is_a_topology_error_naming_those_installed():
+    from nslab.errors import TopologyError
+    from nslab.topologies.basic import single
+    try:
+        single(k=2).with_switch_type("hub")
+    except TopologyError as exc:
+        assert str(exc) == ("switch type 'hub' is not one of bridge, ovs (the core's and the "
+                            "installed kinds')"), exc
+    else:
+        raise AssertionError("switch type hub was accepted")

@@ -28,7 +28,7 @@ KIND = Kind(
     node_options=(NodeOption(key="beacon", annotation=Beacon, on=("host", "router"),
                              feature="beacon", description="an address the node answers on",
                              draw={"shape": "star", "style": "filled", "fillcolor": "#ffee88"},
-                             draw_as="beacon", check=_lo_only),),
+                             check=_lo_only),),
     tools=(Tool("beacontool", (sys.executable, "--version"), programs=(sys.executable,),
                 package="python3"),),
     probes="nslab_beacon.extension:capabilities",
