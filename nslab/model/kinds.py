@@ -285,8 +285,3 @@ def switch_type(name: str) -> SwitchType:
 def tools() -> List[Tool]:
     """Every registered kind's tools."""
     return [t for k in registered().values() for t in k.tools]
-
-
-def images() -> List[Image]:
-    """Every registered kind's container image."""
-    return [k.image for k in registered().values() if k.image is not None]
