@@ -98,3 +98,23 @@ def test_a_listening_abstract_socket_is_seen_and_a_bound_one_is_not():
         assert vm.listening_abstract(name)
         assert not vm.listening_abstract(name + "-other")
     assert not vm.listening_abstract(name)
+
+
+def test_a_tcg_guest_boots_on_9p_without_the_machines_unused_drivers(monkeypatch):
+    """Under TCG, 9p at once (no wait for virtiofsd), and udev's coldplug
+    skips the q35 machine's and the CPU's drivers no guest uses."""
+    argv = _argv(monkeypatch)
+    assert "--force-9p" in argv
+    opt = argv[argv.index("--append") + 1]
+    assert opt.startswith("modprobe.blacklist=")
+    skipped = opt.split("=", 1)[1].split(",")
+    assert {"kvm", "aesni_intel", "ahci"} <= set(skipped)
+    # nothing a lab builds: bridges, veth, qdiscs, filters, VLANs, OVS
+    assert not {"bridge", "veth", "sch_netem", "cls_u32", "8021q", "openvswitch"} & set(skipped)
+
+
+def test_a_kvm_guest_leaves_the_filesystem_to_virtme_ng(monkeypatch):
+    monkeypatch.setattr(vm, "vng_path", lambda: "/opt/vng")
+    argv = vm.Guest("g", "true", "/out", kernel="/k/boot/vmlinuz-6.12", kvm=True,
+                    cwd="/repo").argv()
+    assert "--force-9p" not in argv and "--disable-kvm" not in argv
