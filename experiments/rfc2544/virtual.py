@@ -186,6 +186,10 @@ def run(cfg: Any, store: Any, run_id: str, progress: bool = True) -> None:
     kernel = require()
     run_dir = os.path.abspath(store.path)
     info = describe(cfg, kernel)
+    # the guest runs this machine's programs and checkout (its root is this
+    # one, read-only): it records their versions as asked here, once
+    from nslab.runtime.provenance import tool_facts
+    info["host_tools"] = tool_facts()
     _record(store, info)
     g = guest(cfg, run_dir, run_id, kernel)
     os.makedirs(g.out_dir, exist_ok=True)

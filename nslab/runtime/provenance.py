@@ -29,13 +29,52 @@ def _out(argv: List[str], netns: Optional[str] = None) -> str:
         return ""
 
 
+#: The checkout's commit, asked once per process (:func:`git_commit`) or as
+#: the host found it (:func:`use_git_commit`).
+_GIT: Dict[str, Optional[str]] = {}
+
+
 def git_commit() -> Optional[str]:
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = _out(["git", "-C", here, "rev-parse", "HEAD"])
-    if not out:
-        return None
-    dirty = _out(["git", "-C", here, "status", "--porcelain", "--untracked-files=no"])
-    return out + ("-dirty" if dirty else "")
+    """The checkout's commit (``-dirty`` with uncommitted changes), asked once
+    per process; None outside a git checkout."""
+    if "commit" not in _GIT:
+        here = os.path.dirname(os.path.abspath(__file__))
+        out = _out(["git", "-C", here, "rev-parse", "HEAD"])
+        dirty = out and _out(["git", "-C", here, "status", "--porcelain",
+                              "--untracked-files=no"])
+        _GIT["commit"] = (out + ("-dirty" if dirty else "")) if out else None
+    return _GIT["commit"]
+
+
+def use_git_commit(commit: Optional[str]) -> None:
+    """Record ``commit`` as the checkout's, without asking git: a guest runs its
+    host's checkout (shared read-only), which the host asked."""
+    _GIT["commit"] = commit
+
+
+def tool_facts() -> Dict[str, Any]:
+    """The tools' versions and the checkout's commit (what a guest that runs
+    this machine's programs takes from here: :func:`use_tool_facts`)."""
+    return {"versions": caps.versions(), "git_commit": git_commit()}
+
+
+def use_tool_facts(facts: Any) -> None:
+    """Take the tools' versions and the commit from ``facts`` (as
+    :func:`tool_facts` gave them on the host; read from a run's provenance, so
+    anything but short strings is left out and asked for here instead)."""
+    if not isinstance(facts, dict):
+        return
+
+    def short(v: Any) -> bool:
+        return v is None or (isinstance(v, str) and len(v) <= 100)
+
+    vers = facts.get("versions")
+    if isinstance(vers, dict) and vers and all(isinstance(k, str) and short(v)
+                                               for k, v in vers.items()):
+        caps.use_versions(vers)
+    commit = facts.get("git_commit")
+    if "git_commit" in facts and short(commit):
+        use_git_commit(commit)
 
 
 def collect_provenance(lab: Optional[LabLike] = None, sysctls: Iterable[str] = (),
@@ -46,7 +85,7 @@ def collect_provenance(lab: Optional[LabLike] = None, sysctls: Iterable[str] = (
         "host": platform.node(), "kernel": platform.release(), "kernel_build": platform.version(),
         "machine": platform.machine(), "virtualization": _virtualization(),
         "cpus": os.cpu_count(), "cpu_model": _cpu_model(), "python": platform.python_version(),
-        "versions": caps.versions(), "git_commit": git_commit(),
+        **tool_facts(),
         "argv": list(sys.argv),
     }
     if lab is not None:
