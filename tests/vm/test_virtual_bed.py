@@ -104,6 +104,13 @@ def test_the_virtual_bed_is_what_the_run_and_its_report_say(twice):
     # the guest's kernel is Debian's, not this machine's
     assert prov["kernel"] == vb["kernel"] and prov["cpus"] == 1
     assert prov["setups"]["bridge"]["cpu_model"].startswith("one vCPU (the virtual bed)")
+    # the guest runs this machine's programs: their versions and the commit are
+    # the ones asked here, recorded with the bed (not asked again through 9p)
+    host = vb["host_tools"]
+    assert host["versions"]["iperf2"] and host["versions"]["iproute2"]
+    assert {k: v for k, v in prov["versions"].items() if k != "kernel"} == \
+        {k: v for k, v in host["versions"].items() if k != "kernel"}
+    assert prov["versions"]["kernel"] == vb["kernel"] and prov["git_commit"] == host["git_commit"]
     md = open(run / "report.md").read()
     assert "**The virtual bed.**" in md and "-icount shift=" in md
     assert "[guest" in err and "virtual bed:" in err  # progress relayed as it came
