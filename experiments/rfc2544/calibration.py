@@ -153,7 +153,64 @@ class Calibration(TrialBed):
         cal = self.earlier_setup("calibration")
         if cal:
             return int(cal["filters"]), dict(cal, reused=True)
+        kept = self.kept_calibration()
+        if kept is not None:
+            found = self.check_kept(kept)
+            if found is not None:
+                return found
         return self.calibrate()
+
+    def kept_calibration(self) -> Optional[Any]:
+        """The virtual bed's kept calibration the host passed in the run's
+        provenance (:mod:`.calcache`), if any: parsed again here, and used only
+        if its target is this run's."""
+        if self.store is None or not self.layout.shared:
+            return None
+        from .calcache import parse
+        bed = self.store.provenance().get("virtual_bed") or {}
+        offer = bed.get("calibration_kept") if isinstance(bed, dict) else None
+        if not isinstance(offer, dict) or offer.get("entry") is None:
+            return None
+        kept = parse(offer.get("entry"), str(offer.get("key", "")), "the kept calibration")
+        if kept is None:
+            return None
+        target_ns, _ = self.target_ns()
+        if abs(kept.target_ns_per_frame / target_ns - 1) > 1e-9:
+            log.info("the kept calibration aimed at another target: calibrating afresh")
+            return None
+        return kept
+
+    def check_kept(self, kept: Any) -> Optional[Tuple[int, Dict[str, Any]]]:
+        """The kept count, checked as a fresh calibration's is checked
+        (:data:`CAL_CHECK_READINGS` readings: their mean within
+        :data:`CAL_CHECK_TOLERANCE_SHARED` of the target, every one saturated
+        and undisturbed), or None when it fails (the caller calibrates)."""
+        target = kept.target_fps
+        n = kept.filters
+        self._check_filters(n, target)
+        offered = min(self.line_fps(64), CAL_OVERLOAD_SHARED * target)
+        log.info("checking the kept calibration (%d filters, calibrated in run %s): %d "
+                 "readings", n, kept.run, CAL_CHECK_READINGS)
+        ms = [self._reading(n, offered) for _ in range(CAL_CHECK_READINGS)]
+        check = statistics.fmean(float(x["received_fps"]) for x in ms)
+        saturated = all(calibration_saturated(x) for x in ms)
+        clean = not any(self._disturbed(x) for x in ms)
+        ok = saturated and clean and abs(check / target - 1) <= CAL_CHECK_TOLERANCE_SHARED
+        if not ok:
+            log.warning("the kept calibration did not hold: %d filters forwarded %.0f fps "
+                        "(target %.0f%s): calibrating afresh", n, check, target,
+                        "" if saturated and clean else ", a reading not saturated or disturbed")
+            return None
+        log.info("calibration kept: %d filters forwarded %.0f fps (target %.0f)", n, check,
+                 target)
+        return n, {"target_ns_per_frame": kept.target_ns_per_frame, "target": kept.target,
+                   "target_fps": target, "filters": n, "capacity_fps": check,
+                   "ns_per_filter": 1e9 / check / n, "reading_s": self.reading_s(),
+                   "steps": [], "checked": True, "calibrated_on": kept.calibrated_on,
+                   "checks": [{"filters": n, "capacity_fps": check, "ok": True,
+                               "readings": [_cal_entry(n, x) for x in ms]}],
+                   "cached": {"run": kept.run, "at": kept.at, "steps": kept.steps,
+                              "capacity_fps": kept.capacity_fps}}
 
     def target_ns(self) -> Tuple[float, str]:
         """The per-frame cost the knob aims at, and where the target comes from."""

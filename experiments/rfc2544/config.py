@@ -36,6 +36,9 @@ class Rfc2544Config(StudyConfig):
     virtual_scale: Annotated[float, Field(ge=0.01, le=1.0)] = Field(
         0.05, description="virtual bed: its rates against the paper's bed (links, the DUT's "
         "knee, the offered loads; latency differences are compared at 1/scale)")
+    recalibrate: StrictBool = Field(
+        False, description="virtual bed: calibrate the DUT's cost afresh instead of checking "
+        "the count kept from an earlier run on the same bed")
     vcpu_shift: Annotated[int, Field(ge=0, le=6)] = Field(
         3, description="virtual bed: one guest instruction per 2^N ns of virtual time "
         "(QEMU -icount shift=N)")

@@ -190,6 +190,7 @@ def run(cfg: Any, store: Any, run_id: str, progress: bool = True) -> None:
     # one, read-only): it records their versions as asked here, once
     from nslab.runtime.provenance import tool_facts
     info["host_tools"] = tool_facts()
+    info["calibration_kept"] = kept = _kept(cfg, info)
     _record(store, info)
     g = guest(cfg, run_dir, run_id, kernel)
     os.makedirs(g.out_dir, exist_ok=True)
@@ -218,6 +219,8 @@ def run(cfg: Any, store: Any, run_id: str, progress: bool = True) -> None:
         remove_journal(run_id)
     info["wall_s"] = round(time.monotonic() - t0, 1)
     _record(store, info)
+    if res.ok and kept is not None:
+        _keep(store, str(kept["key"]), run_id)
     if res.timed_out:
         raise LabError(f"virtual bed: the guest ran past its deadline ({deadline_s(cfg):.0f} s) "
                        f"and was stopped; the records it wrote stay in {run_dir} (console: "
@@ -227,6 +230,41 @@ def run(cfg: Any, store: Any, run_id: str, progress: bool = True) -> None:
         raise LabError(f"virtual bed: the guest's run ended with exit {res.returncode}"
                        + (f": {tail}" if tail else "") + f" (console: "
                        f"{os.path.join(g.out_dir, 'rfc2544.console.log')})")
+
+
+def _kept(cfg: Any, info: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What the guest is told of the calibration kept for this bed
+    (:mod:`.calcache`): its key, and the entry unless there is none or
+    ``--recalibrate`` (or a given knob) says not to use it. None: nothing to
+    keep either (the knob is given)."""
+    from . import calcache
+    if cfg.dut_cost is not None:
+        return None
+    k = calcache.key(info, cfg)
+    entry = None if cfg.recalibrate else calcache.load(k)
+    return {"key": k, "file": calcache.path(k),
+            "entry": entry.model_dump() if entry is not None else None,
+            "used": "kept" if entry is not None else
+                    ("--recalibrate" if cfg.recalibrate else "none kept")}
+
+
+def _keep(store: Any, k: str, run_id: str) -> None:
+    """Keep the run's calibration for the next run on this bed, if it made a
+    fresh one and it was confirmed."""
+    from . import calcache
+    from nslab.errors import InputError
+    setups = store.provenance().get("setups") or {}
+    cal = next((s.get("calibration") for s in setups.values()
+                if isinstance(s, dict) and s.get("calibration")), None)
+    if not isinstance(cal, dict):
+        return
+    try:
+        where = calcache.keep(k, cal, run_id)
+    except (OSError, InputError) as exc:
+        log.warning("the calibration was not kept: %s", exc)
+        return
+    if where:
+        log.info("calibration kept for the next run on this bed: %s", where)
 
 
 def _record(store: Any, info: Dict[str, Any]) -> None:
