@@ -276,7 +276,8 @@ class Goodput(_Metric):
 
 
 class Outage(_Metric):
-    """A probe flow: ``gap_ms`` (longest time between two arrivals), ``lost``
+    """A probe flow: ``gap_ms`` (longest time between two arrivals, by the
+    kernel's receive times: a busy host can only make it longer), ``lost``
     and ``loss_pct``."""
 
     metric: Literal["outage"]
@@ -300,9 +301,11 @@ class Delivery(_Metric):
 
 
 class Convergence(_Metric):
-    """Route convergence at ``node`` for ``prefix``: ``withdrawn_ms`` (from the
-    first event until a nexthop is gone) and ``restored_ms`` (until all the
-    nexthops it had before the trial are back); polled every 20 ms."""
+    """Route convergence at ``node`` for ``prefix``: ``withdrawn_ms`` (from just
+    before the first event is applied until a read of the routing table, timed
+    when it returns, finds a nexthop gone) and ``restored_ms`` (until all the
+    nexthops it had before the trial are back); polled every 20 ms. A busy
+    host can only make either longer."""
 
     metric: Literal["convergence"]
     node: NodeName

@@ -17,6 +17,9 @@ class EventDone(Strict):
     do: str
     target: str
     at: float
+    #: seconds into the trial when the event began to be applied (None in
+    #: records made before it was kept); ``done_at`` when that returned
+    begun_at: Optional[float] = None
     done_at: float
 
 

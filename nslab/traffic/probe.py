@@ -48,12 +48,37 @@ def send(address: str, port: int, rate: float, duration: float, sport: int = 0) 
     return sent
 
 
+#: ``SO_TIMESTAMPNS`` (asm-generic/socket.h; Python's socket module does not
+#: name it): each datagram carries the kernel's receive time as a timespec.
+SO_TIMESTAMPNS = 35
+_TIMESPEC = struct.Struct("@qq")
+
+
+def arrival_time(ancdata: Sequence[Tuple[int, int, bytes]], fallback: float) -> float:
+    """The kernel's receive time of a datagram (seconds, the realtime clock)
+    from ``recvmsg``'s ancillary data, or ``fallback`` without one.
+
+    The kernel stamps a datagram as the network stack takes it in (on a veth,
+    in the sender's own send call), not when this process gets round to
+    reading it: a receiver that other tasks kept off the CPU reads late, and
+    with its own clock it would see the last probe before a failure late and
+    the outage that much shorter. With the kernel's, a busy host can only
+    lengthen an outage (a late sender, a late daemon), never shorten it."""
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack(data[:_TIMESPEC.size])
+            return sec + nsec / 1e9
+    return fallback
+
+
 def receive(address: str, port: int, duration: float, out_path: str,
             ready_path: Optional[str] = None) -> int:
-    """Record every arrival for ``duration`` s into ``out_path``; return the count."""
+    """Record every arrival for ``duration`` s into ``out_path``, each with the
+    kernel's receive time (:func:`arrival_time`); return the count."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
     sock.bind((address, port))
     if ready_path:
         write_atomic(ready_path, "")
@@ -68,11 +93,11 @@ def receive(address: str, port: int, duration: float, out_path: str,
             break
         sock.settimeout(min(left, 0.1))
         try:
-            data = sock.recv(64)
+            data, anc, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(_TIMESPEC.size))
         except (socket.timeout, InterruptedError):
             continue
         if len(data) >= _SIZE:
-            got.append((struct.unpack(_FMT, data[:_SIZE])[0], time.monotonic()))
+            got.append((struct.unpack(_FMT, data[:_SIZE])[0], arrival_time(anc, time.time())))
     write_atomic(out_path, "".join(f"{seq} {t:.6f}\n" for seq, t in got))
     return len(got)
 

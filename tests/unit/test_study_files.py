@@ -219,6 +219,61 @@ def test_probe_outage_edges():
     assert outage(dup, 100, 100).received == 100
 
 
+def test_a_probe_receiver_kept_off_the_cpu_still_sees_the_gap(tmp_path):
+    """The receiver keeps the kernel's receive times: stopped (as a busy host
+    may keep it off the CPU) across a 300 ms pause of the sender, it reads
+    everything late and at once, and still records the pause, so a busy
+    host cannot make an outage look shorter. Loopback only."""
+    import signal
+    import socket
+    import struct
+    import sys
+    import time
+
+    from nslab.traffic.probe import _FMT
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out, ready = tmp_path / "arrivals", tmp_path / "ready"
+    rx = subprocess.Popen([sys.executable, "-I", "-m", "nslab.traffic.probe", "recv", "--bind",
+                           "127.0.0.1", "--port", str(port), "--duration", "3", "--out",
+                           str(out), "--ready", str(ready)])
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert ready.exists()
+        rx.send_signal(signal.SIGSTOP)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
+            for seq in range(20):
+                tx.sendto(struct.pack(_FMT, seq, time.time()), ("127.0.0.1", port))
+                time.sleep(0.3 if seq == 9 else 0.005)
+        time.sleep(0.2)
+        rx.send_signal(signal.SIGCONT)
+        assert rx.wait(timeout=20) == 0
+    finally:
+        if rx.poll() is None:
+            rx.send_signal(signal.SIGCONT)
+            rx.kill()
+    arrivals = parse_arrivals(out.read_text())
+    assert len(arrivals) == 20
+    o = outage(arrivals, sent=20, rate=200)
+    assert 290 <= o.gap_ms < 600, o  # the sender's pause, not the reader's burst
+
+
+def test_probe_arrival_time_reads_the_kernels_timestamp():
+    import socket
+    import struct
+
+    from nslab.traffic.probe import SO_TIMESTAMPNS, arrival_time
+    ts = struct.pack("@qq", 1795949491, 554501000)
+    assert arrival_time([(socket.SOL_SOCKET, SO_TIMESTAMPNS, ts)], 7.0) == pytest.approx(
+        1795949491.554501)
+    assert arrival_time([], 7.0) == 7.0
+    assert arrival_time([(socket.SOL_SOCKET, SO_TIMESTAMPNS, b"short")], 7.0) == 7.0
+    assert arrival_time([(socket.IPPROTO_IP, SO_TIMESTAMPNS, ts)], 7.0) == 7.0
+
+
 def test_ping_latency_percentiles():
     with open(os.path.join(DATA, "ping", "ping-D-loopback.txt")) as f:
         lat = analysis.ping_latency(f.read())
