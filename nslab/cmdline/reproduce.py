@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import click
 from pydantic import BaseModel, ConfigDict, Field
@@ -61,11 +61,9 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
     write_atomic(os.path.join(root, "mode"), mode + "\n")
     away = []  # studies run elsewhere, beside the others: (name, process, start)
     try:
-        for i, name in enumerate(names, 1):
-            study = registered[name]()
-            prev = results_dir_of(root, name)
-            cfg = None if prev else study.Config.preset(mode)
-            if runs_elsewhere(study, cfg, prev):
+        for i, (name, study, prev, cfg, elsewhere) in enumerate(
+                run_order(registered, names, mode, root), 1):
+            if elsewhere:
                 echo(f"== [{i}/{len(names)}] {name}" + (f" (resuming {prev})" if prev else "")
                      + ": in its own guest, beside the other studies (its clock counts "
                        "instructions: what they run cannot move its answers, and it takes "
@@ -93,6 +91,26 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
                 except subprocess.TimeoutExpired:
                     proc.kill()
     return write_report(root)["html"]
+
+
+def run_order(registered: Dict[str, Any], names: Sequence[str], mode: str, root: str
+              ) -> List[Tuple[str, Any, Optional[str], Any, bool]]:
+    """The studies as they run: ``(name, study, earlier run dir, config,
+    runs elsewhere)``. Those whose figures depend on the host's CPU speed
+    (``Study.alone``) first, then the studies in a guest of their own (they
+    start, and run beside), then the rest, each group in reading order: the
+    guest's minutes overlap the most host studies that may share the host
+    with it."""
+    plan = []
+    for name in names:
+        study = registered[name]()
+        prev = results_dir_of(root, name)
+        cfg = None if prev else study.Config.preset(mode)
+        plan.append((name, study, prev, cfg, runs_elsewhere(study, cfg, prev)))
+
+    def group(p: Tuple[str, Any, Optional[str], Any, bool]) -> int:
+        return 1 if p[4] else 0 if getattr(p[1], "alone", False) else 2
+    return sorted(plan, key=group)  # stable: reading order within a group
 
 
 def runs_elsewhere(study: Any, cfg: Any, prev: Optional[str]) -> bool:

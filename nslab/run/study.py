@@ -194,6 +194,12 @@ class Study(Generic[ConfigT]):
     #: is measured again (False: the study re-runs its own trials and the
     #: point's host figure is only recorded)
     reruns_points: ClassVar[bool] = True
+    #: its figures depend on how fast the host's CPUs run it, so ``nslab
+    #: reproduce`` runs it before it starts a study in a guest beside the
+    #: others (the RFC 2544 virtual bed's QEMU takes only CPU time no other
+    #: task wants, but shares the caches and the memory bus); False: it may
+    #: run beside that guest
+    alone: ClassVar[bool] = False
 
     def needs(self, cfg: ConfigT) -> List[str]:
         return []

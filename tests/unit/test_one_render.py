@@ -147,3 +147,19 @@ def test_claims_judged_between_rounds_are_the_reports_and_nothing_is_written(tmp
     rendered = report_of(cls(), run_dir)
     assert judged.claims == rendered.claims and judged.claims
     assert "report.html" in os.listdir(run_dir)
+
+
+def test_reproduce_runs_cpu_bound_studies_first_then_starts_the_guest_beside_the_rest(tmp_path):
+    """The alias study (its figures depend on the host's CPU) runs alone; the
+    RFC 2544 virtual bed's guest starts next and runs beside ECMP and the
+    failover study, whose figures a guest taking only idle CPU time cannot
+    move (a hash, timers); the report keeps the reading order."""
+    from nslab.cmdline.reproduce import ordered_studies, run_order
+    registered = ordered_studies()
+    names = list(registered)
+    order = run_order(registered, names, "quick", str(tmp_path))
+    assert [(name, elsewhere) for name, _, _, _, elsewhere in order] == [
+        ("alias", False), ("rfc2544", True), ("ecmp", False), ("ecmp-failover", False)]
+    assert names == ["alias", "ecmp", "rfc2544", "ecmp-failover"]
+    real = run_order(registered, ["rfc2544", "ecmp"], "quick", str(tmp_path))
+    assert [name for name, *_ in real] == ["rfc2544", "ecmp"]
