@@ -406,7 +406,10 @@ class StudyRun:
         #: what the next round should take, from what the rounds so far cost
         self.need = 0.0
         #: what a lab's build and one point cost so far: the next round's estimate
-        self.cost: Dict[str, Any] = {"points": 0, "point_s": 0.0, "labs": 0, "once_s": 0.0}
+        self.cost: Dict[str, Any] = {"points": 0, "point_s": 0.0, "labs": 0, "once_s": 0.0,
+                                     "measured": 0}
+        #: whether measuring a disturbed point again still pays
+        self.busy = BusyHost()
 
     def run(self) -> str:
         """Every round the sampling allows; returns the run directory."""
@@ -481,8 +484,10 @@ class StudyRun:
             try:
                 for point in points:
                     t_point = self.clock()
-                    m, raw, summary, host = measure_point(study, runner, point, cfg_r)
+                    m, raw, summary, host = measure_point(study, runner, point, cfg_r,
+                                                          self.busy)
                     self.cost["points"] += 1
+                    self.cost["measured"] += 1 + int(host.get("reruns") or 0)
                     self.cost["point_s"] += self.clock() - t_point
                     store.append(point, m, raw=raw, host=host)
                     if host["disturbed"]:
@@ -507,7 +512,8 @@ class StudyRun:
                                       if point_key(p) not in self.store.done_keys()],
                                 self.open_claims)
         self.need = round_cost(self.cost, spent, len(nxt_todo),
-                               len({study.lab_key(nxt, p) for p in nxt_todo}))
+                               len({study.lab_key(nxt, p) for p in nxt_todo}),
+                               once_each=self.busy.for_good)
         if self.budget is not None and spent + self.need > self.budget:
             return (f"the time budget ({self.budget:.0f} s) would not hold another "
                     f"round (spent {spent:.0f} s in {r + 1}; the next, "
@@ -517,22 +523,61 @@ class StudyRun:
         return None
 
 
-def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
+#: Points in a row that stayed disturbed through their re-runs after which the
+#: host is taken as busy for good: a disturbed point is no longer measured
+#: again until one comes out undisturbed (as RFC 2544's trials are not,
+#: :data:`nslab.experiments.rfc2544.trials.PERSISTENT`). Beside a roaming
+#: noisy neighbour here, 23 of 23 re-runs stayed disturbed and doubled each
+#: study's time, so that its budget held one sampling round.
+BUSY_IN_A_ROW = 3
+
+
+class BusyHost:
+    """Whether measuring a disturbed point again still pays in this run."""
+
+    def __init__(self) -> None:
+        self.in_a_row = 0
+
+    @property
+    def for_good(self) -> bool:
+        """The last :data:`BUSY_IN_A_ROW` points re-run stayed disturbed, and
+        none has come out undisturbed since."""
+        return self.in_a_row >= BUSY_IN_A_ROW
+
+    def after(self, tries: int, disturbed: bool) -> None:
+        """A point was measured ``1 + tries`` times, and ended ``disturbed`` or not."""
+        if not disturbed:
+            self.in_a_row = 0
+        elif tries:
+            self.in_a_row += 1
+            if self.for_good:
+                log.info("the host stayed busy through %d points' re-runs in a row: disturbed "
+                         "points are not measured again until one comes out undisturbed",
+                         self.in_a_row)
+
+
+def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
+                  busy: Optional[BusyHost] = None
                   ) -> Tuple[Dict[str, Any], List[str], str, Dict[str, Any]]:
     """``runner.measure(point)`` with the host's interference over it
     (:mod:`nslab.traffic.interference`): other tasks' run time as a share of all
     CPUs together (each task once: the lab's own tasks are not pinned, so
     they share every CPU with them), and per CPU (an upper bound, for the
     record). Over the configuration's ``host_pct``, the point is measured
-    again, up to ``host_reruns`` times; still over, the record says
-    ``disturbed`` and reports leave it out. Studies that account and re-run
-    each trial themselves (RFC 2544: ``Study.reruns_points`` False) only
-    record it."""
+    again, up to ``host_reruns`` times (none while ``busy`` says the host is
+    busy for good: :class:`BusyHost`); still over, the record says
+    ``disturbed`` and reports leave it out, but for the outcomes a busy host
+    can move one way only, which a study may keep. Studies that account and
+    re-run each trial themselves (RFC 2544: ``Study.reruns_points`` False)
+    only record it."""
     from ..traffic.interference import Watch, account, others_share, top_others, worst
     ncpus = os.cpu_count() or 1
     watch = Watch(range(ncpus))
     threshold = float(getattr(cfg, "host_pct", 10.0))
     allowed = int(getattr(cfg, "host_reruns", 1)) if study.reruns_points else 0
+    held_back = bool(busy is not None and busy.for_good and allowed)
+    if held_back:
+        allowed = 0
     tries = 0
     while True:
         a = watch.snapshot()
@@ -551,18 +596,27 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any
             "source": "task scan: share of all CPUs", "reruns": tries,
             "disturbed": share > threshold and study.reruns_points, "threshold_pct": threshold,
             "top": [[name, round(ms, 1)] for name, ms in top_others(a, b)]}
+    if held_back and host["disturbed"]:
+        host["busy_for_good"] = True
+    if busy is not None and study.reruns_points:
+        busy.after(tries, bool(host["disturbed"]))
     return m, raw, summary, host
 
 
-def round_cost(cost: Dict[str, Any], spent: float, points: int, labs: int) -> float:
+def round_cost(cost: Dict[str, Any], spent: float, points: int, labs: int,
+               once_each: bool = False) -> float:
     """Seconds a round of ``points`` points on ``labs`` labs should take, from
     what the rounds so far cost: the mean time of a point, and the rest of the
     time spent (building labs, set-up, judging) per lab built, but for the
     set-up measured once per run and reused by every later lab (``once_s``,
-    which a runner's ``setup()`` reports: the RFC 2544 calibration)."""
+    which a runner's ``setup()`` reports: the RFC 2544 calibration).
+    ``once_each``: the next round measures each point once (the host is busy
+    for good, :class:`BusyHost`), so a point costs one measurement (of
+    ``measured``, re-runs included), not what points with re-runs cost."""
     if not cost["points"]:
         return spent
-    per_point = cost["point_s"] / cost["points"]
+    per_point = cost["point_s"] / (max(cost["points"], int(cost.get("measured") or 0))
+                                   if once_each else cost["points"])
     per_lab = (max(0.0, spent - cost["point_s"] - float(cost.get("once_s") or 0.0))
                / max(1, cost["labs"]))
     return points * per_point + labs * per_lab

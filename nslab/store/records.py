@@ -87,6 +87,9 @@ class HostLoad(Strict):
     threshold_pct: float
     #: the other tasks that ran most: [name, ms], largest first
     top: List[Tuple[str, float]] = []
+    #: disturbed, and not measured again: the host had stayed busy through the
+    #: re-runs of the points before (:class:`nslab.run.study.BusyHost`)
+    busy_for_good: bool = False
 
 
 class Record(Strict, Generic[P, M]):

@@ -89,8 +89,11 @@ def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
         return claims
     worst = max(hit, key=lambda h: h.worst_pct)
     who = named(worst.top)
+    held = sum(1 for h in hit if getattr(h, "busy_for_good", False))
+    again = (f"measured again, but {held} once the host had stayed busy through the re-runs "
+             "before them" if held else "measured again")
     note = (f"host interference: other tasks took up to {worst.worst_pct:.0f} % of "
-            f"the CPUs during {len(hit)} of {len(records)} points (measured again, then left out"
+            f"the CPUs during {len(hit)} of {len(records)} points ({again}, then left out"
             f"{'; at worst ' + who if who else ''})")
     most = 2 * len(hit) >= len(records)
     return [dataclasses.replace(c, why=f"{c.why}; {note}",

@@ -301,3 +301,41 @@ def test_set_up_measured_once_per_run_is_not_charged_to_the_next_round():
     # 2 labs cost (60 - 40 - 16) / 2 = 2 s each
     cost = {"points": 10, "point_s": 40.0, "labs": 2, "once_s": 16.0}
     assert round_cost(cost, 60.0, 3, 1) == pytest.approx(3 * 4.0 + 2.0)
+
+
+def test_after_three_points_stayed_disturbed_through_their_reruns_none_is_rerun(monkeypatch):
+    """A host busy for good (three points in a row disturbed through their
+    re-runs) is not asked again: the next disturbed point is measured once
+    and says why; an undisturbed point ends it, and re-runs resume."""
+    from nslab.run.study import BUSY_IN_A_ROW, BusyHost, measure_point
+    from nslab.traffic import interference
+    from nslab.traffic.interference import Snapshot
+    assert BUSY_IN_A_ROW == 3
+    shares = iter([40.0] * 6 + [40.0] + [3.0] + [40.0, 40.0])
+    monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n: next(shares))
+    study = make_study(*[float(i) for i in range(10)])
+    runner = study.runner("x", None, None, None)
+    busy = BusyHost()
+    for rep in range(3):  # measured twice each, disturbed both times
+        _, _, _, host = measure_point(study, runner, {"repeat": rep}, Cfg(host_reruns=1), busy)
+        assert host["reruns"] == 1 and host["disturbed"] and "busy_for_good" not in host
+    assert busy.for_good
+    _, _, _, host = measure_point(study, runner, {"repeat": 3}, Cfg(host_reruns=1), busy)
+    assert host["reruns"] == 0 and host["disturbed"] and host["busy_for_good"] is True
+    _, _, _, host = measure_point(study, runner, {"repeat": 4}, Cfg(host_reruns=1), busy)
+    assert host["reruns"] == 0 and not host["disturbed"] and not busy.for_good
+    _, _, _, host = measure_point(study, runner, {"repeat": 5}, Cfg(host_reruns=1), busy)
+    assert host["reruns"] == 1 and host["disturbed"]  # asked again: the host was quiet once
+
+
+def test_a_busy_host_rounds_cost_is_one_measurement_a_point():
+    """The points of round 1 took 40 s in 20 measurements (10 points, each
+    re-run once); once re-runs stop, a point costs one measurement, 2 s."""
+    from nslab.run.study import round_cost
+    cost = {"points": 10, "point_s": 40.0, "labs": 2, "measured": 20}
+    assert round_cost(cost, 60.0, 3, 1) == pytest.approx(3 * 4.0 + 10.0)
+    assert round_cost(cost, 60.0, 3, 1, once_each=True) == pytest.approx(3 * 2.0 + 10.0)
+    # records of runs before re-runs were counted: as before
+    assert round_cost({"points": 10, "point_s": 40.0, "labs": 2}, 60.0, 3, 1,
+                      once_each=True) == pytest.approx(3 * 4.0 + 10.0)
