@@ -151,7 +151,8 @@ def claims(records: List[EcmpRecord], cfg: Dict[str, Any],
                                   0, need=MORE)
             est, chk = judged(sums) if sums else (None, None)
             which = "undisturbed"
-            if (chk is None or chk.verdict != "agrees") and len(every_sum) > len(sums):
+            # only an undecided SUM: undisturbed trials that decided it are not overruled
+            if (chk is None or chk.verdict == "undecided") and len(every_sum) > len(sums):
                 est_all, chk_all = judged(every_sum)
                 if chk_all.verdict == "agrees":
                     est, which = est_all, "all"

@@ -214,10 +214,11 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
             return Claim(spec.claim, f"{spec.value} at {where}: mean {est.fmt(digits=_digits(xs))}",
                          chk.verdict, chk.why, spec.source or "")
         out = judged(a) if a else None
-        if (out is None or out.verdict != "agrees") and spec.below is not None \
+        if (out is None or out.verdict == "undecided") and spec.below is not None \
                 and one_sided(spec.value):
             # a value a busy host can only raise, under a bound: the disturbed
-            # trials may join, and an "agrees" with them holds for a quiet host
+            # trials may join an undecided claim, and an "agrees" with them
+            # holds for a quiet host (the undisturbed trials' own verdict stands)
             every = values_of(records, spec.value, spec.where, disturbed_too=True)
             if len(every) > len(a):
                 with_them = judged(every)

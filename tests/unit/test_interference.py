@@ -366,3 +366,29 @@ def test_only_the_values_a_busy_host_can_only_lengthen_are_one_sided():
     assert one_sided("outage-probe.gap_ms") and one_sided("convergence-server2.withdrawn_ms")
     for v in ("goodput-tcp", "outage-probe.lost", "ping.p99_ms", "x.cpu_pct", "tcp-after"):
         assert not one_sided(v), v
+
+
+def test_disturbed_trials_never_overrule_what_the_undisturbed_ones_decided():
+    """An outage claim the undisturbed trials decided keeps their verdict,
+    whatever the disturbed ones say: they only ever help an undecided one."""
+    from types import SimpleNamespace
+
+    from nslab.experiments.filestudy.analysis import judge_claim
+    from nslab.experiments.filestudy.model import ClaimSpec
+
+    def rec(gap, busy):
+        return SimpleNamespace(
+            params={"f": "x"}, host=SimpleNamespace(disturbed=busy),
+            measurements=SimpleNamespace(invalid=[], values={"outage-probe.gap_ms": gap}))
+    spec = ClaimSpec.model_validate({"claim": "under 300", "value": "outage-probe.gap_ms",
+                                     "where": {"f": "x"}, "below": 300})
+    # the undisturbed trials disagree (well over 300); many disturbed ones at 20 ms
+    recs = [rec(900.0, False), rec(910.0, False), rec(905.0, False)] + \
+        [rec(20.0, True) for _ in range(30)]
+    assert judge_claim(spec, recs).verdict == "disagrees"
+    # undecided on their own (one value): the disturbed ones may decide it
+    c = judge_claim(spec, [rec(25.0, False)] + [rec(20.0 + i, True) for i in range(5)])
+    assert c.verdict == "agrees" and "so 'under' stands" in c.why
+    # and a disturbed "disagrees" never stands
+    c = judge_claim(spec, [rec(25.0, False)] + [rec(900.0 + i, True) for i in range(5)])
+    assert c.verdict == "undecided"
