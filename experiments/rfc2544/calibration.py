@@ -191,15 +191,12 @@ class Calibration(TrialBed):
         offered = min(self.line_fps(64), CAL_OVERLOAD_SHARED * target)
         log.info("checking the kept calibration (%d filters, calibrated in run %s): %d "
                  "readings", n, kept.run, CAL_CHECK_READINGS)
-        ms = [self._reading(n, offered) for _ in range(CAL_CHECK_READINGS)]
-        check = statistics.fmean(float(x["received_fps"]) for x in ms)
-        saturated = all(calibration_saturated(x) for x in ms)
-        clean = not any(self._disturbed(x) for x in ms)
-        ok = saturated and clean and abs(check / target - 1) <= CAL_CHECK_TOLERANCE_SHARED
-        if not ok:
+        _, entry = self._check_readings(n, offered, target, CAL_CHECK_TOLERANCE_SHARED)
+        check = float(entry["capacity_fps"])
+        if not entry["ok"]:
             log.warning("the kept calibration did not hold: %d filters forwarded %.0f fps "
-                        "(target %.0f%s): calibrating afresh", n, check, target,
-                        "" if saturated and clean else ", a reading not saturated or disturbed")
+                        "(target %.0f, or a reading not saturated or disturbed): calibrating "
+                        "afresh", n, check, target)
             return None
         log.info("calibration kept: %d filters forwarded %.0f fps (target %.0f)", n, check,
                  target)
@@ -207,8 +204,7 @@ class Calibration(TrialBed):
                    "target_fps": target, "filters": n, "capacity_fps": check,
                    "ns_per_filter": 1e9 / check / n, "reading_s": self.reading_s(),
                    "steps": [], "checked": True, "calibrated_on": kept.calibrated_on,
-                   "checks": [{"filters": n, "capacity_fps": check, "ok": True,
-                               "readings": [_cal_entry(n, x) for x in ms]}],
+                   "checks": [entry],
                    "cached": {"run": kept.run, "at": kept.at, "steps": kept.steps,
                               "capacity_fps": kept.capacity_fps}}
 
@@ -289,13 +285,11 @@ class Calibration(TrialBed):
                 # while the host was busy elsewhere, or one reading's own
                 # scatter, puts the count off; the check catches it and the
                 # search goes on from the check's figure.
-                ms = [self._reading(n, offered) for _ in range(CAL_CHECK_READINGS)]
-                check = statistics.fmean(float(x["received_fps"]) for x in ms)
+                ms, entry = self._check_readings(n, offered, target, chk)
+                check, ok = float(entry["capacity_fps"]), bool(entry["ok"])
                 saturated = all(calibration_saturated(x) for x in ms)
                 clean = not any(self._disturbed(x) for x in ms)
-                ok = saturated and clean and abs(check / target - 1) <= chk
-                checks.append({"filters": n, "capacity_fps": check, "ok": ok,
-                               "readings": [_cal_entry(n, x) for x in ms]})
+                checks.append(entry)
                 if ok or len(checks) >= CAL_CHECKS:
                     cap = check
                     break
@@ -318,6 +312,20 @@ class Calibration(TrialBed):
         log.info("calibration on the %s: %d filters -> %.0f fps at overload (target %.0f)",
                  self.dut, n, cap, target)
         return n, cal
+
+    def _check_readings(self, n: int, offered: float, target: float, tolerance: float
+                        ) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+        """A calibration's check: :data:`CAL_CHECK_READINGS` readings at ``n``
+        filters, and the check as the provenance keeps it (``ok``: their mean
+        within ``tolerance`` of ``target``, every one saturated and
+        undisturbed)."""
+        ms = [self._reading(n, offered) for _ in range(CAL_CHECK_READINGS)]
+        check = statistics.fmean(float(x["received_fps"]) for x in ms)
+        ok = (all(calibration_saturated(x) for x in ms)
+              and not any(self._disturbed(x) for x in ms)
+              and abs(check / target - 1) <= tolerance)
+        return ms, {"filters": n, "capacity_fps": check, "ok": ok,
+                    "readings": [_cal_entry(n, x) for x in ms]}
 
     def _reading(self, n: int, offered: float) -> Dict[str, Any]:
         """One calibration reading: a trial of :data:`CAL_SECONDS` at ``offered``

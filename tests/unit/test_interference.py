@@ -214,13 +214,33 @@ def test_the_routers_knee_is_judged_over_sweeps(tmp_path):
     assert "over 2 sweeps" in two.measured and two.verdict == "agrees", two
 
 
+#: A point's host figure as a run beside a busy neighbour leaves it.
+BUSY = {"other_pct": {"0": 30.0, "1": 30.0}, "worst_cpu": 0, "worst_pct": 27.5,
+        "source": "task scan: share of all CPUs", "reruns": 1, "disturbed": True,
+        "threshold_pct": 10.0}
+
+
+def _all_disturbed(run, change=None):
+    """Mark every point of the stored run ``run`` disturbed (``change(record)``
+    edits each point's record too)."""
+    import json
+    out = []
+    for line in (run / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r.get("kind", "point") == "point":
+            r["host"] = dict(BUSY)
+            if change is not None:
+                change(r)
+        out.append(json.dumps(r))
+    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+
+
 @pytest.mark.parametrize("study, src", [("alias", "alias_run")])
 def test_points_left_out_for_host_interference_say_so_in_every_undecided_claim(tmp_path, study,
                                                                                 src):
     """Every point of a stored run marked disturbed (as a run beside a busy
     neighbour leaves it): no claim is decided, none disappears, and each says
     host interference left its points out."""
-    import json
     import shutil
 
     from nslab.run.registry import studies
@@ -228,16 +248,7 @@ def test_points_left_out_for_host_interference_say_so_in_every_undecided_claim(t
     run = tmp_path / "nl0003"
     shutil.copytree(data(src), run)
     before = [c.claim for c in studies()[study]().report(str(run)).claims]
-    lines = (run / "records.jsonl").read_text().splitlines()
-    out = []
-    for line in lines:
-        r = json.loads(line)
-        if r.get("kind", "point") == "point":
-            r["host"] = {"other_pct": {"0": 30.0, "1": 30.0}, "worst_cpu": 0, "worst_pct": 27.5,
-                         "source": "task scan: share of all CPUs", "reruns": 1,
-                         "disturbed": True, "threshold_pct": 10.0}
-        out.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    _all_disturbed(run)
     claims = studies()[study]().report(str(run)).claims
     assert claims and all(c.verdict == "undecided" for c in claims)
     assert set(c.claim for c in claims) <= set(before)
@@ -268,22 +279,15 @@ def test_a_sched_idle_task_takes_no_time_another_wanted():
 
 def _ecmp_disturbed(tmp_path, scale_sums=1.0):
     """The stored ECMP run with every trial marked disturbed, its SUMs times ``scale_sums``."""
-    import json
     import shutil
 
     from tests.conftest import data
     run = tmp_path / "nl0004"
     shutil.copytree(data("ecmp_run"), run)
-    out = []
-    for line in (run / "records.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        if r.get("kind", "point") == "point":
-            r["host"] = {"other_pct": {"0": 30.0, "1": 30.0}, "worst_cpu": 0, "worst_pct": 27.5,
-                         "source": "task scan: share of all CPUs", "reruns": 1,
-                         "disturbed": True, "threshold_pct": 10.0}
-            r["measurements"]["sum_bps"] *= scale_sums
-        out.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+
+    def lower(r):
+        r["measurements"]["sum_bps"] *= scale_sums
+    _all_disturbed(run, lower)
     return run
 
 
@@ -321,7 +325,6 @@ def test_failover_outages_under_a_bound_stand_when_the_host_was_busy_and_nothing
     only lengthen) keeps its quiet-host "agrees", saying the disturbed trials
     are in; a band ("2 to 3.5 s"), a comparison, or a claim that does not
     agree stays undecided, saying the host left its points out."""
-    import json
     import shutil
 
     from nslab.experiments.filestudy.analysis import one_sided
@@ -331,16 +334,7 @@ def test_failover_outages_under_a_bound_stand_when_the_host_was_busy_and_nothing
     run = tmp_path / "nl0005"
     shutil.copytree(data("failover_run"), run)
     quiet = {c.claim: c for c in studies()["ecmp-failover"]().report(str(run)).claims}
-    lines = (run / "records.jsonl").read_text().splitlines()
-    out = []
-    for line in lines:
-        r = json.loads(line)
-        if r.get("kind", "point") == "point":
-            r["host"] = {"other_pct": {"0": 30.0, "1": 30.0}, "worst_cpu": 0, "worst_pct": 27.5,
-                         "source": "task scan: share of all CPUs", "reruns": 1,
-                         "disturbed": True, "threshold_pct": 10.0}
-        out.append(json.dumps(r))
-    (run / "records.jsonl").write_text("\n".join(out) + "\n")
+    _all_disturbed(run)
     busy = {c.claim: c for c in studies()["ecmp-failover"]().report(str(run)).claims}
     specs = {c.claim: c for c in load("studies/ecmp-failover.yaml").spec.claims}
     assert set(busy) == set(quiet)
