@@ -95,6 +95,7 @@ def main() -> int:
     kernels = [k for k in args.kernels.split(",") if k]
     vmlinuz = {k: vm.find_kernel(name=k) for k in kernels}
     os.makedirs(args.out, exist_ok=True)
+    compile_checkout(kernels if args.only in ("guest", "all") else kernels[:1])
     for k in kernels:
         info = vm.describe(vmlinuz[k])
         print(f"stock-kernel tier: {k}: kernel {info['kernel']}, {info['accelerator']}, "
@@ -142,6 +143,36 @@ def main() -> int:
     finally:  # what ran, even when a part raised or was interrupted
         summary(args.out, done)
     return 1 if rc else 0
+
+
+#: The checkout's Python folders (the package's subfolders that are links to
+#: top-level folders among them: compileall does not follow a link).
+SOURCES = ("nslab", "experiments", "frr", "ovs", "studies", "topologies", "tests", "scripts")
+
+
+def compile_checkout(kernels: list) -> None:
+    """Byte-compile the checkout for the Python of each kernel's userland.
+
+    A guest writes no bytecode (``PYTHONDONTWRITEBYTECODE``: the checkout is
+    this machine's), so every Python process in it compiled each module the
+    host's tiers had not imported: measured in a guest of Debian 12's kernel
+    under TCG, importing the CLI took 32 s with no bytecode, 17 s with what a
+    host run had left, 12 s with all of it; a guest tier starts hundreds of
+    such processes. compileall skips what is up to date."""
+    pythons = [("this machine", [sys.executable])]
+    for k in kernels:
+        if k in USERLANDS:
+            venv = USERLANDS[k][1]
+            pythons.append((k, [os.path.join(ROOT, "scripts", "in-debian13.sh"),
+                                os.path.join(ROOT, venv, "bin", "python")]))
+    for where, py in pythons:
+        t0 = time.monotonic()
+        res = subprocess.run([*py, "-m", "compileall", "-q", "-j", "0", *SOURCES], cwd=ROOT,
+                             capture_output=True, text=True, timeout=600)
+        tail = (res.stdout + res.stderr).strip()[-500:]
+        print(f"stock-kernel tier: bytecode for {where}'s Python: "
+              + (f"{time.monotonic() - t0:.1f} s" if res.returncode == 0
+                 else f"exit {res.returncode}: {tail}"), flush=True)
 
 
 def summary(out: str, done: list) -> None:

@@ -1,10 +1,10 @@
 """``nslab watch [RUN]``: live per-link rates of a running lab in the terminal.
 
 The lab is found through its run journal (``/run/nslab/<run>.json``): with no
-RUN and exactly one live lab, that one. Every interval, one ``ip -s -j link``
-call per namespace of the run reads every interface's counters; the table
-shows bits/s and packets/s per direction and drops, refreshed in place with
-``rich.live``. Watching costs one short tool call per namespace per second.
+RUN and exactly one live lab, that one. Every interval, one netlink dump in
+each namespace of the run reads every interface's counters (no process); the
+table shows bits/s and packets/s per direction and drops, refreshed in place
+with ``rich.live``.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Tuple
 from ..runtime import clean, running
 from ..runtime.proc import run as run_cmd
 from ..model.shaping import format_rate
+from .nlstats import sweep
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.table import Table
@@ -72,26 +73,43 @@ def parse_link_stats(text: str) -> Counters:
 class Sample(NamedTuple):
     """One reading of every namespace: when it ended (``time.monotonic()``),
     ``{node: counters}``, and when each node's counters were read
-    (``node_times``: the midpoint of its ``ip`` call, monotonic seconds).
-    A scraper's rate needs each value with its own time: the sweep's end is up
-    to the whole sweep, or a stall, later than a node's reading (a CI run here
-    read 11 % low over 5 s: a value read ~0.5 s before the time it carried)."""
+    (``node_times``, monotonic seconds: the midpoint of its netlink dump,
+    within tens of microseconds). A scraper's rate needs each value with its
+    own time: the sweep's end is up to the whole sweep, or a stall, later
+    than a node's reading."""
 
     time: float
     counters: Dict[str, Counters]
     node_times: Dict[str, float] = {}
 
 
+def counters_of(stats: Dict[str, Dict[str, int]]) -> Counters:
+    """:func:`nslab.traffic.nlstats.sweep`'s counters of one namespace in
+    the form :func:`parse_link_stats` gives (loopback left out; ``drops``
+    is both directions' drops)."""
+    out: Counters = {}
+    for name, st in stats.items():
+        if name == "lo":
+            continue
+        c = {k: int(st.get(k, 0)) for k in ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets",
+                                             "rx_dropped", "tx_dropped", "rx_errors", "tx_errors")}
+        c["drops"] = c["rx_dropped"] + c["tx_dropped"]
+        out[name] = c
+    return out
+
+
 def sample(nss: Dict[str, str]) -> Sample:
-    """One reading of every namespace (:class:`Sample`)."""
+    """One reading of every namespace (:class:`Sample`), read over netlink
+    from inside each (:func:`nslab.traffic.nlstats.sweep`); a namespace
+    that is gone is left out."""
+    nodes = list(nss)
     got: Dict[str, Counters] = {}
     times: Dict[str, float] = {}
-    for node, ns in nss.items():
-        before = time.monotonic()
-        res = run_cmd(["ip", "-n", ns, "-s", "-j", "link", "show"], check=False)
-        if res.returncode == 0:
-            times[node] = (before + time.monotonic()) / 2
-            got[node] = parse_link_stats(res.stdout)
+    for node, read in zip(nodes, sweep([nss[n] for n in nodes])):
+        if read is not None:
+            when, _spread, stats = read
+            times[node] = when
+            got[node] = counters_of(stats)
     return Sample(time.monotonic(), got, times)
 
 

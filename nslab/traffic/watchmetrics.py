@@ -106,8 +106,8 @@ class LabCollector(Collector):
         samplers.add_metric([src.run], src.samplers)
         yield samplers
         samples = CounterMetricFamily(
-            "nslab_watch_samples", "Readings of the lab's counters (one ip call per namespace "
-            "each); scrapes add none.", labels=["lab"])
+            "nslab_watch_samples", "Readings of the lab's counters (one netlink dump per "
+            "namespace each); scrapes add none.", labels=["lab"])
         samples.add_metric([src.run], src.samples)
         yield samples
         streams = GaugeMetricFamily("nslab_watch_event_streams",

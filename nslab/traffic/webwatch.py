@@ -1,8 +1,7 @@
 """``nslab watch --web``: the topology picture with live per-link rates, in a browser.
 
-One sampler reads the lab's counters every interval (the same one
-``ip -s -j link`` call per namespace as the terminal view, whatever the number
-of open pages) and pushes the per-link rates to every page as server-sent
+One sampler reads the lab's counters every interval (the same one netlink
+dump per namespace as the terminal view, whatever the number of open pages) and pushes the per-link rates to every page as server-sent
 events (aiohttp). The page is the Graphviz picture of the lab's topology
 (written by the lab into its work directory); a small script colours each link
 by its load and writes its rates beside it. The server binds 127.0.0.1 unless
@@ -268,7 +267,7 @@ class Watcher:
         picture: load the lab's topology and draw it (the page); False for
             ``/metrics`` alone.
         sampler: reads ``{node: namespace}`` once (default
-            :func:`nslab.traffic.watch.sample`: one ``ip -s -j link`` per namespace).
+            :func:`nslab.traffic.watch.sample`: one netlink dump per namespace).
         nss: ``{node: namespace}`` (default: the run's namespaces).
         live: whether the lab is still up (default: its run journal says so).
         changes: reads the links' run-time changes, by link name (default:

@@ -317,7 +317,7 @@ def test_prometheus_rate_matches_iperf(make_lab, tmp_path):
             assert {"lab", "node", "interface", "job", "instance", "__name__"} == \
                 set(s["metric"]), s
         # one sampler for Prometheus and the second scraper: readings follow the
-        # interval (a reading is --interval plus the two ip calls apart), not
+        # interval (a reading is --interval plus the two netlink dumps apart), not
         # the ~20 scrapes a second
         assert one_value(prom, "nslab_watch_samplers", at) == 1
         readings = one_value(prom, "rate(nslab_watch_samples_total[5s])", at)

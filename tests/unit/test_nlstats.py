@@ -2,6 +2,7 @@
 against `ip -s -j link` and `tc -s -j qdisc` on this machine's own namespace,
 its parsers on hand-built netlink messages, and its errors. No root: named
 namespaces are faked (entering one is replaced by a record of it)."""
+import base64
 import contextlib
 import json
 import os
@@ -10,6 +11,7 @@ import socket
 import struct
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -282,3 +284,87 @@ def test_answers_are_matched_by_sequence_and_stale_ones_skipped():
     nlstats._Space._sort(memoryview(nl(36, 10, b"q1") + nl(36, 10, b"q2") + nl(3, 10, bytes(4))),
                          got10, waiting, dump=True)
     assert got10[10] == (0, [b"q1", b"q2"]) and not waiting
+
+
+# -- a whole namespace's counters, for watch's sampler -------------------------------------
+
+def _captured_dump():
+    d = json.load(open(os.path.join(os.path.dirname(__file__), "..", "data", "ip",
+                                    "link-dump.json")))
+    return [base64.b64decode(m) for m in d["messages"]], d["ip_json"]
+
+
+def test_a_captured_dump_reads_as_ip_s_j_link_printed_it():
+    msgs, ip_json = _captured_dump()
+    got = nlstats.parse_link_dump(msgs)
+    assert set(got) == {link["ifname"] for link in ip_json} == {"lo", "va"}
+    for link in ip_json:
+        st = link["stats64"]
+        want = {f"{d}_{k}": st[d][k] for d in ("rx", "tx")
+                for k in ("bytes", "packets", "errors", "dropped")}
+        assert got[link["ifname"]] == want, link["ifname"]
+    assert got["va"]["tx_dropped"] > 0 and got["va"]["rx_bytes"] > 0  # the capture has both
+
+
+def test_a_dump_without_names_or_counters_leaves_those_links_out():
+    msgs, _ = _captured_dump()
+    no_name = _ifinfomsg(9, attr(IFLA_STATS64, struct.pack("=8Q", *range(8))))
+    no_stats = _ifinfomsg(10, attr(3, b"eth9\0"))
+    got = nlstats.parse_link_dump([no_name, no_stats, *msgs, b"\x01"])
+    assert set(got) == {"lo", "va"}
+
+
+@needs_ip
+def test_a_sweep_reads_every_link_between_ip_reads_around_it(monkeypatch):
+    """The sweep's read of one namespace (here, this one: entering it is
+    mocked, so no root), against `ip -s -j link` before and after it."""
+    monkeypatch.setattr(nlstats, "_enter", lambda netns: None)
+
+    def full():
+        return {l["ifname"]: {f"{d}_{k}": l["stats64"][d][k] for d in ("rx", "tx")
+                              for k in ("bytes", "packets")}
+                for l in _json("ip", "-s", "-j", "link", "show")}
+    before = full()
+    _udp_over_lo(20)
+    t0 = time.monotonic()
+    when, spread, got = nlstats._timed_dump("this")
+    t1 = time.monotonic()
+    after = full()
+    assert t0 <= when - spread <= when + spread <= t1
+    assert set(got) == set(before)
+    for name in before:
+        for k, v in before[name].items():
+            assert v <= got[name][k] <= after[name][k], (name, k)
+    assert got["lo"]["tx_packets"] - before["lo"]["tx_packets"] >= 20
+
+
+def test_a_slow_read_is_read_again_and_the_tightest_kept(monkeypatch):
+    """A read the thread was kept off the CPU in is read again: its time was
+    not known to within the bound."""
+    monkeypatch.setattr(nlstats, "_enter", lambda netns: None)
+    ticks = iter([0.0, 0.5, 1.0, 1.004, 2.0, 2.1])  # 0.5 s, then 4 ms: stop there
+    monkeypatch.setattr(nlstats.time, "monotonic", lambda: next(ticks))
+    reads = []
+    monkeypatch.setattr(nlstats, "_nl_dump", lambda *a: reads.append(1) or iter(()))
+    when, spread, got = nlstats._timed_dump("ns")
+    assert len(reads) == 2 and when == pytest.approx(1.002) and spread == pytest.approx(0.002)
+    ticks2 = iter([0.0, 0.5, 1.0, 1.7, 2.0, 2.3])  # never tight: the tightest of three
+    monkeypatch.setattr(nlstats.time, "monotonic", lambda: next(ticks2))
+    when, spread, _ = nlstats._timed_dump("ns")
+    assert len(reads) == 5 and when == pytest.approx(2.15) and spread == pytest.approx(0.15)
+
+
+def test_a_namespace_gone_before_its_read_is_none_and_the_others_read(monkeypatch):
+    seen = []
+
+    def enter(netns):
+        seen.append(netns)
+        if netns == "gone":
+            raise FileNotFoundError(2, "No such file or directory")
+    monkeypatch.setattr(nlstats, "_enter", enter)
+    monkeypatch.setattr(nlstats, "in_each_namespace",
+                        lambda items, fn, name, netns_of: [fn(i) for i in items])
+    got = nlstats.sweep(["a", "gone", "b"])
+    assert seen == ["a", "gone", "b"]
+    assert got[1] is None and got[0] is not None and got[2] is not None
+    assert "lo" in got[0][2]

@@ -93,18 +93,17 @@ def test_each_node_s_values_carry_the_time_that_node_was_read(monkeypatch):
     """A sweep reads node after node; each value carries its own node's time,
     not the sweep's end (a value read 0.5 s before the time it carried made
     Prometheus' rate over 5 s read 11 % low in a CI run). The sampler stamps
-    each node with the midpoint of its ip call."""
+    each node with the midpoint of its netlink dump (nlstats.sweep)."""
     from nslab.traffic import watch
-    raw = json.dumps(captured_with_distinct_counters())
-    clock = iter([10.0, 10.2, 11.0, 11.2, 12.0])  # h1's call, s1's call, the end
-
-    class Done:
-        returncode, stdout = 0, raw
-    monkeypatch.setattr(watch.time, "monotonic", lambda: next(clock))
-    monkeypatch.setattr(watch, "run_cmd", lambda *a, **k: Done())
-    got = watch.sample({"h1": "nl1234-h1", "s1": "nl1234-s1"})
+    raw = captured_with_distinct_counters()
+    stats = {l["ifname"]: {f"{d}_{k}": l["stats64"][d][k] for d in ("rx", "tx")
+                           for k in ("bytes", "packets", "dropped", "errors")} for l in raw}
+    monkeypatch.setattr(watch.time, "monotonic", lambda: 12.0)  # the sweep's end
+    monkeypatch.setattr(watch, "sweep", lambda nss: [(10.1, 1e-5, stats), None, (11.1, 1e-5, stats)])
+    got = watch.sample({"h1": "nl1234-h1", "gone": "nl1234-gone", "s1": "nl1234-s1"})
     assert got.time == 12.0 and got.node_times == {"h1": 10.1, "s1": 11.1}
     assert got[0] == 12.0 and set(got[1]) == {"h1", "s1"}  # still (time, counters) first
+    assert got.counters["h1"] == parse_link_stats(json.dumps(raw))  # as ip's JSON read
     reading = Reading(1_795_000_002.0, got.counters,
                       {"h1": 1_795_000_000.1, "s1": 1_795_000_001.1})
     body, _ = exposition(registry(Source(reading)), None)
