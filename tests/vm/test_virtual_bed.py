@@ -150,11 +150,12 @@ def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
     A search adapts: each probe's rate follows from the one before passing or
     failing. Its probes are the same trials in both runs until a probe at the
     DUT's threshold passes in one run and fails in the other; from there the
-    paths part. That probe lost under 1 % of its frames in both runs: in a
-    run here, the router at 4,036 fps lost 0.39 % once and 0 the other time
-    (the guest's clock counts instructions, but its file system and console
-    are the host's, whose replies land at instants the host's timing decides:
-    the same load reads the same to within ~1 %, not to the frame)."""
+    paths part. That probe lost frames in one run at most: no more than its
+    rate's excess over the DUT's throughput (the guest's clock counts
+    instructions, but its file system and console are the host's, whose
+    replies land at instants the host's timing decides: near the knee the
+    DUT's rate moves by about 1 % from trial to trial, so a probe 2.7 % above
+    the knee lost 0, 1.5 and 2.6 % in three trials of two runs)."""
     a, b = (_trials(recs) for _, recs, _ in twice)
     recs = [r for _, r, _ in twice]
     tp = [{(r["params"]["dut"]): r["measurements"]["throughput_fps"] for r in rs
@@ -183,8 +184,19 @@ def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
         assert round(pa[0]["target_fps"], 1) == round(pb[0]["target_fps"], 1)
         for i, (x, y) in enumerate(zip(pa, pb)):
             if round(x["target_fps"], 1) != round(y["target_fps"], 1):
-                before = (pa[i - 1]["loss_pct"], pb[i - 1]["loss_pct"])
-                assert max(before) < 1.0, (dut, i, pa[i - 1]["target_fps"], before)
+                # the probe before, at one rate in both runs, passed in one and
+                # failed in the other: it lay in the band where the DUT's rate
+                # lies, and what it lost is no more than its rate's excess over
+                # the lower run's throughput (1 % spared): it delivered that
+                # throughput. A CI run here: the bridge at 4,356.4 fps lost
+                # 2.565 % in one run (4,244.7 fps delivered, against throughputs
+                # of 4,241.6 and 4,264.2) and none in the other, where the same
+                # rate's retry lost 1.501 %.
+                prev = (pa[i - 1], pb[i - 1])
+                delivered = [p["target_fps"] * (1 - p["loss_pct"] / 100) for p in prev]
+                assert min(delivered) >= 0.99 * knee[dut], \
+                    (dut, i, prev[0]["target_fps"], [p["loss_pct"] for p in prev], delivered,
+                     knee[dut])
                 break
             _same_trial(x, y, (dut, "throughput", x["target_fps"]), knee[dut])
     # each DUT's throughput: the two runs' searches, each run's range widened
