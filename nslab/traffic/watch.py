@@ -56,18 +56,15 @@ def parse_link_stats(text: str) -> Counters:
     """``ip -s -j link`` output -> ``{intf: {rx_bytes, tx_bytes, rx_packets,
     tx_packets, rx_dropped, tx_dropped, rx_errors, tx_errors, drops}}``
     (loopback left out; ``drops`` is both directions' drops)."""
-    out: Counters = {}
+    stats: Dict[str, Dict[str, int]] = {}
     for link in json.loads(text or "[]"):
         name = link.get("ifname", "")
         st = link.get("stats64") or link.get("stats") or {}
-        if not name or name == "lo" or not st:
-            continue
-        rx, tx = st.get("rx", {}), st.get("tx", {})
-        c = {f"{d}_{k}": int(side.get(k, 0)) for d, side in (("rx", rx), ("tx", tx))
-             for k in ("bytes", "packets", "dropped", "errors")}
-        c["drops"] = c["rx_dropped"] + c["tx_dropped"]
-        out[name.split("@")[0]] = c
-    return out
+        if name and st:
+            stats[name.split("@")[0]] = {f"{d}_{k}": int(st.get(d, {}).get(k, 0))
+                                         for d in ("rx", "tx")
+                                         for k in ("bytes", "packets", "dropped", "errors")}
+    return counters_of(stats)
 
 
 class Sample(NamedTuple):
