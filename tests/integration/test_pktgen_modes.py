@@ -64,7 +64,6 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     lab = make_lab(pair())
     lab.static_arp()
     assert napi_on(lab["h2"], "h2-eth0", 1, fifo=50)
-    runs = {}
     # Each mode twice, interleaved: a single run's largest gap includes whatever
     # stall the host's scheduler gave the generator's CPU then (measured here:
     # a 662-1061 us stall in 3 of 7 spaced runs, on either userland), which is
@@ -73,25 +72,39 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     # variance: one of 3 ms alone gives a 21 us standard deviation (one CI run's
     # spaced frames: 21.4 us, against 48.3 us for batches, on a host slower
     # than usual), so each mode's spread is the smaller of its two runs'.
-    for repeat in (0, 1):
+    # A stall of the receiving CPU instead loses frames, and the kernel counts
+    # each: the veth refuses a frame while its far end's 256-frame ring is full
+    # (1.28 ms of frames at 200 kfps), and the sender reports the refusals it
+    # counted. Measured here: 1 run of 32 idle (104 refused, 19,896 received),
+    # none of 8 with a busy loop on each CPU (the NAPI thread runs at FIFO 50,
+    # so only what no guest priority holds off, such as the VM's vCPU being
+    # descheduled, stops it that long); a CI run lost 91 of 20,000 the same
+    # way. So every run must account for every frame, and a third and fourth
+    # pair are run while a mode has no run that delivered every frame.
+    runs = {"frames": [], "slots": []}
+    for repeat in range(4):
+        if repeat >= 2 and all(any(g["refused"] == 0 for g, _ in runs[m]) for m in runs):
+            break
         for spacing in ("frames", "slots"):
-            runs[spacing, repeat] = send_and_count(
+            runs[spacing].append(send_and_count(
                 lab, "--size", "64", "--rate", "200000", "--count", "20000", "--duration", "10",
                 "--mode", "live", "--spacing", spacing, sink="xdp",
-                sink_args=("--latency-every", "16"))
-    largest = {m: min(runs[m, r][1]["send_gap_us"]["max"] for r in (0, 1))
-               for m in ("frames", "slots")}
-    spread = {m: min(runs[m, r][1]["send_gap_us"]["stdev"] for r in (0, 1))
-              for m in ("frames", "slots")}
-    runs = {m: runs[m, 0] for m in ("frames", "slots")}
-    g, s = runs["frames"]
-    assert g["path"] == "live-spaced" and g["sent"] == 20000, g
+                sink_args=("--latency-every", "16")))
+    for g, s in runs["frames"] + runs["slots"]:
+        assert g["sent"] == 20000 and g["refused"] is not None and g["refused"] < 20000, g
+        assert s["received"] == g["sent"] - g["refused"] and s["reordered"] == 0, (g, s)
+    largest = {m: min(s["send_gap_us"]["max"] for _, s in runs[m][:2]) for m in runs}
+    spread = {m: min(s["send_gap_us"]["stdev"] for _, s in runs[m][:2]) for m in runs}
+    whole = {m: next(((g, s) for g, s in runs[m] if g["refused"] == 0), runs[m][-1]) for m in runs}
+    g, s = whole["frames"]
+    assert g["path"] == "live-spaced" and g["refused"] == 0, (g, runs["frames"])
     assert s["received"] == 20000 and s["max_seq"] == 19999 and s["reordered"] == 0, s
     assert s["in_window"] == 20000 // 16, s  # the latency sample: seq 0, 16, 32, ...
     assert s["send_gap_us"]["n"] == 19999, s  # gaps: every frame
     assert 4.5 <= s["send_gap_us"]["avg"] <= 5.5, s["send_gap_us"]
-    gs, ss = runs["slots"]
-    assert gs["path"] == "live" and gs["batch"] == 100 and ss["received"] == 20000, (gs, ss)
+    gs, ss = whole["slots"]
+    assert gs["path"] == "live" and gs["batch"] == 100 and gs["refused"] == 0, (gs, runs["slots"])
+    assert ss["received"] == 20000, (gs, ss)
     # Batches of 100 leave ~0.1 us apart with ~495 us between batches (sd ~50 us).
     assert spread["frames"] < 0.4 * spread["slots"], (spread, s, ss)
     assert largest["frames"] < largest["slots"], (largest, s, ss)
