@@ -10,7 +10,10 @@ were computed:
   (unequal variances), expressed relative to the reference mean;
 * a proportion: Wilson's score interval (``scipy.stats.binomtest``);
 * "the same": two one-sided tests (TOST) at level alpha, i.e. the (1 - 2 alpha)
-  interval of the relative difference lies inside +-margin.
+  interval of the relative difference lies inside +-margin;
+* a curve against a published one at fixed points: each point's own t
+  interval at level 1 - alpha/k over k points (Bonferroni), the curve within
+  a band where every interval lies inside it, apart where any lies outside.
 
 Sampling to a decision: a study may measure its points in up to ``rounds``
 rounds, judging its claims after each and stopping once every claim is decided
@@ -29,7 +32,7 @@ import contextvars
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 from typing_extensions import Literal
 
@@ -212,13 +215,31 @@ def below(est: Estimate, threshold: float) -> Verdict:
     return flipped["undecided"]  # type: ignore[return-value]
 
 
-def paired_difference(a: Sequence[float], b: Sequence[float],
-                      level: Optional[float] = None) -> Estimate:
-    """The mean of ``a[i] - b[i]`` with Student's t interval (pairs, e.g. our
-    value and the paper's at the same offered load)."""
-    if len(a) != len(b):
-        raise ValueError("paired values of unequal length")
-    return mean([float(x) - float(y) for x, y in zip(a, b)], level)
+def pointwise(groups: Sequence[Sequence[float]], reference: Sequence[float],
+              level: Optional[float] = None) -> List[Estimate]:
+    """A curve against a published one at k fixed points (e.g. offered loads):
+    at each point, the mean of our values there minus the published value
+    (taken as exact), with Student's t interval from that point's own values
+    at level 1 - (1 - level)/k (Bonferroni: the k intervals hold together at
+    ``level``). A point with one value has no interval."""
+    if len(groups) != len(reference):
+        raise ValueError("points of unequal number")
+    k = max(1, len(groups))
+    each = 1 - (1 - _level(level)) / k
+    return [mean([float(v) - float(ref) for v in g], each) for g, ref in zip(groups, reference)]
+
+
+def within_everywhere(ests: Sequence[Estimate], low: float, high: float) -> Verdict:
+    """Does a curve stay within ``[low, high]`` of a published one at every
+    point (:func:`pointwise`)? ``agrees`` when every point's interval lies
+    inside (an intersection-union test), ``disagrees`` when any point's lies
+    outside (the curves part there, whatever the rest do), else
+    ``undecided``; a point without an interval decides nothing."""
+    if any(e.ci is not None and e.ci.outside(low, high) for e in ests):
+        return "disagrees"
+    if ests and all(e.ci is not None and e.ci.inside(low, high) for e in ests):
+        return "agrees"
+    return "undecided"
 
 
 def difference(a: Sequence[float], b: Sequence[float], level: Optional[float] = None) -> Estimate:

@@ -104,3 +104,38 @@ def test_summary_and_spread():
     assert s.spread == pytest.approx(10 / 955)
     with pytest.raises(ValueError):
         stats.summarize([])
+
+
+def test_a_curve_against_a_published_one_point_by_point():
+    # Two points, so each interval is drawn at 97.5 % (Bonferroni: the two hold
+    # together at 95 %): t(0.9875, 4) for five values.
+    ests = stats.pointwise([[1, 2, 3, 4, 5], [10, 10, 10]], [0, 12])
+    half = _t_quantile(0.9875, 4) * math.sqrt(2.5) / math.sqrt(5)
+    assert ests[0].value == 3 and ests[0].n == 5
+    assert ests[0].ci.level == pytest.approx(0.975)
+    assert ests[0].ci.low == pytest.approx(3 - half, abs=1e-4)
+    assert ests[0].ci.high == pytest.approx(3 + half, abs=1e-4)
+    assert (ests[1].value, ests[1].ci.low, ests[1].ci.high) == (-2, -2, -2)
+    assert stats.within_everywhere(ests, -10, 10) == "agrees"  # [0.5, 5.5] and [-2, -2]
+    assert stats.within_everywhere(ests, -5, 5) == "undecided"  # the first straddles 5
+    assert stats.within_everywhere(ests, -1, 8) == "disagrees"  # the second lies below -1
+    with pytest.raises(ValueError):
+        stats.pointwise([[1, 2]], [0, 1])
+
+
+def test_a_curve_of_another_shape_parts_even_where_the_mean_difference_is_nil():
+    # 20 points under the published curve at one load, 20 over it at another:
+    # their mean difference is nil, but the curves part at both loads.
+    ests = stats.pointwise([[20.0, 20.5], [80.0, 80.5]], [40, 60])
+    assert [round(e.value, 2) for e in ests] == [-19.75, 20.25]
+    assert stats.within_everywhere(ests, -10, 10) == "disagrees"
+
+
+def test_a_point_with_one_value_decides_nothing_by_itself():
+    one = stats.pointwise([[5.0], [1, 2, 3]], [0, 2])
+    assert one[0].ci is None and one[1].ci is not None
+    assert stats.within_everywhere(one, -10, 10) == "undecided"
+    # another point that lies outside still decides
+    assert stats.within_everywhere(stats.pointwise([[50.0], [1, 1]], [0, 30]), -10, 10) == \
+        "disagrees"
+    assert stats.within_everywhere([], -10, 10) == "undecided"

@@ -226,7 +226,7 @@ def test_invalid_loads_are_left_out_of_the_verdicts(tmp_path):
 
 def test_the_occupancy_claim_stays_when_one_load_of_the_paper_is_left(tmp_path):
     """A sweep with one valid load at the paper's rates cannot be set beside
-    Table 3 (a paired t needs two): the claim stays, undecided, naming what was
+    Table 3 (a curve needs two): the claim stays, undecided, naming what was
     left out and why (it dropped out of the table, 18 claims where a run has 19)."""
     import json
     import shutil
@@ -254,7 +254,7 @@ def test_the_occupancy_claim_stays_when_one_load_of_the_paper_is_left(tmp_path):
     fit = got["bridge: occupancy vs load follows the paper's Table 3"]
     assert fit.verdict == "undecided"
     # the row names host interference; what it did (97 % slower) is the run's note
-    assert fit.why.startswith(f"1 of the paper's loads left to set beside Table 3 (a paired t "
+    assert fit.why.startswith(f"1 of the paper's loads left to set beside Table 3 (a curve "
                               f"needs 2): {len(at) - 1} of the {len(at)} trials at them left out "
                               f"({len(at) - 1} of them: host interference); host interference "
                               f"left out "), fit.why
@@ -264,15 +264,15 @@ def test_the_occupancy_claim_stays_when_one_load_of_the_paper_is_left(tmp_path):
     # with none measured at the paper's loads, or only one and nothing left out
     paper1 = {1000.0: [0, 0, 0, 0, 5.0]}
     assert rfc_claims.few_loads_why([], paper1, 0) == (
-        "0 of the paper's loads left to set beside Table 3 (a paired t needs 2): the sweep "
+        "0 of the paper's loads left to set beside Table 3 (a curve needs 2): the sweep "
         "measured none of them")
     row = {"fps": 1000.0, "invalid": [], "cpu_ok": True}
     assert rfc_claims.few_loads_why([row], paper1, 1) == (
-        "1 of the paper's loads left to set beside Table 3 (a paired t needs 2): the sweep "
+        "1 of the paper's loads left to set beside Table 3 (a curve needs 2): the sweep "
         "measured only 1 trial(s) at them")
     # kept without an occupancy figure: baseline_why says why, not this
     assert rfc_claims.few_loads_why([dict(row, cpu_ok=False)], paper1, 0) == (
-        "0 of the paper's loads left to set beside Table 3 (a paired t needs 2)")
+        "0 of the paper's loads left to set beside Table 3 (a curve needs 2)")
 
 
 def test_ecmp_trials_with_an_unknown_split_are_left_out():
@@ -583,3 +583,72 @@ def test_a_sweep_left_out_says_how_many_trials_and_its_most_frequent_reason(tmp_
     why = rfc_tables.invalid_why(RFC_SCHEMA.load(str(tmp_path / "r")), "loss", "bridge")
     assert why == (f"every loss trial was left out ({n} of {n}; {n - 1} of them: host "
                    "interference)")
+
+
+def _occupancy_claim(tmp_path, cpu_of):
+    """The stored run's bridge sweep measured twice at each load (its trials
+    copied), with ``cpu_of(paper_fps, paper_cpu, sweep)`` as each trial's DUT
+    CPU occupancy; the occupancy claim judged from those records."""
+    import copy
+    import json
+    import shutil
+
+    from tests.conftest import data
+    shutil.copytree(data("rfc2544_run"), tmp_path / "r")
+    pub = load_published("rfc2544")
+    paper = {float(r[0]): r[4] for r in pub["table3_bridge_overload_64B"]["rows"]}
+    path = tmp_path / "r" / "records.jsonl"
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    for rec in lines:
+        if rec["params"]["test"] == "loss" and rec["params"]["dut"] == "bridge":
+            trials = rec["measurements"]["trials"]
+            trials += copy.deepcopy(trials)
+            for i, t in enumerate(trials):
+                fps = float(t["target_fps"])
+                if paper.get(fps) is not None:
+                    t["dut_occupancy_pct"] = cpu_of(fps, paper[fps], i * 2 // len(trials))
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    recs = RFC_SCHEMA.load(str(tmp_path / "r"))
+    got = {c.claim: c for c in rfc_claims.claims(recs, ["bridge"], pub, {})}
+    return got["bridge: occupancy vs load follows the paper's Table 3"]
+
+
+def test_the_occupancy_curve_follows_table_3_where_every_load_lies_inside_the_band(tmp_path):
+    # Two sweeps 0.02 points apart at each load (a quick run's two sweeps on
+    # the virtual bed differed by 0.0005, 0.03 and 0.10 points where the CPU
+    # was not saturated): each load's 99 % t interval from two values,
+    # t(0.995, 1) = 63.66, is +-0.64 points.
+    fit = _occupancy_claim(tmp_path, lambda fps, cpu, sweep: cpu + (0.01 if sweep else -0.01))
+    assert fit.verdict == "agrees", fit.why
+    assert fit.why == ("every load's interval lies inside [-10, 10] points (each load's t "
+                       "interval at 99.0 %: Bonferroni over 5 loads)")
+    assert "20,000 fps: +0.0, [-0.6, 0.6] (99 % t), n=2" in fit.measured, fit.measured
+
+
+def test_the_curves_part_where_one_load_lies_outside_the_band(tmp_path):
+    """Its mean difference over the loads (+6 points) is inside the band, but at
+    55,556 fps ours is 30 points above the paper's, and so the curves part."""
+    fit = _occupancy_claim(tmp_path, lambda fps, cpu, sweep: cpu + (30 if fps == 55556 else 0)
+                           + (0.01 if sweep else -0.01))
+    assert fit.verdict == "disagrees", fit.why
+    assert fit.why.startswith("the interval at 55,556 fps lies outside [-10, 10] points: the "
+                              "curves part there"), fit.why
+
+
+def test_a_load_across_the_bands_edge_leaves_the_curve_undecided(tmp_path):
+    fit = _occupancy_claim(tmp_path, lambda fps, cpu, sweep: cpu + ((12 if sweep else 6)
+                                                                   if fps == 40000 else 0))
+    assert fit.verdict == "undecided" and not fit.decide.startswith("--loss"), fit
+    assert fit.why.startswith("no load's interval lies outside [-10, 10] points; at 40,000 fps "
+                              "it straddles the band's edge"), fit.why
+    assert fit.why.endswith("undecided: run the default preset")
+
+
+def test_one_sweep_gives_no_interval_at_a_load_and_says_to_measure_each_twice():
+    from tests.conftest import data
+    recs = RFC_SCHEMA.load(data("rfc2544_run"))
+    got = {c.claim: c for c in rfc_claims.claims(recs, ["bridge"], load_published("rfc2544"), {})}
+    fit = got["bridge: occupancy vs load follows the paper's Table 3"]
+    assert fit.verdict == "undecided" and fit.decide == "--loss-sweeps 2", fit
+    assert ("at 1,000, 20,000, 40,000, 55,556, 62,500 fps the sweeps measured one trial, which "
+            "gives no interval") in fit.why, fit.why
