@@ -418,7 +418,8 @@ def _occupancy_claims(c: _ClaimInputs, rows: List[Dict[str, Any]], paper: Dict[f
     two curves' shapes is not noise to average over; the curve follows Table
     3 where every load's interval lies inside the band, and parts from it
     where one load's lies outside."""
-    from nslab.store.stats import level as stats_level, pointwise, r_squared, within_everywhere
+    from nslab.store.stats import (ALPHA, level as stats_level, pointwise, r_squared,
+                                   within_everywhere)
     title = "bridge: occupancy vs load follows the paper's Table 3"
     by_load: Dict[float, List[float]] = {}
     for x in rows:
@@ -433,37 +434,57 @@ def _occupancy_claims(c: _ClaimInputs, rows: List[Dict[str, Any]], paper: Dict[f
     theirs = [float(paper[f][4]) for f in loads]
     ests = pointwise([by_load[f] for f in loads], theirs)
     r2 = r_squared([statistics.fmean(by_load[f]) for f in loads], theirs)
-    at = [f"{float(paper[f][0]):,.0f} fps: {e.fmt(1, 1, sign=True)}" for f, e in zip(loads, ests)]
-    level = 1 - (1 - stats_level()) / len(loads)
+    name = {f: f"{float(paper[f][0]):,.0f}" for f in loads}
+    at = [f"{name[f]} fps: {e.fmt(1, 1, sign=True)}" for f, e in zip(loads, ests)]
+    looks = round(ALPHA / (1 - stats_level()))
+    how = (f" (each load's t interval at {round((1 - (1 - stats_level()) / len(loads)) * 100, 2):g}"
+           f" %: Bonferroni over {len(loads)} loads"
+           + (f" and {looks} looks" if looks > 1 else "") + ")")
     measured = (f"{knee_text}; our CPU minus the paper's, in points, at each of its rates "
                 f"(Table 3's loads" + (f" x {c.scale:g}" if c.scale != 1 else "") + "): "
                 + "; ".join(at) + (f"; R^2 {r2:.2f}" if r2 is not None else ""))
-    how = f" (each load's t interval at {level * 100:.1f} %: Bonferroni over {len(loads)} loads)"
     verdict = within_everywhere(ests, -OCCUPANCY_BAND, OCCUPANCY_BAND)
     band = f"[{-OCCUPANCY_BAND:.0f}, {OCCUPANCY_BAND:.0f}] points"
+    decide = ""
     if verdict == "disagrees":
-        apart = [f"{float(paper[f][0]):,.0f}" for f, e in zip(loads, ests)
+        apart = [name[f] for f, e in zip(loads, ests)
                  if e.ci is not None and e.ci.outside(-OCCUPANCY_BAND, OCCUPANCY_BAND)]
-        where = (f"the interval at {apart[0]} fps lies" if len(apart) == 1 else
-                 f"the intervals at {', '.join(apart[:-1])} and {apart[-1]} fps lie")
-        why = f"{where} outside {band}: the curves part there" + how
+        why = f"{_at_loads(apart, 'lies', 'lie')} outside {band}: the curves part there{how}"
     elif verdict == "agrees":
-        why = f"every load's interval lies inside {band}" + how
+        why = f"every load's interval lies inside {band}{how}"
     else:
-        once = [f"{float(paper[f][0]):,.0f}" for f, e in zip(loads, ests) if e.ci is None]
-        edge = [f"{float(paper[f][0]):,.0f}" for f, e in zip(loads, ests)
+        once = [f for f, e in zip(loads, ests) if e.ci is None]
+        edge = [name[f] for f, e in zip(loads, ests)
                 if e.ci is not None and not e.ci.inside(-OCCUPANCY_BAND, OCCUPANCY_BAND)]
-        parts = [f"no load's interval lies outside {band}"]
+        parts = ([f"no load's interval lies outside {band}"] if len(once) < len(loads) else
+                 ["no load has an interval"])
         if edge:
-            parts.append(f"at {', '.join(edge)} fps it straddles the band's edge{how}")
+            parts.append(f"{_at_loads(edge, 'straddles', 'straddle')} the band's edge{how}")
         if once:
-            parts.append(f"at {', '.join(once)} fps the sweeps measured one trial, which "
-                         "gives no interval")
-        why = "; ".join(parts) + (f"; {MORE}" if edge else
-                                  f"; undecided: {DECIDE_KNEE} measures each load twice")
+            parts.append(f"at {_names(name[f] for f in once)} fps one valid trial was kept, "
+                         "which gives no interval")
+        sweeps = sum(1 for r in by_test(c.recs, "loss")  # one record per sweep
+                     if r.params.dut == "bridge" and r.params.frame == 64)
+        if edge or sweeps > 1:
+            why = "; ".join(parts) + f"; {MORE}"
+        else:
+            why = "; ".join(parts) + f"; undecided: {DECIDE_KNEE} measures each load twice"
+            decide = DECIDE_KNEE
     return [Claim(title, measured, verdict, why, c.src, c.paper_says.get("occupancy", ""),
-                  reads("loss", [("bridge", 64)]),
-                  DECIDE_KNEE if verdict == "undecided" and MORE not in why else "")]
+                  reads("loss", [("bridge", 64)]), decide)]
+
+
+def _names(items: Any) -> str:
+    """``a``, ``a and b``, ``a; b and c``: loads written with thousands
+    separators, so never joined by commas."""
+    got = list(items)
+    return got[0] if len(got) == 1 else "; ".join(got[:-1]) + " and " + got[-1]
+
+
+def _at_loads(loads: List[str], one: str, many: str) -> str:
+    """"the interval at X fps lies" / "the intervals at X and Y fps lie"."""
+    return (f"the interval at {loads[0]} fps {one}" if len(loads) == 1 else
+            f"the intervals at {_names(loads)} fps {many}")
 
 
 def few_loads_why(every: List[Dict[str, Any]], paper: Dict[float, Any], pairs: int) -> str:

@@ -83,7 +83,7 @@ class Interval:
 
     def fmt(self, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
         return (f"[{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]{unit} "
-                f"({self.level * 100:.0f} % {self.method})")
+                f"({round(self.level * 100, 1):g} % {self.method})")
 
 
 @dataclass(frozen=True)

@@ -79,11 +79,16 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     # none of 8 with a busy loop on each CPU (the NAPI thread runs at FIFO 50,
     # so only what no guest priority holds off, such as the VM's vCPU being
     # descheduled, stops it that long); a CI run lost 91 of 20,000 the same
-    # way. So every run must account for every frame, and a third and fourth
-    # pair are run while a mode has no run that delivered every frame.
+    # way. So every run must account for every frame; a run that lost frames
+    # also shows their hole among its send gaps, so the figures above come
+    # from runs that lost none: a third and fourth pair are run while a mode
+    # has fewer than two of them.
     runs = {"frames": [], "slots": []}
+
+    def whole_runs(m):
+        return [(g, s) for g, s in runs[m] if g["refused"] == 0]
     for repeat in range(4):
-        if repeat >= 2 and all(any(g["refused"] == 0 for g, _ in runs[m]) for m in runs):
+        if repeat >= 2 and all(len(whole_runs(m)) >= 2 for m in runs):
             break
         for spacing in ("frames", "slots"):
             runs[spacing].append(send_and_count(
@@ -93,9 +98,10 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     for g, s in runs["frames"] + runs["slots"]:
         assert g["sent"] == 20000 and g["refused"] is not None and g["refused"] < 20000, g
         assert s["received"] == g["sent"] - g["refused"] and s["reordered"] == 0, (g, s)
-    largest = {m: min(s["send_gap_us"]["max"] for _, s in runs[m][:2]) for m in runs}
-    spread = {m: min(s["send_gap_us"]["stdev"] for _, s in runs[m][:2]) for m in runs}
-    whole = {m: next(((g, s) for g, s in runs[m] if g["refused"] == 0), runs[m][-1]) for m in runs}
+    whole = {m: (whole_runs(m) or runs[m][-1:])[:2] for m in runs}  # two, as each mode had
+    largest = {m: min(s["send_gap_us"]["max"] for _, s in whole[m]) for m in runs}
+    spread = {m: min(s["send_gap_us"]["stdev"] for _, s in whole[m]) for m in runs}
+    whole = {m: whole[m][0] for m in runs}
     g, s = whole["frames"]
     assert g["path"] == "live-spaced" and g["refused"] == 0, (g, runs["frames"])
     assert s["received"] == 20000 and s["max_seq"] == 19999 and s["reordered"] == 0, s

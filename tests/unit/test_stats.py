@@ -112,7 +112,7 @@ def test_a_curve_against_a_published_one_point_by_point():
     ests = stats.pointwise([[1, 2, 3, 4, 5], [10, 10, 10]], [0, 12])
     half = _t_quantile(0.9875, 4) * math.sqrt(2.5) / math.sqrt(5)
     assert ests[0].value == 3 and ests[0].n == 5
-    assert ests[0].ci.level == pytest.approx(0.975)
+    assert ests[0].ci.level == pytest.approx(0.975) and "(97.5 % t)" in ests[0].fmt()
     assert ests[0].ci.low == pytest.approx(3 - half, abs=1e-4)
     assert ests[0].ci.high == pytest.approx(3 + half, abs=1e-4)
     assert (ests[1].value, ests[1].ci.low, ests[1].ci.high) == (-2, -2, -2)
