@@ -30,7 +30,9 @@ D13_ROOT="$(realpath -m "${NSLAB_DEBIAN13_ROOT:-$REPO/.cache/debian13}")"
 # qemu-system-x86: the emulator; busybox-static: virtme-ng's initramfs; udev:
 # the guest's /dev/virtio-ports (the command's stdin/stdout/exit status); file
 # and kmod: virtme-ng reads the kernel's version and runs depmod.
-pkgs=(qemu-system-x86 busybox-static udev file kmod)
+# zstd: nslab unpacks a Debian 13 kernel (zstd inside its bzImage) to boot it
+# uncompressed (nslab/hosts/bootimage.py).
+pkgs=(qemu-system-x86 busybox-static udev file kmod zstd)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -32,7 +32,7 @@ class StrictModel(BaseModel):
     (a number where a string is expected is an error, not ``"10"``)."""
 
     model_config = ConfigDict(extra="forbid", strict=False, frozen=True,
-                              arbitrary_types_allowed=False)
+                              arbitrary_types_allowed=False, defer_build=True)
 
 
 def _need_str(value: Any, what: str) -> str:

@@ -49,7 +49,8 @@ class Topology(BaseModel):
             placed automatically (see :mod:`nslab.model.multihost`).
     """
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, validate_assignment=True,
+                              defer_build=True)
 
     name: Label = "custom"
     switch_type: SwitchTypeName = Field(BRIDGE.name, alias="switch")

@@ -69,7 +69,7 @@ M = TypeVar("M", bound=BaseModel)
 class Strict(BaseModel):
     """Record parts: unknown keys refused, values typed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class HostLoad(Strict):

@@ -56,14 +56,16 @@ def test_the_host_root_guest_shares_folders_by_their_own_path(monkeypatch):
     assert "--root" not in argv
     assert [a for a in argv if a.startswith("--rwdir")] == ["--rwdir=/out", "--rwdir=/more"]
     assert argv[:3] == ["/opt/vng", "--run", "/k/boot/vmlinuz-6.12"]
-    assert argv[-2:] == ["--exec", "export MPLCONFIGDIR=/tmp/nslab-mpl; cd /repo && true"]
+    assert argv[-2:] == ["--exec", "export MPLCONFIGDIR=/tmp/nslab-mpl; "
+                         "export PYDANTIC_DISABLE_PLUGINS=__all__; cd /repo && true"]
 
 
 def test_a_guest_exports_its_defaults_and_the_callers_values_over_them(monkeypatch):
     """matplotlib's cache goes to /tmp (a guest's /root is read-only) unless the
     caller names another; values are quoted for the guest's shell."""
     argv = _argv(monkeypatch, env={"MPLCONFIGDIR": "/out/mpl", "A": "x y"})
-    assert argv[-1] == "export A='x y'; export MPLCONFIGDIR=/out/mpl; cd /repo && true"
+    assert argv[-1] == ("export A='x y'; export MPLCONFIGDIR=/out/mpl; "
+                        "export PYDANTIC_DISABLE_PLUGINS=__all__; cd /repo && true")
 
 
 def test_a_guest_on_another_root_names_both_ends_and_mounts_binds_first(monkeypatch):
