@@ -123,10 +123,17 @@ def guest(cfg: Any, run_dir: str, run_id: str, kernel: str) -> Any:
                                   # a read of the host's files moves the guest's clock:
                                   # its commands' timeouts are that much longer
                                   TIMEOUT_SCALE_ENV: str(GUEST_TIMEOUT_SCALE)},
-                    qemu_opts=qemu_opts(cfg.vcpu_shift), run_tag=run_id,
+                    qemu_opts=qemu_opts(cfg.vcpu_shift), run_tag=run_id, hold=HOLD,
                     # its clock counts instructions: it takes only time no other
                     # task wants (nslab reproduce runs the other studies beside it)
                     idle=True)
+
+
+#: What the guest holds in its RAM before the study starts (:func:`nslab.hosts.vm.hold_script`):
+#: the programs a lab and its trials start, hundreds of times in a run (two per
+#: trial: ``ip netns exec ... nslab-pktgen``; nslab-pktgen itself is copied to
+#: the guest's RAM by :func:`.inguest.warm_up`), and this Python.
+HOLD = ["ip", "tc", "ethtool", "taskset", "chrt", "tee", "cat", "sh", "find", sys.executable]
 
 
 #: The host's clock for the guest: seconds since the guest started, written

@@ -61,6 +61,7 @@ def test_qemu_carries_the_run_tag_so_clean_finds_it(tmp_path, monkeypatch):
         def poll(self):
             return 0
     monkeypatch.setattr(vm.subprocess, "Popen", FakePopen)
+    monkeypatch.setattr(vm, "hold_files", lambda programs: ["/usr/bin/ip"])  # no ldd run
     monkeypatch.setenv("NSLAB_RUN", "nlffff")
     g = _guest(tmp_path)
     vm.RunningGuest(g).close()

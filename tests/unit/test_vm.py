@@ -120,3 +120,60 @@ def test_a_kvm_guest_leaves_the_filesystem_to_virtme_ng(monkeypatch):
     argv = vm.Guest("g", "true", "/out", kernel="/k/boot/vmlinuz-6.12", kvm=True,
                     cwd="/repo").argv()
     assert "--force-9p" not in argv and "--disable-kvm" not in argv
+
+
+def test_a_guest_holds_its_programs_and_their_libraries_in_ram_and_nothing_else(tmp_path):
+    """The script a guest runs first, run here with a `touch` that only notes
+    its file: the programs asked for and the libraries ldd names, under /usr
+    (and its /bin, /lib links) only; a missing program is left out, and so
+    is one in a folder outside them (a share the host could see written)."""
+    import shutil
+    import subprocess
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    noted = tmp_path / "touched"
+    (shim / "touch").write_text(f'#!/bin/sh\n[ "$1 $2 $3" = "-c -r $4" ] && echo "$4" >> {noted}\n')
+    (shim / "touch").chmod(0o755)
+    mine = tmp_path / "mine"
+    shutil.copy("/bin/true", mine)
+    env = {"PATH": f"{shim}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    res = subprocess.run(["sh", vm.HOLD_SH, "ip", "no-such-program", str(mine)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    held = noted.read_text().split()
+    ip = os.path.realpath(shutil.which("ip", path="/usr/sbin:/usr/bin:/sbin:/bin"))
+    assert ip in held
+    assert any(os.path.basename(f) == "libc.so.6" for f in held)
+    assert any(os.path.basename(f).startswith("libmnl.so") for f in held)
+    assert all(f.startswith(("/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/")) for f in held)
+    assert str(mine) not in held
+    assert f"nslab: {len(held)} programs and libraries held" in res.stderr
+    assert vm.hold_script([]) == ""
+
+
+def test_a_guest_runs_the_hold_before_its_command(monkeypatch):
+    """On this machine's root the files are found here (a list the guest
+    reads: one exec there); on another root, by name in the guest."""
+    script = _argv(monkeypatch, hold=["ip"])[-1]
+    assert script.index(f"sh {vm.HOLD_SH} --list /out/hold.list; ") < script.index("cd /repo")
+    script = _argv(monkeypatch, hold=["ip"], root="/r/debian13")[-1]
+    assert script.index(f"sh {vm.HOLD_SH} ip; ") < script.index("cd /repo && true")
+
+
+def test_the_files_held_for_a_guest_on_this_root_are_found_here(tmp_path):
+    """What a host-root guest's list holds, and hold.sh --list with it."""
+    import shutil
+    import subprocess
+    files = vm.hold_files(["ip", "no-such-program"])
+    ip = os.path.realpath(shutil.which("ip"))
+    assert files[0] == ip and any(f.endswith("/libc.so.6") for f in files)
+    assert all(f.startswith(vm.HOLD_UNDER) for f in files)
+    listed = tmp_path / "hold.list"
+    listed.write_text("".join(f + "\n" for f in files) + "/home/else\n")
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "touch").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/args\n')
+    (shim / "touch").chmod(0o755)
+    res = subprocess.run(["sh", vm.HOLD_SH, "--list", str(listed)], capture_output=True,
+                         text=True, env={"PATH": f"{shim}:/usr/bin:/bin"}, timeout=60)
+    assert (tmp_path / "args").read_text().split() == ["-c", "-a", *files]
+    assert f"nslab: {len(files)} programs" in res.stderr
