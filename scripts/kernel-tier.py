@@ -45,6 +45,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiers  # noqa: E402 - scripts/tiers.py, beside this script
+sys.path.insert(0, os.path.join(ROOT, "tests", "vm"))
+from guest_hold import TIER_HOLD  # noqa: E402 - tests/vm/guest_hold.py
 import threading  # noqa: E402
 
 PRINT = threading.Lock()
@@ -221,7 +223,7 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
     ])
     t0, started = time.monotonic(), time.time()
     res = vm.run(vm.Guest("kernel-tier", cmd, out, cwd=ROOT, timeout=timeout, kernel=vmlinuz,
-                          root=root, binds=binds, cpus=vcpus))
+                          root=root, binds=binds, cpus=vcpus, hold=[*TIER_HOLD, py]))
     with PRINT:  # one guest's output at a time
         print(f"--- guest tier {label}: its pytest's output (last 6,000 characters)")
         print(res.stdout[-6000:], end="" if res.stdout.endswith("\n") else "\n")

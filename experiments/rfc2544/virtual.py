@@ -234,7 +234,9 @@ def run(cfg: Any, store: Any, run_id: str, progress: bool = True) -> None:
                        f"{os.path.join(g.out_dir, 'rfc2544.console.log')})")
     if not res.ok:
         tail = _last_words(progress_log, res.console)
-        raise LabError(f"virtual bed: the guest's run ended with exit {res.returncode}"
+        how = (f"ended with exit {res.returncode}" if res.returncode is not None
+               else "stopped: its kernel died while booting")
+        raise LabError(f"virtual bed: the guest's run {how}"
                        + (f": {tail}" if tail else "") + f" (console: "
                        f"{os.path.join(g.out_dir, 'rfc2544.console.log')})")
 

@@ -7,7 +7,8 @@
 # in a folder the guest shares read-write with the host; a missing program is
 # left out. Prints how many files it held, on stderr.
 #
-#   hold.sh PROGRAM...      programs by name or path, resolved here with ldd
+#   hold.sh --names FILE    programs by name or path (one per line), resolved
+#                           here with ldd
 #   hold.sh --list FILE     files already resolved (one per line) by the host,
 #                           whose files the guest's root are: one exec in all
 if [ "$1" = "--list" ]; then
@@ -18,14 +19,14 @@ if [ "$1" = "--list" ]; then
   echo "nslab: ${n:-0} programs and libraries held in the guest's RAM" >&2
   exit 0
 fi
-held=0
-paths=$(for p in "$@"; do w=$(command -v "$p") && readlink -f "$w"; done)
+[ "$1" = "--names" ] || { echo "usage: hold.sh --names FILE | --list FILE" >&2; exit 2; }
+paths=$(while read -r p; do w=$(command -v "$p") && readlink -f "$w"; done < "$2")
 [ -n "$paths" ] || { echo "nslab: 0 programs and libraries held in the guest's RAM" >&2; exit 0; }
 # shellcheck disable=SC2086  # one path per word
-for f in $paths $(ldd $paths 2>/dev/null | sed -n 's|.*[[:space:]]\(/[^ ]*\) (0x.*|\1|p' | sort -u); do
-  case "$f" in
-    /usr/*|/lib/*|/lib64/*|/bin/*|/sbin/*)
-      touch -c -r "$f" "$f" 2>/dev/null && held=$((held + 1)) ;;
-  esac
-done
-echo "nslab: $held programs and libraries held in the guest's RAM" >&2
+files=$(for f in $paths $(ldd $paths 2>/dev/null | sed -n 's|.*[[:space:]]\(/[^ ]*\) (0x.*|\1|p'); do
+  case "$f" in /usr/*|/lib/*|/lib64/*|/bin/*|/sbin/*) echo "$f" ;; esac
+done | sort -u)
+n=$(echo "$files" | grep -c '^/')
+# shellcheck disable=SC2086  # one path per word
+touch -c -a $files 2>/dev/null
+echo "nslab: $n programs and libraries held in the guest's RAM" >&2

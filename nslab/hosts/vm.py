@@ -97,27 +97,32 @@ def kernel_release(vmlinuz: str) -> str:
 HOLD_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hold.sh")
 
 
-def hold_script(programs: List[str]) -> str:
-    """The guest's first command, holding ``programs`` and the libraries they
+def hold_script(out_dir: str, name: str, root: bool) -> str:
+    """The guest's first command, holding programs and the libraries they
     load in the guest's RAM (:data:`HOLD_SH`: its overlays copy them up into
     their tmpfs), so that starting one reads nothing from the host's files
-    again; empty for no program.
+    again. It reads what to hold from ``<name>.hold.list`` in ``out_dir``
+    (:func:`hold_list`, written by :class:`RunningGuest`): the files themselves, found here, for
+    a guest on this machine's root (``root`` false); the programs' names for
+    one on another root, found there.
 
     A guest's root is the host's (or a Debian 13 root) over 9p without a
     cache: each start of a program read it and its libraries from the host
     again. Under TCG, ``ip link show lo`` took 140 ms from the host's files,
     77 ms from the guest's RAM (30 runs each, 2026-11-29), and a test or a
     bed starts hundreds of programs. The root is read-only: the copies live
-    in the overlays' upper layers and die with the guest. A file, not the
-    command itself: the kernel's command line, which carries the command,
-    holds 2,048 bytes."""
-    if not programs:
-        return ""
-    return f"sh {shlex.quote(HOLD_SH)} " + " ".join(shlex.quote(p) for p in programs) + "; "
+    in the overlays' upper layers and die with the guest. A file, not
+    arguments: the kernel's command line, which carries the command, holds
+    2,048 bytes."""
+    mode = "--names" if root else "--list"
+    return f"sh {shlex.quote(HOLD_SH)} {mode} {shlex.quote(hold_list(out_dir, name))}; "
 
 
-#: Where a guest on this machine's root finds the files to hold (in its out_dir).
-HOLD_LIST = "hold.list"
+def hold_list(out_dir: str, name: str) -> str:
+    """Where guest ``name`` finds what to hold (guests may share ``out_dir``)."""
+    return os.path.join(out_dir, f"{name}.hold.list")
+
+
 #: Where a held file may be: the folders a guest's overlays cover.
 HOLD_UNDER = ("/usr/", "/lib/", "/lib64/", "/bin/", "/sbin/")
 _LDD_PATH = re.compile(r"(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)")
@@ -356,10 +361,7 @@ class Guest:
         use_kvm = kvm_usable() if self.kvm is None else self.kvm
         env = {**GUEST_ENV, **self.env}
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items()))
-        hold = hold_script(self.hold)
-        if self.hold and not self.root:  # the guest's files are ours: found here
-            hold = (f"sh {shlex.quote(HOLD_SH)} --list "
-                    f"{shlex.quote(os.path.join(self.out_dir, HOLD_LIST))}; ")
+        hold = hold_script(self.out_dir, self.name, bool(self.root)) if self.hold else ""
         script = f"{exports}{hold}cd {shlex.quote(self.cwd)} && {self.command}"
         image = kernel if self.compressed else boot_image(kernel)
         argv = [vng_path(), "--run", image, "--verbose", "--cpus", str(self.cpus),
@@ -402,6 +404,12 @@ class GuestResult:
         return self.returncode == 0 and not self.timed_out
 
 
+#: A kernel that prints one of these before its init runs has died and halts
+#: (e.g. a command line over the kernel's 2,048 bytes: "kernel BUG at
+#: lib/string_helpers.c", a fortify check in start_kernel).
+BOOT_DEATH = ("Kernel panic - not syncing", "PANIC: early exception", "kernel BUG at")
+
+
 class RunningGuest:
     """A guest started in the background (see :func:`start`)."""
 
@@ -412,9 +420,11 @@ class RunningGuest:
         self.stdout_path = os.path.join(guest.out_dir, f"{guest.name}.stdout.log")
         self._out: IO[str] = open_new(self.stdout_path, replace=True)
         self._err: IO[str] = open_new(self.console_path, replace=True)
-        if guest.hold and not guest.root:
-            with open_new(os.path.join(guest.out_dir, HOLD_LIST), replace=True) as f:
-                f.write("".join(x + "\n" for x in hold_files(guest.hold)))
+        self._booted = False
+        if guest.hold:  # what the guest's first command holds in its RAM
+            with open_new(hold_list(guest.out_dir, guest.name), replace=True) as f:
+                held = guest.hold if guest.root else hold_files(guest.hold)
+                f.write("".join(x + "\n" for x in held))
         argv = guest.argv()
         for nic in guest.nics:
             if not nic.listen:
@@ -442,16 +452,47 @@ class RunningGuest:
         left = self.guest.timeout - (time.monotonic() - self.t0)
         timeout = left if timeout is None else min(timeout, left)
         timed_out = False
+        end = time.monotonic() + max(0.0, timeout)
+        rc: Optional[int] = None
         try:
-            rc: Optional[int] = self.proc.wait(timeout=max(0.0, timeout))
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            self.kill()
-            rc = None
+            while True:
+                try:
+                    rc = self.proc.wait(timeout=max(0.0, min(2.0, end - time.monotonic())))
+                    break
+                except subprocess.TimeoutExpired:
+                    dead = self._died_booting()
+                    if dead:
+                        log.error("guest %s: its kernel died while booting (%s); stopped",
+                                  self.guest.name, dead)
+                        self.kill()
+                        break
+                    if time.monotonic() >= end:
+                        timed_out = True
+                        self.kill()
+                        break
         finally:
             self.close()
         return GuestResult(self.guest.name, rc, _read(self.stdout_path), _read(self.console_path),
                            time.monotonic() - self.t0, timed_out)
+
+    def _died_booting(self) -> Optional[str]:
+        """The line that says the guest's kernel died before its init ran
+        (:data:`BOOT_DEATH`: it then halts, and QEMU runs on until the
+        deadline), else None."""
+        if self._booted:
+            return None
+        try:
+            with open(self.console_path, "rb") as f:
+                head = f.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            return None
+        for line in head.splitlines():
+            if "virtme-ng-init:" in line or "Run /init as init process" in line:
+                self._booted = True
+                return None
+            if any(m in line for m in BOOT_DEATH):
+                return line.strip()[:200]
+        return None
 
     def kill(self) -> None:
         """Kill vng and QEMU (the whole process group)."""

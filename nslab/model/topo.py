@@ -76,6 +76,10 @@ class Topology(BaseModel):
                 return ipaddress.IPv4Network(value, strict=True)
             except ValueError as exc:
                 raise ValueError(f"{value!r} is not an IPv4 network ({exc})") from None
+        if not isinstance(value, ipaddress.IPv4Network):
+            # a bool or a number would be taken as an address (false: 0.0.0.0/32)
+            raise ValueError(f"must be an IPv4 network such as '10.0.0.0/8', not "
+                             f"{type(value).__name__} {value!r}")
         return value
 
     @field_validator("nodes", mode="before")

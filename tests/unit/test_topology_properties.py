@@ -10,6 +10,7 @@ import copy
 import string
 
 import yaml
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -248,3 +249,13 @@ def test_mutated_yaml_text_is_accepted_or_refused_with_one_line(tmp_path_factory
     p = plan_mod.plan(topo, "nl0abc", ["ovs"])
     for lines in [p.netns_lines, p.link_lines, *p.ns_lines.values()]:
         assert text(lines).count("\n") == len(lines)
+
+
+@pytest.mark.parametrize("value", [False, True, 167772160, 1.5])
+def test_an_ip_base_that_is_no_network_string_is_refused(value):
+    """A bool or a number is no network: ipaddress would take it as an
+    address (false: 0.0.0.0/32), which hypothesis found accepted."""
+    from nslab.errors import TopologyError
+    from nslab.model.topo import Topology
+    with pytest.raises(TopologyError, match="ip_base: must be an IPv4 network"):
+        Topology.from_dict({"ip_base": value, "nodes": {"h1": {}}})

@@ -11,6 +11,9 @@ import time
 
 import pytest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from guest_hold import TIER_HOLD
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PAIR = os.path.join(ROOT, "tests", "vm", "pair_box.py")
 PY = sys.executable  # the venv running pytest (make VENV=...)
@@ -49,7 +52,8 @@ def pair(tmp_path_factory):
     ul_a, ul_b = vm.nic_pair("e1000", "e1000", tag=2)
     # One vCPU each: two guests of two vCPUs are four TCG threads on this 2-core
     # machine, and the tier took 772 s; with one each, 617 s (same host, same day).
-    common = dict(out_dir=base, cwd=ROOT, timeout=PAIR_TIMEOUT, cpus=1, memory="2G")
+    common = dict(out_dir=base, cwd=ROOT, timeout=PAIR_TIMEOUT, cpus=1, memory="2G",
+                  hold=[*TIER_HOLD, PY])
     env = {"BOX_OUT": two, "MH_OUT": mh, "PYTHONDONTWRITEBYTECODE": "1", **vm.TIER_ENV}
     b = vm.Guest("box-b", f"{PY} {PAIR} b", nics=[nic_b, ul_b],
                  env={**env, "NIC_MAC": nic_b.mac, "MH_MAC": ul_b.mac}, **common)
