@@ -351,3 +351,26 @@ def cost_unmeasured(m: Dict[str, Any]) -> str:
         return "the DUT forwarded nothing"
     return (f"the DUT's CPU was {m.get('dut_busy_pct', 0):.0f} % busy, not above its idle "
             "baseline")
+
+
+#: RFC 2544 (section 23): after a trial the tester waits two seconds for
+#: frames still in flight before it counts what arrived.
+DRAIN_MAX_S = 2.0
+#: A receive count that has not moved for this long, with the DUT holding no
+#: frame, is final: what has not arrived by then was lost.
+DRAIN_STILL_S = 0.5
+
+
+def drain_done(sent: int, received: int, still_s: float, dut_holds: Optional[int],
+               elapsed_s: float) -> bool:
+    """Whether a trial's final count may be read now, ``elapsed_s`` after its
+    generator stopped: every frame put on the wire arrived; or the sink's
+    count has not moved for :data:`DRAIN_STILL_S` (``still_s``) while the
+    DUT holds nothing (``dut_holds``: frames in its input queue or ring;
+    None where the kernel does not say, read as empty); or RFC 2544's
+    :data:`DRAIN_MAX_S` are up. A fixed half second counted 14 of a
+    burst's frames lost that the sink's socket received after it, where
+    the DUT's queue at a burst's end took longer to forward."""
+    if received >= sent or elapsed_s >= DRAIN_MAX_S:
+        return True
+    return still_s >= DRAIN_STILL_S and not dut_holds

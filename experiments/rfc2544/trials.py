@@ -35,7 +35,7 @@ from nslab.traffic.speed import SpeedWatch
 
 from .bed import layout_here, napi_on
 from .config import Rfc2544Config
-from .model import disturbed, loads, trial_invalid
+from .model import disturbed, drain_done, loads, trial_invalid
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.runtime.lab import Lab
@@ -335,8 +335,7 @@ class TrialBed:
         time.sleep(max(0.0, seconds - (time.monotonic() - t_start - cfg.warmup)))
         c1 = self._counters()
         g = gen.wait(timeout=total + 30)
-        time.sleep(0.5)  # RFC 2544 waits for frames in flight before the final count
-        c2 = self._counters()
+        c2 = self._drain(cpre)  # RFC 2544 waits for frames in flight before the final count
         speed1 = self.speed.read()
         sink.stop()  # it prints its counts on the way out; no need to wait out its duration
         s = sink.wait(timeout=30)
@@ -488,6 +487,33 @@ class TrialBed:
             c["dut_qdrops"] = dut_q
         return c
 
+    def _drain(self, c_start: Dict[str, Any]) -> Dict[str, Any]:
+        """The counters once the frames put on the wire since ``c_start`` (read
+        before the generator started) have arrived, or are lost
+        (:func:`.model.drain_done`). Between full reads it polls only the
+        generator's and the sink's packet counters over the open netlink
+        sockets, and the DUT's input queue (on the virtual bed, whose DUT
+        receives into a ring no counter shows, the count standing still
+        alone decides), every 50 ms."""
+        assert self._nl is not None  # c_start opened it
+        t0 = time.monotonic()
+        last, moved = -1, t0
+        while True:
+            got = self._nl.links()
+            now = time.monotonic()
+            sent = got["gen"]["tx_packets"] + got["gen"]["tx_dropped"] - c_start["gen_tx"]
+            recv = got["sink"]["rx_packets"] - c_start["sink_rx"]
+            if recv != last:
+                last, moved = recv, now
+            holds: Optional[int] = None
+            if not self.layout.shared:
+                q = softnet_queues()
+                holds = q[self.dut_cpu] if len(q) > self.dut_cpu else None
+            if drain_done(sent, recv, now - moved, holds, now - t0):
+                log.debug("drained in %.2f s: %d of %d frames arrived", now - t0, recv, sent)
+                return self._counters()
+            time.sleep(0.05)
+
     def burst(self, size: int, frames: int) -> Dict[str, Any]:
         """One back-to-back trial: a burst of ``frames`` frames at line rate (the
         generator paces at line rate into its shaped link, whose shaper puts
@@ -503,8 +529,7 @@ class TrialBed:
                 "--rate", f"{line:.3f}", "--count", str(frames),
                 "--duration", f"{seconds + 10:.3f}", *self.gen_args(),
                 *self.layout.tester_args("send")], timeout=seconds + 40)
-            time.sleep(0.5)  # frames in flight and in the DUT's queues
-            c1 = self._counters()
+            c1 = self._drain(c0)  # frames in flight and in the DUT's queues
         finally:
             sink.stop()
         s = sink.wait(timeout=10)

@@ -2,7 +2,7 @@
 # Run first in a QEMU guest (nslab.hosts.vm.Guest's `hold`): have the guest's
 # overlays copy the programs named here, and the libraries they load, up into
 # the guest's RAM, so that starting one reads nothing from the host's files
-# again. `touch -c -r f f` leaves a file's times as they were and copies it up.
+# again. `touch -c -a` (its access time only; nothing created) copies it up.
 # Only files under /usr (and its /bin, /sbin, /lib links) are held, never one
 # in a folder the guest shares read-write with the host; a missing program is
 # left out. Prints how many files it held, on stderr.
@@ -10,7 +10,8 @@
 #   hold.sh --names FILE    programs by name or path (one per line), resolved
 #                           here with ldd
 #   hold.sh --list FILE     files already resolved (one per line) by the host,
-#                           whose files the guest's root are: one exec in all
+#                           whose files the guest's root are: three programs
+#                           started in all (grep twice, touch)
 if [ "$1" = "--list" ]; then
   files=$(grep -E '^/(usr|lib|lib64|bin|sbin)/' "$2")
   n=$(echo "$files" | grep -c '^/')

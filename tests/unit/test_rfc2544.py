@@ -323,3 +323,19 @@ def test_a_queue_within_one_poll_of_the_step_did_not_fall_behind():
     assert search_step(step, 2.5) == step  # the standard preset's 2.5 s tell 26 fps apart
     real = 0.015 * 148810  # the real bed's step is coarser than any trial's reach
     assert search_step(real, 0.7) == real
+
+
+def test_a_trial_is_counted_once_its_frames_arrived_or_stood_still_with_the_dut_empty():
+    from nslab.experiments.rfc2544.model import DRAIN_MAX_S, DRAIN_STILL_S, drain_done
+    # all arrived: at once, however recently the count moved
+    assert drain_done(21505, 21505, 0.0, 40, 0.05)
+    # the host's CI failure: 14 frames still to come, the count moving
+    assert not drain_done(21505, 21491, 0.0, None, 0.5)
+    # standing still, but the DUT still holds frames: it is slow, not done
+    assert not drain_done(21505, 21491, DRAIN_STILL_S, 14, 1.0)
+    # standing still with the DUT empty (or a kernel that does not say): lost
+    assert drain_done(21505, 21491, DRAIN_STILL_S, 0, 1.0)
+    assert drain_done(21505, 21491, DRAIN_STILL_S, None, 1.0)
+    assert not drain_done(21505, 21491, DRAIN_STILL_S - 0.05, 0, 1.0)
+    # RFC 2544's two seconds end any wait
+    assert drain_done(21505, 100, 0.0, 5000, DRAIN_MAX_S)

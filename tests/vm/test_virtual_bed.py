@@ -125,19 +125,31 @@ def _probes(recs, dut):
 
 
 def _same_trial(x, y, what, knee):
-    """Two trials at one rate. Well below the DUT's knee (``knee``: the lower
-    of the two runs' throughputs; at most 90 % of it) with nothing lost, the
-    DUT forwards what the tester sends, and the tester's pacing on the one
-    vCPU it shares with the DUT repeats to within 2 % (in a CI run here the
-    router at 2,503 fps was sent 2,505 and 2,483 fps, 0.9 % apart; the other
-    trials below the knee within 0.3 %). Nearer the knee, or past it, the
-    vCPU has no time to spare and the DUT's ring holds frames at the
-    window's end (34 in one run, 0 in the other, for the bridge at 3,948 fps:
-    1 % of the window's count): within 10 %."""
-    below = x["target_fps"] <= 0.9 * knee and x["loss_pct"] == 0 and y["loss_pct"] == 0
+    """Two trials at one rate. Where the vCPU had time to spare (well below
+    the DUT's knee, ``knee``: the lower of the two runs' throughputs, at most
+    90 % of it; nothing lost; the DUT's occupancy under :data:`SPARE_PCT` in
+    both runs), the DUT forwards what the tester sends, and the tester's
+    pacing on the one vCPU it shares with the DUT repeats to within 2 % (in
+    a CI run here the router at 2,503 fps was sent 2,505 and 2,483 fps, 0.9 %
+    apart; the other such trials within 0.3 %). Where it had none, nearer
+    the knee or past it, the frames the DUT holds at the window's edges vary
+    from run to run, and the window's received rate with them: within 10 %.
+    In one CI run the bridge at 3,585 fps (84 % of its knee, the DUT's
+    occupancy 93 % and 94 %) lost nothing in either run, and received 0.2 %
+    more than offered in one window and 3.6 % more in the other: 3,515 and
+    3,741 fps, 6.4 % apart. Its trials at other rates received between 3.4 %
+    less and 2.6 % more than offered in the window with nothing lost."""
+    spare = max(x["dut_occupancy_pct"], y["dut_occupancy_pct"]) < SPARE_PCT
+    below = (x["target_fps"] <= 0.9 * knee and x["loss_pct"] == 0 and y["loss_pct"] == 0
+             and spare)
     tol = 0.02 if below else 0.10
     assert abs(x["received_fps"] - y["received_fps"]) <= tol * max(1, x["received_fps"]), \
         (what, below, x["received_fps"], y["received_fps"])
+
+
+#: The DUT's occupancy (its share of the one vCPU) under which the vCPU has
+#: time to spare beside the tester's share.
+SPARE_PCT = 85.0
 
 
 def test_a_tiny_run_twice_gives_the_same_frame_counts(twice):
