@@ -113,10 +113,10 @@ def guest(cfg: Any, run_dir: str, run_id: str, kernel: str) -> Any:
     """The guest that runs the study on ``run_dir`` (shared read-write)."""
     from nslab.hosts import vm
     out = os.path.join(run_dir, GUEST_DIR)
-    py = sys.executable
-    # -I: nothing from the current directory or the environment is imported
-    cmd = (f"{py} -I -m nslab.experiments.rfc2544.inguest --run-dir {run_dir} "
-           f"--run-id {run_id} 2>{os.path.join(out, 'progress.log')}")
+    # -I: nothing from the current directory or the environment is imported;
+    # -S and pyboot: the same packages found without site's start-up
+    cmd = (f"{sys.executable} -I -S {vm.PYBOOT} nslab.experiments.rfc2544.inguest "
+           f"--run-dir {run_dir} --run-id {run_id} 2>{os.path.join(out, 'progress.log')}")
     return vm.Guest("rfc2544", cmd, out, rwdirs=[run_dir], cpus=1, memory=MEMORY,
                     timeout=deadline_s(cfg), kernel=kernel, kvm=False,
                     cwd="/", env={GUEST_ENV: "1", "PYTHONDONTWRITEBYTECODE": "1",

@@ -95,6 +95,9 @@ def kernel_release(vmlinuz: str) -> str:
 
 #: The shell a guest runs first to hold programs in its RAM (:func:`hold_script`).
 HOLD_SH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hold.sh")
+#: Starts a module with ``python -I -S`` and the packages ``site`` would have
+#: found, without its start-up (:mod:`nslab.hosts.pyboot`): a guest's Python.
+PYBOOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyboot.py")
 
 
 def hold_script(out_dir: str, name: str, root: bool) -> str:

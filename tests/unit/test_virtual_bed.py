@@ -33,7 +33,9 @@ def test_the_guest_counts_instructions_on_one_vcpu_without_kvm(tmp_path):
     # the run directory is shared read-write: records land there as they are measured
     assert f"--rwdir={tmp_path}" in argv
     script = argv[-1]
-    assert "-I -m nslab.experiments.rfc2544.inguest" in script  # nothing from the cwd
+    # nothing from the cwd or the environment; no site start-up (nslab.hosts.pyboot)
+    from nslab.hosts import vm
+    assert f"-I -S {vm.PYBOOT} nslab.experiments.rfc2544.inguest --run-dir" in script
     assert f"{bed.GUEST_ENV}=1" in script and "NSLAB_TIMEOUT_SCALE=" in script
     assert g.run_tag == "nl1a2b" and g.kvm is False and g.cpus == 1
 
@@ -169,3 +171,31 @@ def test_the_paper_is_set_beside_the_virtual_bed_at_its_scale(tmp_path):
     assert "66.2 kfps (Table 3); 6.62 kfps at the bed's scale 0.1" in knee.published
     occupancy = made["bridge: occupancy vs load follows the paper's Table 3"]
     assert "set beside ours at 0.1 of each load" in occupancy.published
+
+
+def test_pyboot_runs_a_module_as_main_with_its_arguments_and_no_pth_file():
+    """The guest's Python starts without site (``-I -S``): pyboot finds this
+    nslab and the venv's packages, and runs the module as ``-m`` would, with
+    its arguments; no ``.pth`` file ran (this machine's start an editable
+    install's finder, distutils' shim and certifi)."""
+    import subprocess
+    import sys
+    from nslab.hosts import vm
+    env = {k: v for k, v in os.environ.items() if k != bed.GUEST_ENV}
+    res = subprocess.run([sys.executable, "-I", "-S", vm.PYBOOT, "nslab.experiments.rfc2544.inguest",
+                          "--run-dir", "/nonexistent", "--run-id", "nl1a2b"],
+                         capture_output=True, text=True, env=env, cwd="/", timeout=60)
+    # the module ran as __main__, parsed its arguments and refused outside a guest
+    assert res.returncode == 2 and "inside the virtual bed's guest only" in res.stderr, res.stderr
+    probe = ("import runpy, sys; sys.argv = [sys.argv[1], 'nslab.errors']; "
+             "runpy.run_path(sys.argv[0], run_name='__main__'); import nslab, pydantic; "
+             "print(nslab.__file__); print(sorted(m for m in ('certifi', '_distutils_hack') "
+             "if m in sys.modules)); print(sys.flags.no_site, sys.flags.isolated)")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", probe, vm.PYBOOT], capture_output=True,
+                         text=True, cwd="/", timeout=60, check=True).stdout.splitlines()
+    assert os.path.realpath(out[0]) == os.path.realpath(
+        os.path.join(os.path.dirname(os.path.dirname(vm.PYBOOT)), "__init__.py"))
+    assert out[1:] == ["[]", "1 1"]
+    res = subprocess.run([sys.executable, "-I", "-S", vm.PYBOOT], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 2 and "usage:" in res.stderr
