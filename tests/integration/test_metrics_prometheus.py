@@ -169,6 +169,23 @@ def held(base, at):
     return out
 
 
+def traffic_readings(base, series, t0, t_end):
+    """The samples of counter ``series`` Prometheus stored while it rose:
+    ``(inside, stored)``, ``inside`` the ``(time, value)`` pairs strictly
+    between the last value before the traffic and the first after it (a
+    reading taken while traffic flowed on both sides of it), ``stored`` every
+    sample from 3 s before ``t0`` to 3 s after ``t_end`` (times relative to
+    ``t0``, for a failure's message)."""
+    span = t_end - t0 + 6
+    (got,) = query(base, f"{series}[{span * 1000:.0f}ms]", t_end + 3)
+    samples = [(float(t), float(v)) for t, v in got["values"]]
+    low, high = samples[0][1], samples[-1][1]
+    inside = [(t, v) for t, v in samples if low < v < high]
+    stored = [(round(t - t0, 2), v) for t, v in samples]
+    assert len(inside) >= 2, ("no readings inside the traffic", stored)
+    return inside, stored
+
+
 class Scraper(threading.Thread):
     """Scrapes ``url`` every ``period`` until stopped; counts its scrapes."""
 
@@ -253,42 +270,61 @@ def test_prometheus_rate_matches_iperf(make_lab, tmp_path):
         rep = parse(res.stdout, version_of(lab["h1"]))
         assert res.returncode == 0 and rep.server_reports, res.stdout + res.stderr
         (server,) = rep.server_reports
-        # total: every datagram h1 sent (by sequence number); lost: those the
-        # server's socket missed, after h2-eth0 had counted them
-        assert server.total and server.lost <= 0.005 * server.total, res.stdout
+        # total: every datagram h1 sent (by sequence number). What the server's
+        # socket missed is not compared with anything: h2-eth0 counts a datagram
+        # before the socket can drop it (with both CPUs busy here the socket
+        # missed 0.5-1.2 %, and once 0.5 % idle, while every count below held)
+        assert server.total, res.stdout
         # the datagrams' exact rate: iperf's count over iperf's interval (its
-        # printed Mbits/sec has 3 digits; the count and the interval are exact)
+        # printed Mbits/sec has 3 digits and counts what the socket received;
+        # the count and the interval are exact)
         pps = server.total / server.duration
         sent_bps = pps * PAYLOAD * 8
-        assert sent_bps == pytest.approx(server.bps, rel=0.01)
-        # A 5 s window inside the 8 s of traffic, counted back from when the
-        # client returned (its closing exchange takes well under 1.5 s): a
-        # window counted from t0 once began before the traffic, when the
-        # client took over 2 s to start on a busy machine (a CI run here:
-        # 95.7 Mbit/s against 107.9).
-        at = t_end - 1.5
+        assert sent_bps * (server.total - server.lost) / server.total == \
+            pytest.approx(server.bps, rel=0.01)
         assert t_end > t0 + 8, (t0, t_end)
         sel = '{node="h1",interface="h1-eth0"}'
-        wire_bps = 8 * one_value(prom, f"rate(nslab_interface_transmit_bytes_total{sel}[5s])",
-                                 at)
-        wire_pps = one_value(prom, f"rate(nslab_interface_transmit_packets_total{sel}[5s])", at)
+        # The window: the readings Prometheus stored while h1-eth0's counter
+        # rose (traffic flowed before and after each), found from the stored
+        # samples, not from this test's clock. A window that ends more than 1.1
+        # scrape intervals after its last sample is extrapolated by only half
+        # an interval (rate()'s rule): 4.44 s of 5, the 11 % shortfall two CI
+        # runs here saw with the window counted back from t_end.
+        inside, stored = traffic_readings(prom, f"nslab_interface_transmit_packets_total{sel}",
+                                          t0, t_end)
+        # each reading carries the time it was read: one taken while the
+        # counter rose was taken while the client ran
+        assert t0 < inside[0][0] and inside[-1][0] < t_end, (t0, t_end, stored)
+        at = inside[-1][0]
+        first = next(t for t, _ in inside if at - t <= 6.0)
+        assert at - first >= 4.0, ("under 4 s of readings inside the traffic", stored)
+        # the window opens 10 ms before its first reading, and ends on its last:
+        # rate() extrapolates 10 ms, a constant rate exactly
+        window = f"{(at - first) * 1000 + 10:.0f}ms"
+        wire_bps = 8 * one_value(
+            prom, f"rate(nslab_interface_transmit_bytes_total{sel}[{window}])", at)
+        wire_pps = one_value(
+            prom, f"rate(nslab_interface_transmit_packets_total{sel}[{window}])", at)
         rx_bps = 8 * one_value(
-            prom, 'rate(nslab_interface_receive_bytes_total{node="h2",interface="h2-eth0"}[5s])',
-            at)
+            prom, 'rate(nslab_interface_receive_bytes_total{node="h2",interface="h2-eth0"}'
+            f'[{window}])', at)
         # What h1-eth0 counts is iperf's payload plus UDP, IP and Ethernet
         # headers: FRAME/PAYLOAD = 1512/1470 (+2.9 %). The rate over the window
         # differs from iperf's 8 s average only by timing: every value carries
-        # the time it was read (a few ms off over 5 s), rate() extrapolates a
-        # constant rate exactly, and iperf paces its datagrams evenly (its 1 s
-        # reports agree to 0.1 % when idle, to about 1 % on a busy machine):
-        # 2 %. That the framing is counted exactly is checked on the totals
-        # below; 2 % already tells a rate counted per scrape (up to 10 % off
-        # with readings and scrapes out of step) or the payload alone (-2.8 %).
+        # the time it was read (a few ms off over 5 s), and iperf paces its
+        # datagrams evenly (its 1 s reports agree to 0.1 % when idle, to about
+        # 1 % on a busy machine): 2 %. That the framing is counted exactly is
+        # checked on the totals below; 2 % already tells a rate counted per
+        # scrape (up to 10 % off with readings and scrapes out of step) or the
+        # payload alone (-2.8 %).
         expected = sent_bps * FRAME / PAYLOAD
-        report = (f"iperf {sent_bps / 1e6:.3f} Mbit/s payload ({pps:.0f} datagrams/s), expected "
-                  f"{expected / 1e6:.3f} on the wire; Prometheus: h1-eth0 tx "
+        report = (f"iperf {sent_bps / 1e6:.3f} Mbit/s payload ({pps:.0f} datagrams/s, "
+                  f"{server.lost} missed by the server's socket), expected "
+                  f"{expected / 1e6:.3f} on the wire; Prometheus over {window} ending "
+                  f"{t_end - at:.2f} s before the client returned: h1-eth0 tx "
                   f"{wire_bps / 1e6:.3f} Mbit/s {wire_pps:.0f} pkt/s, h2-eth0 rx "
-                  f"{rx_bps / 1e6:.3f} Mbit/s; the client ran {t_end - t0:.2f} s")
+                  f"{rx_bps / 1e6:.3f} Mbit/s; the client ran {t_end - t0:.2f} s; "
+                  f"{len(inside)} readings inside the traffic")
         print(report)
         assert wire_bps == pytest.approx(expected, rel=0.02), report
         assert wire_pps == pytest.approx(pps, rel=0.02), report
@@ -303,10 +339,14 @@ def test_prometheus_rate_matches_iperf(make_lab, tmp_path):
         for what in ("bytes", "packets"):
             promql = f"nslab_interface_transmit_{what}_total{sel}"
             sent[what] = one_value(prom, promql, t_end + 1.5) - one_value(prom, promql, t0 - 0.1)
-        totals = (f"h1-eth0 sent {sent['bytes']:.0f} B in {sent['packets']:.0f} packets; iperf: "
-                  f"{server.total} datagrams, {server.total * FRAME} B framed")
+        h2 = 'nslab_interface_receive_bytes_total{node="h2",interface="h2-eth0"}'
+        received = one_value(prom, h2, t_end + 1.5) - one_value(prom, h2, t0 - 0.1)
+        totals = (f"h1-eth0 sent {sent['bytes']:.0f} B in {sent['packets']:.0f} packets, h2-eth0 "
+                  f"received {received:.0f} B; iperf: {server.total} datagrams, "
+                  f"{server.total * FRAME} B framed")
         print(totals)
         assert sent["bytes"] == pytest.approx(server.total * FRAME, rel=0.002), totals
+        assert received == pytest.approx(server.total * FRAME, rel=0.002), totals
         assert sent["packets"] == pytest.approx(server.total, rel=0.002), totals
 
         # labels: the lab's run id, the node, the interface; one series per interface
