@@ -279,17 +279,33 @@ def pid_running(pid: int) -> bool:
         return False
 
 
+def pid_namespace(pid: Union[int, str] = "self") -> Optional[str]:
+    """The PID namespace of ``pid`` (``pid:[inode]``), or None if it is gone."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
 def pids_with_tag(run_id: Optional[str] = None) -> Dict[int, str]:
-    """PIDs whose environment carries ``NSLAB_RUN`` (any run, or ``run_id``)."""
+    """PIDs whose environment carries ``NSLAB_RUN`` (any run, or ``run_id``),
+    in this PID namespace only.
+
+    nslab starts no PID namespace of its own, so a tagged process in another one
+    was started by the nslab of another system sharing this kernel (a container,
+    a test's pseudo-host with its own ``/run``): its runs and their journals are
+    that system's, and only that system's ``nslab clean`` can tell them live.
+    """
     import psutil
     found: Dict[int, str] = {}
-    me = os.getpid()
+    me, here = os.getpid(), pid_namespace()
     for proc in psutil.process_iter(["environ"]):
         if proc.pid == me:
             continue
         env = proc.info.get("environ") or {}  # None: gone or not readable
         rid = env.get(TAG_ENV)
-        if rid is not None and (run_id is None or rid == run_id):
+        if rid is not None and (run_id is None or rid == run_id) \
+                and pid_namespace(proc.pid) == here:
             found[proc.pid] = rid
     return found
 

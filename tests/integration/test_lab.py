@@ -8,6 +8,7 @@ import textwrap
 import threading
 import time
 
+import psutil
 import pytest
 
 from nslab import Lab
@@ -266,6 +267,47 @@ def test_clean_skips_a_live_run(make_lab, tmp_path):
                           "--run", lab.run_id], capture_output=True, text=True)
     assert res.returncode == 0 and "skipped: run is live" in res.stdout
     lab["h1"].run(["ping", "-c", "1", "-W", "2", lab["h2"].ip])
+
+
+@needs("unshare")
+def test_clean_spares_a_tagged_process_of_another_pid_namespace():
+    """A tagged process in another PID namespace was started by the nslab of
+    another system on this kernel (a container, a test's pseudo-host with its
+    own /run, whose journals this clean cannot read): `nslab clean` neither
+    lists nor kills it, and still kills a process of the same run here. (A CI
+    run was lost to this: the virtual bed's clean ended a pseudo-host's capture.)"""
+    import secrets
+    rid = next(r for r in (f"nl{secrets.token_hex(2)}" for _ in range(100)) if r not in discover())
+    env = dict(os.environ, NSLAB_RUN=rid)
+    here = subprocess.Popen(["sleep", "120"], env=env)
+    inner_env = {k: v for k, v in os.environ.items() if k != "NSLAB_RUN"}
+    there = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "env",
+                              f"NSLAB_RUN={rid}", "sleep", "120"], env=inner_env)
+    try:
+        deadline = time.monotonic() + 10
+        while True:  # the sleep inside: unshare's grandchild, in the new namespace
+            kids = [p for p in psutil.Process(there.pid).children(recursive=True)
+                    if p.name() == "sleep"]
+            if kids and (kids[0].environ() or {}).get("NSLAB_RUN") == rid:
+                break
+            assert time.monotonic() < deadline, "the sleep in a new PID namespace did not start"
+            time.sleep(0.05)
+        inner = kids[0].pid
+        assert os.readlink(f"/proc/{inner}/ns/pid") != os.readlink("/proc/self/ns/pid")
+        assert discover(rid)[rid].pids == [here.pid]
+        res = subprocess.run([os.path.join(os.path.dirname(sys.executable), "nslab"), "clean",
+                              "--run", rid], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert f"process {here.pid} (sleep)" in res.stdout, res.stdout
+        assert str(inner) not in res.stdout, res.stdout
+        assert here.wait(timeout=10) < 0  # killed by a signal
+        assert psutil.pid_exists(inner) and psutil.Process(inner).status() != psutil.STATUS_ZOMBIE
+        assert there.poll() is None
+    finally:
+        for p in (here, there):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def test_sigint_tears_down(tmp_path):
