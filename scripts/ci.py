@@ -82,6 +82,8 @@ def pytest(name: str, *args: str, background: bool = False) -> int:
 def main() -> int:
     os.makedirs(CI_DIR, exist_ok=True)
     tiers.reset()
+    cpu = tiers.CpuLog()
+    cpu.start()
     rc = 0
     rc |= pytest("host: unit", "tests/unit", "-n", "auto")
     rc |= pytest("host: quiet", "-m", "quiet", "tests/integration", "tests/smoke")
@@ -128,6 +130,7 @@ def main() -> int:
             say(f"stock-kernel tier, {only}")
             rc |= subprocess.call([PY, "scripts/kernel-tier.py", "--only", only, "--out", out,
                                    "--skip", VBED, "--", *PYTEST_ARGS], cwd=ROOT)
+    cpu.stop()
     print("\n".join(tiers.summary()), flush=True)
     return 1 if rc else 0
 

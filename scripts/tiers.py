@@ -16,6 +16,12 @@ the checkout), one per tier, written when the tier ends (also when it fails).
 boxes) with :func:`record`. A test's time is what its JUnit XML says
 (set-up, call and teardown: a module's shared guest boot or lab is
 counted in its first test).
+
+:class:`CpuLog` (started by ``scripts/ci.py``) writes the machine's CPU
+use every few seconds to ``cpu.tsv`` beside the records; the table then
+says how busy the CPUs were during each part (parts overlap: it is the
+whole machine's use, not the part's own), which shows where CPU time was
+left idle.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from typing import Dict, List, Optional, Tuple
@@ -49,11 +56,65 @@ def record(name: str, seconds: float, rc: int, junit: Optional[str] = None,
     os.replace(path + ".tmp", path)
 
 
+def cpu_times() -> List[int]:
+    """The machine's CPU time counters (jiffies), from /proc/stat's first line."""
+    with open("/proc/stat") as f:
+        return [int(v) for v in f.readline().split()[1:]]
+
+
+class CpuLog(threading.Thread):
+    """Every ``every`` seconds, one line in ``cpu.tsv``: the time, and the
+    shares of the machine's CPU time spent busy and stolen (by the hypervisor)
+    since the line before."""
+
+    def __init__(self, every: float = 5.0) -> None:
+        super().__init__(name="cpu-log", daemon=True)
+        self.every, self.done = every, threading.Event()
+        self.path = os.path.join(records_dir(), "cpu.tsv")
+
+    def run(self) -> None:
+        os.makedirs(records_dir(), exist_ok=True)
+        before = cpu_times()
+        with open(self.path, "w") as f:
+            f.write("time\tbusy\tsteal\n")
+            while not self.done.wait(self.every):
+                now = cpu_times()
+                d = [b - a for a, b in zip(before, now)]
+                total = sum(d[:8]) or 1  # user..steal (guest time is in user)
+                idle = d[3] + d[4]  # idle, iowait
+                f.write(f"{time.time():.1f}\t{(total - idle) / total:.3f}\t"
+                        f"{(d[7] if len(d) > 7 else 0) / total:.3f}\n")
+                f.flush()
+                before = now
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=2 * self.every)
+
+
+def cpu_use(start: float, end: float) -> Optional[Tuple[float, float]]:
+    """Mean (busy, steal) shares of the machine's CPU time between ``start``
+    and ``end`` (epoch seconds), from ``cpu.tsv``; None if it holds no line there."""
+    path = os.path.join(records_dir(), "cpu.tsv")
+    rows = []
+    try:
+        with open(path) as f:
+            for line in f.read().splitlines()[1:]:
+                t, busy, steal = (float(v) for v in line.split("\t"))
+                if start < t <= end:
+                    rows.append((busy, steal))
+    except (OSError, ValueError):
+        return None
+    if not rows:
+        return None
+    return sum(r[0] for r in rows) / len(rows), sum(r[1] for r in rows) / len(rows)
+
+
 def reset() -> None:
     """Forget every earlier record (a new run of the whole suite begins)."""
     d = records_dir()
     for n in os.listdir(d) if os.path.isdir(d) else []:
-        if n.endswith(".json"):
+        if n.endswith(".json") or n == "cpu.tsv":
             os.unlink(os.path.join(d, n))
 
 
@@ -93,7 +154,7 @@ def summary(slowest: int = 10) -> List[str]:
         return [f"no tier records in {records_dir()}"]
     lines = ["", "make test: where the time went", "",
              f"{'tier':<26} {'result':<9} {'passed':>7} {'failed':>7} {'skipped':>8} "
-             f"{'minutes':>8}"]
+             f"{'minutes':>8} {'CPU busy':>9}"]
     every: List[Tuple[float, str, str]] = []
     total = 0.0
     for r in recs:
@@ -102,16 +163,23 @@ def summary(slowest: int = 10) -> List[str]:
                                                              "skipped")}
         total += float(r["seconds"])
         res = "ok" if r.get("rc") == 0 else f"exit {r.get('rc')}"
+        use = (cpu_use(float(r["started"]), float(r["started"]) + float(r["seconds"]))
+               if r.get("started") else None)
+        busy = f"{use[0]:>8.0%}" if use else ""
         lines.append(f"{r['name']:<26} {res:<9} {n['passed']:>7} {n['failed'] + n['error']:>7} "
-                     f"{n['skipped']:>8} {float(r['seconds']) / 60:>8.1f}")
+                     f"{n['skipped']:>8} {float(r['seconds']) / 60:>8.1f} {busy:>9}")
         every += [(s, r["name"], t) for t, o, s in cs if o != "skipped"]
     # parts overlap (a background part, a tier and its own parts): the wall
     # time is from the first start to the last end, not their sum
     ends = [float(r["started"]) + float(r["seconds"]) for r in recs if r.get("started")]
     starts = [float(r["started"]) for r in recs if r.get("started")]
     wall = (max(ends) - min(starts)) if starts else total
+    use = cpu_use(min(starts), max(ends)) if starts else None
     lines.append(f"{'wall, first start to end':<26} {'':<9} {'':>7} {'':>7} {'':>8} "
-                 f"{wall / 60:>8.1f}")
+                 f"{wall / 60:>8.1f} {f'{use[0]:>8.0%}' if use else '':>9}")
+    if use:
+        lines.append(f"(CPU busy: the whole machine's use during each part, every CPU counted; "
+                     f"the hypervisor stole {use[1]:.0%} over the run)")
     if every:
         lines += ["", f"the {min(slowest, len(every))} slowest tests (set-up and teardown "
                       "included; a module's shared lab or guest boot counts in its first test):"]
