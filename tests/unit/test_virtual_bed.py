@@ -32,7 +32,8 @@ def test_the_guest_counts_instructions_on_one_vcpu_without_kvm(tmp_path):
     assert argv[argv.index("--run") + 1] == "/boot/vmlinuz-6.1.0-56-amd64"
     # the run directory is shared read-write: records land there as they are measured
     assert f"--rwdir={tmp_path}" in argv
-    script = argv[-1]
+    assert argv[-1] == f"sh {g.out_dir}/{g.name}.script.sh"
+    script = g.script()
     # nothing from the cwd or the environment; no site start-up (nslab.hosts.pyboot)
     from nslab.hosts import vm
     assert f"-I -S {vm.PYBOOT} nslab.experiments.rfc2544.inguest --run-dir" in script

@@ -46,10 +46,14 @@ def test_a_missing_or_escaping_kernel_name_is_refused(cache):
             vm.find_kernel(str(cache), name=bad)
 
 
+def _guest(**kw):
+    return vm.Guest("g", "true", "/out", kernel="/k/boot/vmlinuz-6.12", kvm=False, cwd="/repo",
+                    **kw)
+
+
 def _argv(monkeypatch, **kw):
     monkeypatch.setattr(vm, "vng_path", lambda: "/opt/vng")
-    return vm.Guest("g", "true", "/out", kernel="/k/boot/vmlinuz-6.12", kvm=False, cwd="/repo",
-                    **kw).argv()
+    return _guest(**kw).argv()
 
 
 def test_the_host_root_guest_shares_folders_by_their_own_path(monkeypatch):
@@ -57,16 +61,50 @@ def test_the_host_root_guest_shares_folders_by_their_own_path(monkeypatch):
     assert "--root" not in argv
     assert [a for a in argv if a.startswith("--rwdir")] == ["--rwdir=/out", "--rwdir=/more"]
     assert argv[:3] == ["/opt/vng", "--run", "/k/boot/vmlinuz-6.12"]
-    assert argv[-2:] == ["--exec", "export MPLCONFIGDIR=/tmp/nslab-mpl; "
-                         "export PYDANTIC_DISABLE_PLUGINS=__all__; cd /repo && true"]
+    # the script is a file in the shared out_dir, not text on the kernel's command line
+    assert argv[-2:] == ["--exec", "sh /out/g.script.sh"]
+    assert _guest().script() == ("export MPLCONFIGDIR=/tmp/nslab-mpl; "
+                                 "export PYDANTIC_DISABLE_PLUGINS=__all__; cd /repo && true\n")
 
 
-def test_a_guest_exports_its_defaults_and_the_callers_values_over_them(monkeypatch):
+def test_a_guest_exports_its_defaults_and_the_callers_values_over_them():
     """matplotlib's cache goes to /tmp (a guest's /root is read-only) unless the
     caller names another; values are quoted for the guest's shell."""
-    argv = _argv(monkeypatch, env={"MPLCONFIGDIR": "/out/mpl", "A": "x y"})
-    assert argv[-1] == ("export A='x y'; export MPLCONFIGDIR=/out/mpl; "
-                        "export PYDANTIC_DISABLE_PLUGINS=__all__; cd /repo && true")
+    assert _guest(env={"MPLCONFIGDIR": "/out/mpl", "A": "x y"}).script() == (
+        "export A='x y'; export MPLCONFIGDIR=/out/mpl; "
+        "export PYDANTIC_DISABLE_PLUGINS=__all__; cd /repo && true\n")
+
+
+def test_the_kernel_command_line_does_not_grow_with_the_command(monkeypatch):
+    """virtme-ng puts --exec's text on the kernel's command line (2,048 bytes,
+    base64): a long command, or a checkout at a long path, must not reach it."""
+    long = "x" * 3000
+    argv = _argv(monkeypatch, env={"A": long})
+    assert argv[-1] == "sh /out/g.script.sh" and long not in " ".join(argv)
+    assert _argv(monkeypatch, env={"A": "y"})[-1] == "sh /out/g.script.sh"
+
+
+def test_a_running_guest_writes_its_script_where_argv_names_it(tmp_path, monkeypatch):
+    """RunningGuest writes the script before it starts vng, through no link."""
+    seen = {}
+
+    class FakePopen:
+        def __init__(self, argv, **kw):
+            seen["argv"] = argv
+
+    monkeypatch.setattr(vm, "vng_path", lambda: "/opt/vng")
+    monkeypatch.setattr(vm.subprocess, "Popen", FakePopen)
+    out = tmp_path / "out"
+    out.mkdir()
+    g = vm.Guest("g", "echo hi", str(out), kernel="/k/boot/vmlinuz-6.12", kvm=False,
+                 cwd="/repo", env={"A": "x y"})
+    (out / "g.script.sh").symlink_to(tmp_path / "elsewhere")  # replaced, never followed
+    vm.RunningGuest(g)
+    path = seen["argv"][-1].split(" ", 1)[1]
+    assert path == str(out / "g.script.sh") and not (out / "g.script.sh").is_symlink()
+    assert not (tmp_path / "elsewhere").exists()
+    assert (out / "g.script.sh").read_text() == g.script()
+    assert g.script().endswith("cd /repo && echo hi\n")
 
 
 def test_a_guest_on_another_root_names_both_ends_and_mounts_binds_first(monkeypatch):
@@ -152,14 +190,14 @@ def test_a_guest_holds_its_programs_and_their_libraries_in_ram_and_nothing_else(
     assert f"nslab: {len(held)} programs and libraries held" in res.stderr
 
 
-def test_a_guest_runs_the_hold_before_its_command(monkeypatch):
+def test_a_guest_runs_the_hold_before_its_command():
     """On this machine's root the files are found here (a list the guest
     reads: one exec there); on another root, by name in the guest."""
-    script = _argv(monkeypatch, hold=["ip"])[-1]
+    script = _guest(hold=["ip"]).script()
     assert script.index(f"sh {vm.HOLD_SH} --list /out/g.hold.list; ") < script.index("cd /repo")
-    script = _argv(monkeypatch, hold=["ip"], root="/r/debian13")[-1]
+    script = _guest(hold=["ip"], root="/r/debian13").script()
     assert script.index(f"sh {vm.HOLD_SH} --names /out/g.hold.list; ") < script.index("cd /repo")
-    assert "hold" not in _argv(monkeypatch)[-1]
+    assert "hold" not in _guest().script()
 
 
 def test_the_files_held_for_a_guest_on_this_root_are_found_here(tmp_path):
