@@ -223,7 +223,8 @@ def guest_tier(out: str, timeout: float, extra: list, name: str, vmlinuz: str,
     ])
     t0, started = time.monotonic(), time.time()
     res = vm.run(vm.Guest("kernel-tier", cmd, out, cwd=ROOT, timeout=timeout, kernel=vmlinuz,
-                          root=root, binds=binds, cpus=vcpus, hold=[*TIER_HOLD, py]))
+                          root=root, binds=binds, cpus=vcpus, hold=[*TIER_HOLD, py],
+                          cached=vm.code_dirs(py, root)))
     with PRINT:  # one guest's output at a time
         print(f"--- guest tier {label}: its pytest's output (last 6,000 characters)")
         print(res.stdout[-6000:], end="" if res.stdout.endswith("\n") else "\n")

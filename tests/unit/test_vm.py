@@ -241,3 +241,55 @@ def test_a_guest_whose_kernel_dies_booting_is_stopped_at_once(tmp_path, monkeypa
     monkeypatch.setattr(vm.Guest, "argv", lambda self: [sys.executable, "-c", later])
     res = vm.run(g)
     assert res.returncode == 3
+
+
+def test_cached_code_folders_come_from_one_more_share_of_the_root(monkeypatch, tmp_path):
+    """The folders a guest's Python imports from: one read-only share of the
+    host's root (one share: the kernel's command line holds 2,048 bytes, and
+    ten shares overflowed it), its 9p tag numbered after the read-write ones,
+    and the list cache.sh reads: the share, then each folder's host and guest
+    paths."""
+    pairs = [("/usr/lib/python3.13", "/r/usr/lib/python3.13"), ("/repo/nslab", "/repo/nslab")]
+    argv = _argv(monkeypatch, rwdirs=["/more"], binds=[("/repo", "/repo")], root="/r",
+                 cached=pairs)
+    assert [a for a in argv if a.startswith("--rodir")] == [f"--rodir={vm.CODE_MOUNT}=/"]
+    script = _guest(rwdirs=["/more"], binds=[("/repo", "/repo")], root="/r",
+                    cached=pairs).script()
+    assert script.index(vm.CACHE_SH) < script.index("cd /repo")
+    g = vm.Guest("g", "true", "/out", rwdirs=["/more"], binds=[("/repo", "/repo")], cached=pairs)
+    # virtme-ng numbers --rwdir shares first: the bind, the out dir, /more
+    assert g.code_tag() == "virtme.initmount3"
+    monkeypatch.setattr(vm, "hold_files", lambda programs: [])
+    monkeypatch.setattr(vm, "_wait_for_peer", lambda *a: None)
+    monkeypatch.setattr(vm.Guest, "argv", lambda self: ["true"])
+    g = vm.Guest("g", "true", str(tmp_path), cached=pairs)
+    vm.run(g)
+    assert (tmp_path / "g.cache.list").read_text().splitlines() == [
+        f"virtme.initmount1 {vm.CODE_MOUNT}", "/r/usr/lib/python3.13 /usr/lib/python3.13",
+        "/repo/nslab /repo/nslab"]
+    # no folder, no share and no first command
+    assert "--rodir" not in " ".join(_argv(monkeypatch)) and vm.CACHE_SH not in _guest().script()
+
+
+def test_code_dirs_are_the_venv_s_python_s_and_this_checkout_s(tmp_path):
+    """From a venv's pyvenv.cfg: its Python's standard library and (when the
+    venv includes them) the system's packages, under the guest's root on this
+    machine; the venv's packages; nslab and the tests. Missing folders are
+    left out, and a venv without pyvenv.cfg gives none."""
+    root = tmp_path / "root"
+    venv = tmp_path / "venv"
+    (root / "usr/lib/python3.13").mkdir(parents=True)
+    (venv / "lib/python3.13/site-packages").mkdir(parents=True)
+    (venv / "bin").mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = true\n"
+                                     "version = 3.13.5\n")
+    got = vm.code_dirs(str(venv / "bin/python"), str(root))
+    assert got[0] == ("/usr/lib/python3.13", str(root / "usr/lib/python3.13"))
+    assert ("/usr/lib/python3/dist-packages", str(root / "usr/lib/python3/dist-packages")) \
+        not in got  # not in this root
+    assert (str(venv / "lib/python3.13/site-packages"),) * 2 in got
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(vm.__file__))))
+    assert (os.path.join(checkout, "nslab"),) * 2 in got
+    assert (os.path.join(checkout, "tests"),) * 2 in got
+    assert all(g == h for g, h in got[1:])
+    assert vm.code_dirs(str(tmp_path / "none/bin/python")) == []

@@ -53,7 +53,7 @@ def pair(tmp_path_factory):
     # One vCPU each: two guests of two vCPUs are four TCG threads on this 2-core
     # machine, and the tier took 772 s; with one each, 617 s (same host, same day).
     common = dict(out_dir=base, cwd=ROOT, timeout=PAIR_TIMEOUT, cpus=1, memory="2G",
-                  hold=[*TIER_HOLD, PY])
+                  hold=[*TIER_HOLD, PY], cached=vm.code_dirs(PY))
     env = {"BOX_OUT": two, "MH_OUT": mh, "PYTHONDONTWRITEBYTECODE": "1", **vm.TIER_ENV}
     b = vm.Guest("box-b", f"{PY} {PAIR} b", nics=[nic_b, ul_b],
                  env={**env, "NIC_MAC": nic_b.mac, "MH_MAC": ul_b.mac}, **common)
