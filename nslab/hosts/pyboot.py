@@ -24,13 +24,20 @@ def _venv() -> "str | None":
     return root if os.path.isfile(os.path.join(root, "pyvenv.cfg")) else None
 
 
-def _system_too(venv: str) -> bool:
+def venv_config(venv: str) -> "dict[str, str]":
+    """``venv``'s ``pyvenv.cfg`` as ``{key: value}``, keys in lower case
+    (raises OSError if it cannot be read)."""
+    out: "dict[str, str]" = {}
     with open(os.path.join(venv, "pyvenv.cfg")) as f:
         for line in f:
-            key, _, value = line.partition("=")
-            if key.strip().lower() == "include-system-site-packages":
-                return value.strip().lower() == "true"
-    return False
+            key, sep, value = line.partition("=")
+            if sep:
+                out[key.strip().lower()] = value.strip()
+    return out
+
+
+def _system_too(venv: str) -> bool:
+    return venv_config(venv).get("include-system-site-packages", "").lower() == "true"
 
 
 def search_path() -> "list[str]":

@@ -37,6 +37,7 @@ from typing import IO, Dict, List, Optional
 
 from ..errors import CapabilityError, InputError, LabError
 from ..safeio import make_dirs, open_new
+from .pyboot import venv_config
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +129,8 @@ def code_dirs(python: str, root: Optional[str] = None) -> List["tuple[str, str]"
     Mounting the share adds no time we could measure."""
     venv = os.path.dirname(os.path.dirname(python))
     host_venv = os.path.join(root, venv.lstrip("/")) if root and not os.path.isdir(venv) else venv
-    cfg: Dict[str, str] = {}
     try:
-        with open(os.path.join(host_venv, "pyvenv.cfg")) as f:
-            for line in f:
-                k, sep, v = line.partition("=")
-                if sep:
-                    cfg[k.strip()] = v.strip()
+        cfg = venv_config(host_venv)
     except OSError:
         return []
     m = re.match(r"(\d+)\.(\d+)", cfg.get("version", ""))
@@ -142,7 +138,7 @@ def code_dirs(python: str, root: Optional[str] = None) -> List["tuple[str, str]"
         return []
     ver = f"python{m.group(1)}.{m.group(2)}"
     system = [f"/usr/lib/{ver}"]
-    if cfg.get("include-system-site-packages") == "true":
+    if cfg.get("include-system-site-packages", "").lower() == "true":
         system.append("/usr/lib/python3/dist-packages")
     pairs = [(d, os.path.join(root, d.lstrip("/")) if root else d) for d in system]
     pairs.append((os.path.join(venv, "lib", ver, "site-packages"),
@@ -160,9 +156,18 @@ def code_dirs(python: str, root: Optional[str] = None) -> List["tuple[str, str]"
             if os.path.isdir(h) and not re.search(r"\s", g + h)]  # cache.sh reads words
 
 
-def cache_list(out_dir: str, name: str) -> str:
-    """Where guest ``name`` finds the folders to cache (``cache.sh``)."""
-    return os.path.join(out_dir, f"{name}.cache.list")
+#: The files a guest reads from its output folder, by what they hold: the
+#: folders to cache (``cache.sh``), the programs to hold (``hold.sh``), and its
+#: script (:meth:`Guest.script`). :class:`RunningGuest` writes them.
+GUEST_FILES = ("cache.list", "hold.list", "script.sh")
+
+
+def guest_file(out_dir: str, name: str, kind: str) -> str:
+    """Guest ``name``'s file of ``kind`` (one of :data:`GUEST_FILES`) in
+    ``out_dir``, named after the guest: guests may share ``out_dir``."""
+    if kind not in GUEST_FILES:
+        raise ValueError(f"no guest file of kind {kind!r}")
+    return os.path.join(out_dir, f"{name}.{kind}")
 
 
 def hold_script(out_dir: str, name: str, root: bool) -> str:
@@ -170,7 +175,7 @@ def hold_script(out_dir: str, name: str, root: bool) -> str:
     load in the guest's RAM (:data:`HOLD_SH`: its overlays copy them up into
     their tmpfs), so that starting one reads nothing from the host's files
     again. It reads what to hold from ``<name>.hold.list`` in ``out_dir``
-    (:func:`hold_list`, written by :class:`RunningGuest`): the files themselves, found here, for
+    (:func:`guest_file`, written by :class:`RunningGuest`): the files themselves, found here, for
     a guest on this machine's root (``root`` false); the programs' names for
     one on another root, found there.
 
@@ -183,12 +188,8 @@ def hold_script(out_dir: str, name: str, root: bool) -> str:
     arguments: the kernel's command line, which carries the command, holds
     2,048 bytes."""
     mode = "--names" if root else "--list"
-    return f"sh {shlex.quote(HOLD_SH)} {mode} {shlex.quote(hold_list(out_dir, name))}; "
-
-
-def hold_list(out_dir: str, name: str) -> str:
-    """Where guest ``name`` finds what to hold (guests may share ``out_dir``)."""
-    return os.path.join(out_dir, f"{name}.hold.list")
+    listed = guest_file(out_dir, name, "hold.list")
+    return f"sh {shlex.quote(HOLD_SH)} {mode} {shlex.quote(listed)}; "
 
 
 #: Where a held file may be: the folders a guest's overlays cover.
@@ -436,18 +437,20 @@ class Guest:
         return INITMOUNT_TAG.format(len(self.binds) + 1 + len(self.rwdirs))
 
     def script(self) -> str:
-        """The shell script the guest runs: its exports, the holding of its
-        programs, then ``command`` in ``cwd``."""
+        """The shell script the guest runs: its exports, the mounting of its
+        code folders through the guest's cache (``cached``: :data:`CACHE_SH`),
+        the holding of its programs in its RAM (``hold``: :func:`hold_script`),
+        then ``command`` in ``cwd``."""
         env = {**GUEST_ENV, **self.env}
         exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in sorted(env.items()))
         hold = hold_script(self.out_dir, self.name, bool(self.root)) if self.hold else ""
-        cache = (f"sh {shlex.quote(CACHE_SH)} {shlex.quote(cache_list(self.out_dir, self.name))}; "
-                 if self.cached else "")
+        listed = guest_file(self.out_dir, self.name, "cache.list")
+        cache = f"sh {shlex.quote(CACHE_SH)} {shlex.quote(listed)}; " if self.cached else ""
         return f"{exports}{cache}{hold}cd {shlex.quote(self.cwd)} && {self.command}\n"
 
     def argv(self) -> List[str]:
         """vng's command line. The guest runs :meth:`script` from the file
-        :func:`script_path` names (written by :class:`RunningGuest`): virtme-ng
+        :func:`guest_file` names (written by :class:`RunningGuest`): virtme-ng
         passes ``--exec``'s text on the kernel's command line, base64-encoded,
         and the kernel holds 2,048 bytes. With the script on it, a kernel tier's
         guest on the Debian 13 root measured 1,946 bytes from a checkout at
@@ -481,12 +484,7 @@ class Guest:
         qemu += self.qemu_opts
         if qemu:
             argv.append("--qemu-opts=" + " ".join(qemu))  # "=": the value starts with "-"
-        return argv + ["--exec", f"sh {shlex.quote(script_path(self.out_dir, self.name))}"]
-
-
-def script_path(out_dir: str, name: str) -> str:
-    """Where guest ``name``'s script is (:meth:`Guest.script`; guests may share ``out_dir``)."""
-    return os.path.join(out_dir, f"{name}.script.sh")
+        return argv + ["--exec", f"sh {shlex.quote(guest_file(self.out_dir, self.name, 'script.sh'))}"]
 
 
 @dataclass
@@ -521,14 +519,14 @@ class RunningGuest:
         self._err: IO[str] = open_new(self.console_path, replace=True)
         self._booted = False
         if guest.hold:  # what the guest's first command holds in its RAM
-            with open_new(hold_list(guest.out_dir, guest.name), replace=True) as f:
+            with open_new(guest_file(guest.out_dir, guest.name, "hold.list"), replace=True) as f:
                 held = guest.hold if guest.root else hold_files(guest.hold)
                 f.write("".join(x + "\n" for x in held))
         if guest.cached:  # what the guest's first command mounts again, cached
-            with open_new(cache_list(guest.out_dir, guest.name), replace=True) as f:
+            with open_new(guest_file(guest.out_dir, guest.name, "cache.list"), replace=True) as f:
                 f.write(f"{guest.code_tag()} {CODE_MOUNT}\n" +
                         "".join(f"{host} {path}\n" for path, host in guest.cached))
-        with open_new(script_path(guest.out_dir, guest.name), replace=True) as f:
+        with open_new(guest_file(guest.out_dir, guest.name, "script.sh"), replace=True) as f:
             f.write(guest.script())
         argv = guest.argv()
         for nic in guest.nics:

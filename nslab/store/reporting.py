@@ -18,16 +18,17 @@ import os
 import re
 import urllib.parse
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..model.kinds import tools as kind_tools
-
-import jinja2
 
 from ..safeio import write_atomic
 from .glance import QUIET_HOST, claims_table
 from .records import disturbed
 from .results import ResultStore
+
+if TYPE_CHECKING:  # jinja2 is imported where a report is rendered: a run that only
+    import jinja2  # measures (the virtual bed's guest, under TCG) never pays for it
 
 
 @dataclass
@@ -234,6 +235,7 @@ def environment(template_dir: str) -> jinja2.Environment:
     image target (a file name), ``claim_rows`` a list of claims as a claims
     table shows them (:func:`nslab.store.glance.claims_table`: shared reasons
     stated once). HTML is made by :func:`to_html`."""
+    import jinja2
     env = jinja2.Environment(loader=jinja2.FileSystemLoader([template_dir, _CORE_TEMPLATES]),
                              undefined=jinja2.StrictUndefined, trim_blocks=True,
                              lstrip_blocks=True, keep_trailing_newline=True,
@@ -445,6 +447,7 @@ def to_html(markdown_text: str, title: str, base: Optional[str] = None) -> str:
     md.preprocessors.deregister("html_block")
     md.inlinePatterns.deregister("html")
     body = md.convert(markdown_text)
+    import jinja2
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(_CORE_TEMPLATES), autoescape=True)
     return env.get_template("page.html.j2").render(title=title, body=Markup(body), base=base)
 

@@ -293,3 +293,28 @@ def test_code_dirs_are_the_venv_s_python_s_and_this_checkout_s(tmp_path):
     assert (os.path.join(checkout, "tests"),) * 2 in got
     assert all(g == h for g, h in got[1:])
     assert vm.code_dirs(str(tmp_path / "none/bin/python")) == []
+
+
+def test_the_venv_s_config_is_read_once_for_the_guest_and_for_pyboot(tmp_path):
+    """``code_dirs`` and ``pyboot`` read pyvenv.cfg through one parser: keys
+    in any case, values trimmed, a line without '=' skipped; both see
+    "include-system-site-packages = True" as including the system's packages."""
+    from nslab.hosts import pyboot
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("Home = /usr/bin\nno equals sign here\n"
+                                     "Include-System-Site-Packages = True\nversion=3.11.2\n")
+    assert pyboot.venv_config(str(venv)) == {
+        "home": "/usr/bin", "include-system-site-packages": "True", "version": "3.11.2"}
+    assert pyboot._system_too(str(venv))
+    root = tmp_path / "root"
+    (root / "usr/lib/python3/dist-packages").mkdir(parents=True)
+    got = vm.code_dirs(str(venv / "bin/python"), str(root))
+    assert ("/usr/lib/python3/dist-packages", str(root / "usr/lib/python3/dist-packages")) in got
+
+
+def test_a_guest_s_files_are_named_after_it_and_no_other_kind_is_made():
+    assert [vm.guest_file("/out", "g", k) for k in vm.GUEST_FILES] == [
+        "/out/g.cache.list", "/out/g.hold.list", "/out/g.script.sh"]
+    with pytest.raises(ValueError):
+        vm.guest_file("/out", "g", "../x")
