@@ -495,6 +495,9 @@ class GuestResult:
     console: str
     seconds: float
     timed_out: bool = False
+    #: the console's line that says the kernel died before its init ran (then
+    #: nothing of ``command`` ran: :data:`BOOT_DEATH`), else None
+    died_booting: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -557,6 +560,7 @@ class RunningGuest:
         timed_out = False
         end = time.monotonic() + max(0.0, timeout)
         rc: Optional[int] = None
+        dead: Optional[str] = None
         try:
             while True:
                 try:
@@ -575,8 +579,10 @@ class RunningGuest:
                         break
         finally:
             self.close()
+        if rc is not None and dead is None and not self._booted:
+            dead = self._died_booting()  # it died, and QEMU ended before a poll saw it
         return GuestResult(self.guest.name, rc, _read(self.stdout_path), _read(self.console_path),
-                           time.monotonic() - self.t0, timed_out)
+                           time.monotonic() - self.t0, timed_out, died_booting=dead)
 
     def _died_booting(self) -> Optional[str]:
         """The line that says the guest's kernel died before its init ran

@@ -84,3 +84,53 @@ def test_a_collection_error_says_its_cause(tmp_path):
     assert counts == "1 error"
     assert len(bad) == 1 and bad[0].startswith("ERROR ") and "collection failure" in bad[0]
     assert "No module named 'no_such_module_here'" in bad[0], bad
+
+
+def test_a_guest_tier_whose_kernel_died_booting_boots_once_more(tmp_path, monkeypatch, capsys):
+    """scripts/kernel-tier.py: a guest whose kernel died before its init (no
+    test ran) boots once more, keeping the first console; a second death, or
+    a failure after boot, is the tier's result as it stands."""
+    import importlib.util
+    import os
+
+    from nslab.hosts import vm
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("kernel_tier_under_test",
+                                                  os.path.join(here, "scripts", "kernel-tier.py"))
+    kt = importlib.util.module_from_spec(spec)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the script adds its folders: undone after
+    spec.loader.exec_module(kt)
+    monkeypatch.setenv("NSLAB_TIERS", str(tmp_path / "tiers"))
+    monkeypatch.setattr(vm, "code_dirs", lambda py, root=None: [])
+    monkeypatch.setattr(vm, "kernel_release", lambda k: "6.12.118+deb13-amd64")
+    died = "[    2.676839] Kernel panic - not syncing: Fatal exception in interrupt"
+
+    def tier(results):
+        calls = []
+
+        def run(guest):
+            calls.append(guest.cpus)
+            console = os.path.join(guest.out_dir, "kernel-tier.console.log")
+            with open(console, "w") as f:
+                f.write(f"boot {len(calls)}\n")
+            return results[len(calls) - 1]
+        monkeypatch.setattr(vm, "run", run)
+        done: list = []
+        rc = kt.guest_tier(str(tmp_path / "out"), 60, [], "trixie-x", "/k/vmlinuz", done, "guest",
+                           2, ["tests/integration/test_frr.py"], part="frr")
+        return rc, calls, done
+
+    def result(rc, dead=None):
+        return vm.GuestResult("kernel-tier", rc, "", "", 7.0, died_booting=dead)
+
+    rc, calls, done = tier([result(255, died), result(0)])
+    assert rc == 0 and calls == [2, 2] and done[0][1].startswith("exit 0")
+    out = tmp_path / "out" / "guest-trixie-x-frr"
+    assert (out / "kernel-tier.died-booting.console.log").read_text() == "boot 1\n"
+    assert (out / "kernel-tier.console.log").read_text() == "boot 2\n"
+    assert "its kernel died booting (" + died + "), before any test ran: booting it once more" \
+        in capsys.readouterr().out
+    rc, calls, _ = tier([result(255, died), result(255, died), result(0)])
+    assert rc == 1 and len(calls) == 2  # once more, not twice
+    rc, calls, _ = tier([result(3), result(0)])
+    assert rc == 1 and len(calls) == 1  # it booted and failed: no second boot
