@@ -872,7 +872,7 @@ struct rstats {
     double sum, sq, mn, mx;
     /* the generator's pacing, seen from its timestamps: the gaps between
      * successive send times (a batch shares one), over the window */
-    uint64_t last_ts, gaps;
+    uint64_t last_ts, gaps, glong;   /* glong: gaps of XL_LONG_GAP_NS or more */
     double gsum, gsq, gmax;
 };
 
@@ -927,6 +927,7 @@ static inline void account(struct rstats *s, const uint8_t *payload, uint64_t t,
             double g = (double)(ts - s->last_ts) / 1000.0;
             s->gaps++; s->gsum += g; s->gsq += g * g;
             if (g > s->gmax) s->gmax = g;
+            if (ts - s->last_ts >= XL_LONG_GAP_NS) s->glong++;
         }
         s->last_ts = ts;
     }
@@ -950,10 +951,11 @@ static void report_recv(const char *path, const struct rstats *s) {
     printf("{\"mode\": \"recv\", \"path\": \"%s\", \"received\": %llu, \"in_window\": %llu, \"max_seq\": %llu, "
            "\"reordered\": %llu, \"latency_us\": {\"min\": %.3f, \"avg\": %.3f, \"max\": %.3f, "
            "\"stdev\": %.3f%s}, \"send_gap_us\": {\"n\": %llu, \"avg\": %.3f, \"stdev\": %.3f, "
-           "\"max\": %.3f}}\n", path, (unsigned long long)s->received, (unsigned long long)s->in_window,
+           "\"max\": %.3f, \"long\": %llu}}\n", path, (unsigned long long)s->received, (unsigned long long)s->in_window,
            (unsigned long long)s->max_seq, (unsigned long long)s->reordered,
            s->in_window ? s->mn : 0, avg, s->mx, var > 0 ? sqrt(var) : 0, q,
-           (unsigned long long)s->gaps, gavg, gvar > 0 ? sqrt(gvar) : 0, s->gmax);
+           (unsigned long long)s->gaps, gavg, gvar > 0 ? sqrt(gvar) : 0, s->gmax,
+           (unsigned long long)s->glong);
 }
 
 static int recv_udp(const struct args *a) {
@@ -1085,7 +1087,8 @@ static int recv_xdp(const struct args *a) {
                        .sq = (double)c.lat_sq16 * 256.0 / 1e6,
                        .mn = c.in_window ? c.lat_min / 1e3 : 0, .mx = c.lat_max / 1e3,
                        .gaps = c.gaps, .gsum = c.gap_sum / 1e3,
-                       .gsq = (double)c.gap_sq16 * 256.0 / 1e6, .gmax = c.gap_max / 1e3};
+                       .gsq = (double)c.gap_sq16 * 256.0 / 1e6, .gmax = c.gap_max / 1e3,
+                       .glong = c.gap_long};
     char path[32];
     snprintf(path, sizeof path, "xdp-%s", how);
     report_recv(path, &s);

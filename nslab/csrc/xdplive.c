@@ -33,7 +33,9 @@ enum { R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 };
 #define MAXINSN 128
 struct prog { struct bpf_insn i[MAXINSN]; int n, at[12], fix[32], to[32], nfix; };
 
-static void emit(struct prog *p, struct bpf_insn i) { if (p->n < MAXINSN) p->i[p->n++] = i; }
+/* A program longer than MAXINSN is kept whole in n (the extra dropped), and
+ * prog_load refuses it in words rather than load a truncated one. */
+static void emit(struct prog *p, struct bpf_insn i) { if (p->n < MAXINSN) p->i[p->n] = i; p->n++; }
 static void jump(struct prog *p, struct bpf_insn i, int label) {
     p->fix[p->nfix] = p->n; p->to[p->nfix++] = label; emit(p, i);
 }
@@ -111,6 +113,11 @@ static int map_create(uint32_t value_size, void **mem, char *why, size_t whylen)
 static int prog_load(struct prog *p, char *why, size_t whylen) {
     static char log[8192];
     union bpf_attr a;
+    if (p->n > MAXINSN) {
+        snprintf(why, whylen, "XDP program of %d instructions, over this build's %d", p->n, MAXINSN);
+        errno = E2BIG;
+        return -1;
+    }
     resolve(p);
     memset(&a, 0, sizeof a);
     a.prog_type = BPF_PROG_TYPE_XDP;
@@ -139,7 +146,7 @@ static int prog_load(struct prog *p, char *why, size_t whylen) {
 
 /* ---- the generator ------------------------------------------------------------------ */
 #define PAYLOAD 42   /* Ethernet 14 + IPv4 20 + UDP 8: seq at +0, send time at +8 */
-enum { L_DROP, L_PASS, L_NOREORD, L_NOMAX, L_LATOK, L_NOMIN, L_NOLMAX };
+enum { L_DROP, L_PASS, L_NOREORD, L_NOMAX, L_LATOK, L_NOMIN, L_NOLMAX, L_NOLONG };
 enum { L_NOW = L_NOREORD, L_TARGET, L_SPIN, L_DUE, L_NOLAG, L_STAMP };
 
 int xl_gen_open(struct xl_gen *g, int ifindex, const uint8_t *tmpl, uint32_t len, char *why, size_t whylen) {
@@ -340,6 +347,9 @@ int xl_sink_open(struct xl_sink *s, int ifindex, int port, const char **mode_out
     emit(&p, MOV_REG(R7, R9));
     emit(&p, ALU_REG(BPF_SUB, R7, R1));                  /* r7 = gap, ns */
     moments(&p, R7, S(gaps), S(gap_sum), S(gap_sq16));
+    jump(&p, J_IMM(BPF_JLT, R7, XL_LONG_GAP_NS), L_NOLONG);
+    incr(&p, R6, S(gap_long));
+    label(&p, L_NOLONG);
     keep_extreme(&p, R7, S(gap_max), BPF_JGE, L_DROP);
     label(&p, L_DROP);
     emit(&p, MOV_IMM(R0, XDP_DROP));

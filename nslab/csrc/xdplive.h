@@ -32,7 +32,13 @@ struct xdp_sink_stats {
     uint64_t in_window, lat_sum, lat_sq16, lat_min, lat_max;
     uint64_t last_ts, gaps, gap_sum, gap_sq16, gap_max;
     uint64_t lat_mask;       /* latency of frames whose seq & lat_mask is 0 (a sample) */
+    uint64_t gap_long;       /* gaps of XL_LONG_GAP_NS or more */
 };
+
+/* A send gap this long or longer is counted apart: where a batch ended, or
+ * where the sender's CPU was taken from it. A stall shows as one such gap in
+ * a stream of even 5 us gaps, where its largest gap would be only the stall. */
+#define XL_LONG_GAP_NS 100000
 
 /* The generator's state: the next sequence number and the clock offset; with
  * gap_ns set, the program spaces frames itself (see xl_gen_open). */

@@ -52,6 +52,11 @@ def test_every_path_delivers_an_exact_burst_in_order(make_lab, mode, sink):
     # The sink sees the pacing in the frames' send times: 50 us per batch of one.
     assert s["send_gap_us"]["n"] > 0
     assert 45 <= s["send_gap_us"]["avg"] <= 55, s["send_gap_us"]
+    # Gaps of 100 us or more (the sender's wake-ups the host delayed: 80 of
+    # 4,999 for udp here while the machine unpacked a Debian root) fit in the
+    # stream's span; their count is exercised in the spaced-frames test.
+    gap = s["send_gap_us"]
+    assert 0 <= gap["long"] <= gap["n"] and gap["long"] * 100 <= gap["n"] * gap["avg"], gap
 
 
 def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency(make_lab):
@@ -64,10 +69,13 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     lab = make_lab(pair())
     lab.static_arp()
     assert napi_on(lab["h2"], "h2-eth0", 1, fifo=50)
-    # Each mode twice, interleaved: a single run's largest gap includes whatever
-    # stall the host's scheduler gave the generator's CPU then (measured here:
-    # a 662-1061 us stall in 3 of 7 spaced runs, on either userland), which is
-    # not the pacing; the smaller of two runs' largest gaps is. So is the spread:
+    # Each mode twice, interleaved. A run's largest gap is whatever stall the
+    # host's scheduler gave the generator's CPU then (measured here: a 662-1061
+    # us stall in 3 of 7 spaced runs, on either userland; one CI run had one in
+    # both spaced runs, 1,062 us against the batches' 602), not the pacing, so
+    # the test counts the long gaps (100 us or more) instead: a batch of 100
+    # leaves one per batch, 199 in 20,000 frames; spaced frames leave one per
+    # stall. The spread carries a stall too:
     # among 19,999 gaps of 5 us, one stall of d us adds ~d^2/20,000 us^2 to the
     # variance: one of 3 ms alone gives a 21 us standard deviation (one CI run's
     # spaced frames: 21.4 us, against 48.3 us for batches, on a host slower
@@ -99,7 +107,7 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
         assert g["sent"] == 20000 and g["refused"] is not None and g["refused"] < 20000, g
         assert s["received"] == g["sent"] - g["refused"] and s["reordered"] == 0, (g, s)
     whole = {m: (whole_runs(m) or runs[m][-1:])[:2] for m in runs}  # two, as each mode had
-    largest = {m: min(s["send_gap_us"]["max"] for _, s in whole[m]) for m in runs}
+    long_gaps = {m: min(s["send_gap_us"]["long"] for _, s in whole[m]) for m in runs}
     spread = {m: min(s["send_gap_us"]["stdev"] for _, s in whole[m]) for m in runs}
     whole = {m: whole[m][0] for m in runs}
     g, s = whole["frames"]
@@ -113,7 +121,12 @@ def test_spaced_live_frames_arrive_whole_and_evenly_and_the_sink_samples_latency
     assert ss["received"] == 20000, (gs, ss)
     # Batches of 100 leave ~0.1 us apart with ~495 us between batches (sd ~50 us).
     assert spread["frames"] < 0.4 * spread["slots"], (spread, s, ss)
-    assert largest["frames"] < largest["slots"], (largest, s, ss)
+    # A batch that leaves late is followed at once by the next (the slots catch
+    # up), so not every boundary shows: 159 of 199 here while the machine
+    # unpacked a Debian root beside the test.
+    batches = 20000 // gs["batch"]
+    assert long_gaps["slots"] >= (batches - 1) // 2, (long_gaps, ss)
+    assert long_gaps["frames"] < 0.1 * long_gaps["slots"], (long_gaps, s, ss)
 
 
 @pytest.mark.parametrize("mode", [pytest.param("auto", marks=pytest.mark.versioned),  # tc, pktgen
