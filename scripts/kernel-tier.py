@@ -62,8 +62,9 @@ VCPUS = "bookworm=1,trixie=1"
 #: under TCG (the test allows 30; on two, well within).
 LATE = ("tests/integration/test_frr.py",)
 LATE_VCPUS = 2
-#: Boots more of a guest whose kernel died before its init ran (no test ran:
-#: :attr:`nslab.hosts.vm.GuestResult.died_booting`), once: see :func:`guest_tier`.
+#: How many more times a guest is booted when its kernel died before its init
+#: ran (so no test ran: :attr:`nslab.hosts.vm.GuestResult.died_booting`): see
+#: :func:`guest_tier`.
 BOOT_RETRIES = 1
 #: Test modules of the ``guest`` flows that run in the first kernel's guest
 #: (Debian 12's), not the last's: the two guests run side by side, and the

@@ -223,3 +223,46 @@ def test_a_remote_background_process_is_stopped_when_its_lifeline_closes(tmp_pat
     assert p.wait(timeout=10) == 137  # SIGKILL after INT and TERM were ignored
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert f"rm -f {marker}" not in out
+
+
+def test_clean_hosts_cleans_every_host_at_once_and_one_unreachable_stops_none(monkeypatch):
+    """`nslab clean --hosts`: each host's clean runs beside the others' (a barrier
+    that only both reaching it together can pass), the results come in the
+    hosts' order, and a host whose master connection fails is reported, not
+    waited for."""
+    import subprocess
+    import threading
+
+    from nslab.errors import LabError
+    from nslab.hosts import ssh as ssh_mod
+
+    together = threading.Barrier(2, timeout=10)
+    closed = []
+
+    class FakeSsh:
+        def __init__(self, dest, control_dir, config=None):
+            self.dest = dest
+
+        def argv(self, cmd):
+            return ["ssh", self.dest, "--", *cmd]
+
+        def connect(self):
+            if self.dest == "down":
+                raise LabError("down: ssh: connect to host down port 22: No route to host")
+
+        def close(self):
+            closed.append(self.dest)
+
+    def fake_run(argv, **kw):
+        together.wait()  # raises BrokenBarrierError unless both cleans run at once
+        return subprocess.CompletedProcess(argv, 0, f"cleaned {argv[1]}\n", "")
+
+    monkeypatch.setattr(ssh_mod, "Ssh", FakeSsh)
+    monkeypatch.setattr(ssh_mod.subprocess, "run", fake_run)
+    got = ssh_mod.clean_hosts({"b": "10.0.0.2", "down": "10.0.0.9", "a": "10.0.0.1"},
+                              ["--dry-run"], remote_nslab="nslab")
+    assert list(got) == ["b", "down", "a"]
+    assert got["a"].returncode == 0 and got["a"].stdout == "cleaned a\n"
+    assert got["a"].argv == ["ssh", "a", "--", "nslab", "clean", "--dry-run"]
+    assert got["down"].returncode == 255 and "No route to host" in got["down"].stderr
+    assert sorted(closed) == ["a", "b"]

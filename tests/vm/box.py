@@ -177,9 +177,11 @@ def server(out: str, nic: str, until: Callable[[], str]) -> dict:
     return result
 
 
-def client(out: str, nic: str) -> dict:
+def client(out: str, nic: str, after_wire: Callable[[], None] = lambda: None) -> dict:
     """Box A: ethtool there and back, the alias sweep through the lab's OVS uplink,
-    an RFC 2544 trial across the wire, a crash and clean."""
+    an RFC 2544 trial across the wire, a crash and clean. ``after_wire`` is
+    called once nothing more crosses the wire (before the crash and clean,
+    which stay on this box), so box B's part can end beside them."""
     configure(nic, A_ADDR)
     result: dict = {"nic": nic, "before": snapshot(nic)}
     # 1. ethtool: ask for 10 Mbit/s half duplex, see what the link says, then back.
@@ -205,6 +207,7 @@ def client(out: str, nic: str) -> dict:
     #    lab's OVS bridge, box B's sink on its NIC (all B's aliases answer on it).
     result["rfc2544"] = rfc2544_trial(nic)
     result["after_rfc2544"] = snapshot(nic)
+    after_wire()
     # 4. A crash with the NIC in the lab's bridge, then `nslab clean`.
     crash = subprocess.Popen([NSLAB, "--results", results, "topo", "up", "single", "--k", "1",
                               "--switch", "ovs", "--uplink", nic], stdout=subprocess.PIPE,

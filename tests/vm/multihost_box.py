@@ -65,8 +65,14 @@ def setup(out: str, role: str, mac: str) -> subprocess.Popen:
     return start_sshd(out, ADDR[role])
 
 
+#: the test's own commands share one connection per box (a handshake between
+#: two TCG guests takes seconds); nslab's own SSH is left as a user has it
+MUX = ["-o", "ControlMaster=auto", "-o", "ControlPath=/tmp/nslab-test-%C",
+       "-o", "ControlPersist=600"]
+
+
 def ssh(out: str, host: str, command: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(["ssh", "-F", os.path.join(out, "ssh_config"), host, "--", command],
+    return subprocess.run(["ssh", "-F", os.path.join(out, "ssh_config"), *MUX, host, "--", command],
                           capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
 
@@ -88,9 +94,16 @@ def leftovers(out: str) -> dict:
 
 
 def pids(out: str, host: str, pattern: str) -> list:
-    script = ("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null | "
-              f"grep -Eq '{pattern}' && echo ${{p#/proc/}}; done; true")
-    return [int(p) for p in ssh(out, host, script).stdout.split()]
+    """The processes on host whose command line matches the extended regex
+    (anchored with ^, it cannot match the shell that runs pgrep)."""
+    return [int(p) for p in ssh(out, host, f"pgrep -f '{pattern}'; true").stdout.split()]
+
+
+def close_mux(out: str) -> None:
+    """End the test's shared connections (their masters are this box's)."""
+    for host in HOSTS.split(","):
+        subprocess.run(["ssh", "-F", os.path.join(out, "ssh_config"), *MUX, "-O", "exit", host],
+                       capture_output=True, timeout=20)
 
 
 def controller(out: str) -> dict:

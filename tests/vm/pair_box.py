@@ -15,7 +15,8 @@ underlay, with an sshd on each box).
 The two parts run one after the other on both boxes, and neither touches the
 other's NIC: what the tests read of a NIC (its state before and after each
 step, its driver) is what a pair of boxes for each part gave. A tells B over
-the underlay (ssh) that its part is done, and reads there when B's has ended.
+the underlay (ssh) once nothing more of its part crosses the wire (B's
+crash and clean then run beside A's), and reads there when B's has ended.
 What each part saw goes to ``BOX_OUT/{client,server}.json`` (two-box) and
 ``MH_OUT/controller.json`` (across machines).
 """
@@ -56,13 +57,16 @@ def a() -> None:
     try:
         nic = box.nic_by_mac(os.environ["NIC_MAC"])
         box.say(f"box client: NIC {nic}")
-        _write(TWO_OUT, "client", box.client(TWO_OUT, nic))
-        box.say("box client: done; telling B")
-        _until(lambda: _on_b(f"touch {CLIENT_DONE}"), 300, f"no ssh to {B}")
+        def tell_b() -> None:  # B's part ends beside A's crash and clean
+            box.say("box client: nothing more crosses the wire; telling B")
+            _until(lambda: _on_b(f"touch {CLIENT_DONE}"), 300, f"no ssh to {B}")
+        _write(TWO_OUT, "client", box.client(TWO_OUT, nic, after_wire=tell_b))
+        box.say("box client: done")
         _until(lambda: _on_b(f"test -e {SERVER_DONE}"), 600, "B's server part has not ended")
         box.say("B's server part has ended: the lab across both boxes")
         _write(MH_OUT, "controller", multihost_box.controller(MH_OUT))
     finally:
+        multihost_box.close_mux(MH_OUT)
         sshd.terminate()
         sshd.wait(timeout=10)
 
