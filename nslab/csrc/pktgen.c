@@ -871,7 +871,8 @@ struct rstats {
     uint64_t received, in_window, max_seq, reordered, last_seq;
     double sum, sq, mn, mx;
     /* the generator's pacing, seen from its timestamps: the gaps between
-     * successive send times (a batch shares one), over the window */
+     * successive send times (a batch shares one), over the window, of frames
+     * sent one after the other (a hole of lost frames is no send gap) */
     uint64_t last_ts, gaps, glong;   /* glong: gaps of XL_LONG_GAP_NS or more */
     double gsum, gsq, gmax;
 };
@@ -917,13 +918,14 @@ static inline void account(struct rstats *s, const uint8_t *payload, uint64_t t,
     uint64_t seq, ts;
     memcpy(&seq, payload, 8);
     memcpy(&ts, payload + 8, 8);
+    uint64_t before = s->last_seq;
     s->received++;
     if (seq < s->last_seq) s->reordered++;
     s->last_seq = seq;
     if (seq > s->max_seq) s->max_seq = seq;
     if (rel < warmup) { s->last_ts = 0; return; }
     if (ts > s->last_ts) {
-        if (s->last_ts) {
+        if (s->last_ts && seq == before + 1) {
             double g = (double)(ts - s->last_ts) / 1000.0;
             s->gaps++; s->gsum += g; s->gsq += g * g;
             if (g > s->gmax) s->gmax = g;

@@ -315,6 +315,7 @@ int xl_sink_open(struct xl_sink *s, int ifindex, int port, const char **mode_out
     jump(&p, J_REG(BPF_JGE, R8, R1), L_NOREORD);
     incr(&p, R6, S(reordered));
     label(&p, L_NOREORD);
+    emit(&p, LDX(BPF_DW, R7, R6, S(last_seq)));          /* r7 = the frame before's seq */
     emit(&p, STX(BPF_DW, R6, R8, S(last_seq)));
     emit(&p, LDX(BPF_DW, R1, R6, S(max_seq)));
     jump(&p, J_REG(BPF_JGE, R1, R8), L_NOMAX);
@@ -339,11 +340,15 @@ int xl_sink_open(struct xl_sink *s, int ifindex, int port, const char **mode_out
     label(&p, L_NOMIN);
     keep_extreme(&p, R0, S(lat_max), BPF_JGE, L_NOLMAX);
     label(&p, L_NOLMAX);
-    /* the gaps between successive send times (a later one than any before) */
+    /* the gaps between successive send times (a later one than any before),
+     * of frames that left one after the other: not across frames lost on
+     * the way, whose hole is the receiver's stall, not the sender's pacing */
     emit(&p, LDX(BPF_DW, R1, R6, S(last_ts)));
     jump(&p, J_REG(BPF_JGE, R1, R9), L_DROP);
     emit(&p, STX(BPF_DW, R6, R9, S(last_ts)));
     jump(&p, J_IMM(BPF_JEQ, R1, 0), L_DROP);
+    emit(&p, ALU_IMM(BPF_ADD, R7, 1));
+    jump(&p, J_REG(BPF_JNE, R7, R8), L_DROP);
     emit(&p, MOV_REG(R7, R9));
     emit(&p, ALU_REG(BPF_SUB, R7, R1));                  /* r7 = gap, ns */
     moments(&p, R7, S(gaps), S(gap_sum), S(gap_sq16));

@@ -30,7 +30,7 @@ struct xdp_sink_stats {
     uint64_t armed;          /* set by user space after the warm-up */
     uint64_t clock_offset;   /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns */
     uint64_t in_window, lat_sum, lat_sq16, lat_min, lat_max;
-    uint64_t last_ts, gaps, gap_sum, gap_sq16, gap_max;
+    uint64_t last_ts, gaps, gap_sum, gap_sq16, gap_max;  /* between seq n and n + 1 */
     uint64_t lat_mask;       /* latency of frames whose seq & lat_mask is 0 (a sample) */
     uint64_t gap_long;       /* gaps of XL_LONG_GAP_NS or more */
 };
