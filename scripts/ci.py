@@ -82,7 +82,7 @@ def pytest(name: str, *args: str, background: bool = False) -> int:
 
 
 def wire_done(out: str, since: float, boxes: subprocess.Popen) -> None:
-    """Until both boxes have written their part across the wire (the RFC 2544
+    """Return once both boxes have written their part across the wire (the RFC 2544
     trial and the alias sweep, which measure rates in the guests), or the
     two-box tier has ended. What the pair runs after that, the lab across both
     boxes, waits on BGP's timers and has minutes to converge, so the Debian 13
@@ -142,14 +142,16 @@ def main() -> int:
         rc |= behind.get("d13 unit", 1)
         # the stock-kernel tier records its own parts (each guest, the two boxes)
         out = os.path.join(ROOT, "results", "kernel-tier", "ci")
-        tier = [PY, "scripts/kernel-tier.py", "--out", out, "--skip", VBED, "--", *PYTEST_ARGS]
+
+        def tier(only: str) -> List[str]:
+            return [PY, "scripts/kernel-tier.py", "--only", only, "--out", out, "--skip", VBED,
+                    "--", *PYTEST_ARGS]
         say("stock-kernel tier, guest")
-        rc |= subprocess.call(tier[:2] + ["--only", "guest"] + tier[2:], cwd=ROOT)
+        rc |= subprocess.call(tier("guest"), cwd=ROOT)
         say("stock-kernel tier, vm (at idle priority), and the Debian 13 labs once its "
             "flows across the wire have ended")
         t0 = time.time()
-        boxes = subprocess.Popen(tier[:2] + ["--only", "vm"] + tier[2:], cwd=ROOT,
-                                 preexec_fn=idle)
+        boxes = subprocess.Popen(tier("vm"), cwd=ROOT, preexec_fn=idle)
         wire_done(out, t0, boxes)
         rc |= part("debian13, labs half", ["make", "--no-print-directory", "test-debian13-labs"])
         rc |= boxes.wait()
