@@ -124,13 +124,15 @@ def matches(params: Dict[str, Any], where: Dict[str, Any]) -> bool:
 def values_of(records: Iterable[Any], value: str, where: Dict[str, Any],
               disturbed_too: bool = False) -> List[float]:
     """The finite values of ``value`` in the valid records matching ``where``
-    (neither invalid nor, unless ``disturbed_too``, disturbed by other tasks
-    on the host)."""
+    (neither invalid nor disturbed by other tasks on the host; with
+    ``disturbed_too``, the disturbed ones whose events no protocol timer
+    waits on join them: :func:`untimed`)."""
     from nslab.store.records import disturbed
     out = []
     for r in records:
         m = r.measurements
-        if m.invalid or (disturbed(r) and not disturbed_too) or not matches(r.params, where):
+        if m.invalid or (disturbed(r) and not (disturbed_too and untimed(r))) \
+                or not matches(r.params, where):
             continue
         x = m.values.get(value)
         if x is not None and math.isfinite(x):
@@ -170,7 +172,9 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     """A claim of a study file, checked on the stored records."""
     claim = _judge(spec, records)
     claim.published = expected(spec)
-    if claim.verdict == "undecided" and not claim.why.startswith("a relative margin"):
+    # every trial disturbed: a quiet host decides it (note_interference says so)
+    if claim.verdict == "undecided" and not claim.why.startswith(("a relative margin",
+                                                                  NO_UNDISTURBED)):
         claim.decide = (DECIDE_UNMEASURED if claim.why == "nothing measured there"
                         else DECIDE_MORE)
     # the points it reads: its where, and its where with its versus
@@ -186,13 +190,61 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
 #: receive times, :func:`nslab.traffic.probe.arrival_time`) and the time a
 #: route took to lose or regain a nexthop (counted from just before the
 #: event was applied to just after the routing table was read) can only
-#: read longer.
+#: read longer, where no protocol timer waits on the event
+#: (:data:`UNTIMED_EVENTS`).
 RAISED_BY_A_BUSY_HOST = ("gap_ms", "withdrawn_ms", "restored_ms")
 
 
 def one_sided(value: str) -> bool:
     """Whether a busy host can only raise ``value`` (:data:`RAISED_BY_A_BUSY_HOST`)."""
     return value.rsplit(".", 1)[-1] in RAISED_BY_A_BUSY_HOST
+
+
+#: Events whose effect no protocol timer waits on: a link taken down (both
+#: ends lose their carrier, the kernel drops the nexthop) and a killed daemon
+#: (the kernel closes its sockets, its peers see the session end). After any
+#: other event the outcome waits on a timer that started at the last packet
+#: a peer sent (BFD's detection time, BGP's hold time after a silent failure
+#: or a hung daemon, BGP's retries after a link comes back): a peer the host
+#: made late sends that packet earlier relative to the event, or loses it
+#: across the event, and the timer fires *sooner*. A busy host can shorten
+#: such an outage, so its disturbed trials never join (:func:`untimed`).
+UNTIMED_EVENTS = ("link-down", "daemon-kill")
+
+
+def timed_events(records: Iterable[Any], where: Dict[str, Any]) -> List[str]:
+    """The events a protocol timer waits on (not :data:`UNTIMED_EVENTS`) in
+    the valid, disturbed records matching ``where``, sorted."""
+    from nslab.store.records import disturbed
+    return sorted({e.do for r in records
+                   if not r.measurements.invalid and disturbed(r) and matches(r.params, where)
+                   for e in (getattr(r.measurements, "events", None) or [])
+                   if e.do not in UNTIMED_EVENTS})
+
+
+def untimed(record: Any) -> bool:
+    """Whether every event ``record``'s trial applied is one no protocol timer
+    waits on (:data:`UNTIMED_EVENTS`), so a busy host can only lengthen what
+    it measured."""
+    events = getattr(record.measurements, "events", None) or []
+    return all(e.do in UNTIMED_EVENTS for e in events)
+
+
+#: Why a claim is undecided whose trials the host disturbed, too many to
+#: leave enough (:func:`nslab.store.reporting.note_interference` says how).
+NO_UNDISTURBED = "no undisturbed trial"
+
+
+def _disturbed_at(records: Iterable[Any], where: Dict[str, Any]) -> int:
+    """How many valid records matching ``where`` the host disturbed."""
+    from nslab.store.records import disturbed
+    return sum(1 for r in records
+               if not r.measurements.invalid and disturbed(r) and matches(r.params, where))
+
+
+def _none_undisturbed(spec: ClaimSpec, where: str) -> Claim:
+    return Claim(spec.claim, f"no undisturbed values of {spec.value} at {where}", "undecided",
+                 NO_UNDISTURBED, spec.source or "")
 
 
 def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
@@ -217,8 +269,9 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
         if (out is None or out.verdict == "undecided") and spec.below is not None \
                 and one_sided(spec.value):
             # a value a busy host can only raise, under a bound: the disturbed
-            # trials may join an undecided claim, and an "agrees" with them
-            # holds for a quiet host (the undisturbed trials' own verdict stands)
+            # trials whose events no timer waits on may join an undecided claim,
+            # and an "agrees" with them holds for a quiet host (the undisturbed
+            # trials' own verdict stands)
             every = values_of(records, spec.value, spec.where, disturbed_too=True)
             if len(every) > len(a):
                 with_them = judged(every)
@@ -228,7 +281,16 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
                                       "disturbed in: a busy host only makes this longer, so "
                                       "'under' stands")
                     return with_them
+            timed = timed_events(records, spec.where)
+            if timed:
+                out = out or _none_undisturbed(spec, where)
+                out.why += (f"; its disturbed trials stay out: after {', '.join(timed)} a "
+                            "protocol timer decides, and a peer the host made late makes "
+                            "it fire sooner")
         if out is None:
+            if values_of(records, spec.value, spec.where, disturbed_too=True) or \
+                    timed_events(records, spec.where):
+                return _none_undisturbed(spec, where)
             return Claim(spec.claim, f"no values of {spec.value} at {where}", "undecided",
                          "nothing measured there", spec.source or "")
         return out
@@ -236,8 +298,12 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     b = values_of(records, spec.value, b_where)
     label = f"{spec.value}: {where} vs {_where_text(b_where)}"
     if len(a) < 2 or len(b) < 2:
+        short = [w for w, xs in ((spec.where, a), (b_where, b)) if len(xs) < 2]
+        busy = all(len(values_of(records, spec.value, w)) + _disturbed_at(records, w) >= 2
+                   for w in short)
         return Claim(spec.claim, f"{label}: n={len(a)} and n={len(b)}", "undecided",
-                     "fewer than two values on a side: no interval", spec.source or "")
+                     f"{NO_UNDISTURBED}: fewer than two on a side" if busy
+                     else "fewer than two values on a side: no interval", spec.source or "")
     if spec.same_within is not None:
         if statistics.fmean(b) == 0:
             return Claim(spec.claim, f"{label}: the reference mean is 0", "undecided",

@@ -277,8 +277,9 @@ class Goodput(_Metric):
 
 class Outage(_Metric):
     """A probe flow: ``gap_ms`` (longest time between two arrivals, by the
-    kernel's receive times: a busy host can only make it longer), ``lost``
-    and ``loss_pct``."""
+    kernel's receive times: a busy host can only make it longer, unless a
+    protocol timer ends the outage, which a late peer can make fire sooner),
+    ``lost`` and ``loss_pct``."""
 
     metric: Literal["outage"]
     flow: Ident
@@ -305,7 +306,9 @@ class Convergence(_Metric):
     before the first event is applied until a read of the routing table, timed
     when it returns, finds a nexthop gone) and ``restored_ms`` (until all the
     nexthops it had before the trial are back); polled every 20 ms. A busy
-    host can only make either longer."""
+    host can only make either longer, unless a protocol timer decides it (a
+    silent failure's detection, a session's retries), which a late peer can
+    make fire sooner."""
 
     metric: Literal["convergence"]
     node: NodeName

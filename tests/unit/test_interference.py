@@ -324,12 +324,15 @@ def test_ecmp_splits_measured_on_a_busy_host_stand_and_a_higher_sum_only_when_it
 def test_failover_outages_under_a_bound_stand_when_the_host_was_busy_and_nothing_else(tmp_path):
     """Every trial of the stored failover run marked disturbed: a claim that an
     outage or a route's change took *under* a bound (values a busy host can
-    only lengthen) keeps its quiet-host "agrees", saying the disturbed trials
-    are in; a band ("2 to 3.5 s"), a comparison, or a claim that does not
-    agree stays undecided, saying the host left its points out."""
+    only lengthen) after a link went down or a daemon was killed keeps its
+    quiet-host "agrees", saying the disturbed trials are in. After a silent
+    failure a protocol timer decides, and a peer the host made late makes it
+    fire sooner: those trials stay out, and the row says why. A band ("2 to
+    3.5 s"), a comparison, or a claim that does not agree stays undecided,
+    saying the host left its points out and that a quiet host decides it."""
     import shutil
 
-    from nslab.experiments.filestudy.analysis import one_sided
+    from nslab.experiments.filestudy.analysis import UNTIMED_EVENTS, one_sided
     from nslab.experiments.filestudy.spec import load
     from nslab.run.registry import studies
     from tests.conftest import data
@@ -340,17 +343,27 @@ def test_failover_outages_under_a_bound_stand_when_the_host_was_busy_and_nothing
     busy = {c.claim: c for c in studies()["ecmp-failover"]().report(str(run)).claims}
     specs = {c.claim: c for c in load("studies/ecmp-failover.yaml").spec.claims}
     assert set(busy) == set(quiet)
-    stood = 0
+    failures = {"link-down": "link-down", "bgpd-killed": "daemon-kill",
+                "blackhole": "link-blackhole"}
+    stood = timed = 0
     for name, c in busy.items():
         spec = specs[name]
+        untimed = failures[spec.where["vars.failure"]] in UNTIMED_EVENTS
         if spec.versus is None and spec.below is not None and one_sided(spec.value) \
-                and quiet[name].verdict == "agrees":
+                and quiet[name].verdict == "agrees" and untimed:
             assert c.verdict == "agrees" and "so 'under' stands" in c.why, c
             stood += 1
         else:
             assert c.verdict == "undecided", c
             assert "host interference: other tasks took up to 28 % of the CPUs" in c.why, c
-    assert stood >= 2
+            assert c.decide.startswith("a quiet host"), c
+            if spec.below is not None and one_sided(spec.value):
+                assert not untimed
+                assert ("its disturbed trials stay out: after link-blackhole a protocol "
+                        "timer decides, and a peer the host made late makes it fire sooner"
+                        in c.why), c
+                timed += 1
+    assert stood >= 2 and timed == 1
 
 
 def test_only_the_values_a_busy_host_can_only_lengthen_are_one_sided():
@@ -388,3 +401,38 @@ def test_disturbed_trials_never_overrule_what_the_undisturbed_ones_decided():
     # and a disturbed "disagrees" never stands
     c = judge_claim(spec, [rec(25.0, False)] + [rec(900.0 + i, True) for i in range(5)])
     assert c.verdict == "undecided"
+
+
+def test_disturbed_trials_join_an_under_claim_only_after_events_no_timer_waits_on():
+    """A late peer sends its last packet before a silent failure earlier, or
+    loses it across the failure: BFD's detection or BGP's hold timer then
+    fires sooner, so a busy host can shorten that outage. Disturbed trials
+    whose events include one a timer decides never join; those of a link
+    taken down or a daemon killed do, and so does the "agrees" they make."""
+    from types import SimpleNamespace
+
+    from nslab.experiments.filestudy.analysis import judge_claim, untimed
+    from nslab.experiments.filestudy.model import ClaimSpec
+
+    def rec(gap, busy, *events):
+        return SimpleNamespace(
+            params={"f": "x"}, host=SimpleNamespace(disturbed=busy),
+            measurements=SimpleNamespace(invalid=[], values={"outage-probe.gap_ms": gap},
+                                         events=[SimpleNamespace(do=e) for e in events]))
+    spec = ClaimSpec.model_validate({"claim": "under 1 s", "value": "outage-probe.gap_ms",
+                                     "where": {"f": "x"}, "below": 1000})
+    assert untimed(rec(1, True, "link-down")) and untimed(rec(1, True, "daemon-kill"))
+    assert untimed(rec(1, True))
+    for timer in ("link-blackhole", "daemon-stop", "link-netem", "link-rate", "link-up"):
+        assert not untimed(rec(1, True, "link-down", timer)), timer
+    quiet_one = rec(300.0, False, "link-down")
+    c = judge_claim(spec, [quiet_one] + [rec(300.0 + i, True, "link-down") for i in range(4)])
+    assert c.verdict == "agrees" and "so 'under' stands" in c.why, c
+    c = judge_claim(spec, [quiet_one] + [rec(300.0 + i, True, "link-blackhole", "link-restore")
+                                         for i in range(4)])
+    assert c.verdict == "undecided" and "(with" not in c.measured, c
+    assert "after link-blackhole, link-restore a protocol timer decides" in c.why, c
+    # all of them disturbed: no value, and a quiet host decides it
+    c = judge_claim(spec, [rec(300.0 + i, True, "link-blackhole") for i in range(4)])
+    assert c.verdict == "undecided" and c.why.startswith("no undisturbed trial"), c
+    assert c.decide == "", c
