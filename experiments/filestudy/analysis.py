@@ -9,6 +9,7 @@ import statistics
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from nslab.store import stats
+from nslab.store.glance import QUIET_HOST
 from nslab.store.reporting import Claim
 
 from .model import ClaimSpec
@@ -116,6 +117,19 @@ def convergence(samples: Sequence[Tuple[float, int]], expected: int,
     return out
 
 
+def short_before(samples: Sequence[Tuple[float, int]], expected: int,
+                 event_at: Optional[float]) -> Optional[int]:
+    """The nexthops the route had at its last sample before the first event,
+    if fewer than ``expected`` (None: it was whole, or nothing to say). A
+    route short before the event lost its nexthop to something else (a
+    session the host's load let time out): its ``withdrawn_ms`` would count
+    from the event a change that came before it."""
+    if event_at is None:
+        return None
+    before = [n for t, n in samples if t < event_at]
+    return before[-1] if before and before[-1] < expected else None
+
+
 # -- selecting and judging ------------------------------------------------------------------
 def matches(params: Dict[str, Any], where: Dict[str, Any]) -> bool:
     return all(params.get(k) == v for k, v in where.items())
@@ -125,13 +139,13 @@ def values_of(records: Iterable[Any], value: str, where: Dict[str, Any],
               disturbed_too: bool = False) -> List[float]:
     """The finite values of ``value`` in the valid records matching ``where``
     (neither invalid nor disturbed by other tasks on the host; with
-    ``disturbed_too``, the disturbed ones whose events no protocol timer
-    waits on join them: :func:`untimed`)."""
+    ``disturbed_too``, the disturbed ones that a busy host can only have made
+    longer join them: :func:`untimed`)."""
     from nslab.store.records import disturbed
     out = []
     for r in records:
         m = r.measurements
-        if m.invalid or (disturbed(r) and not (disturbed_too and untimed(r))) \
+        if m.invalid or (disturbed(r) and not (disturbed_too and untimed(r, value))) \
                 or not matches(r.params, where):
             continue
         x = m.values.get(value)
@@ -172,9 +186,11 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     """A claim of a study file, checked on the stored records."""
     claim = _judge(spec, records)
     claim.published = expected(spec)
-    # every trial disturbed: a quiet host decides it (note_interference says so)
-    if claim.verdict == "undecided" and not claim.why.startswith(("a relative margin",
-                                                                  NO_UNDISTURBED)):
+    if claim.verdict == "undecided" and claim.why.startswith((NO_UNDISTURBED,
+                                                              TOO_FEW_UNDISTURBED)):
+        # the host disturbed too many of its trials (note_interference says how)
+        claim.decide = QUIET_HOST
+    elif claim.verdict == "undecided" and not claim.why.startswith("a relative margin"):
         claim.decide = (DECIDE_UNMEASURED if claim.why == "nothing measured there"
                         else DECIDE_MORE)
     # the points it reads: its where, and its where with its versus
@@ -190,8 +206,7 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
 #: receive times, :func:`nslab.traffic.probe.arrival_time`) and the time a
 #: route took to lose or regain a nexthop (counted from just before the
 #: event was applied to just after the routing table was read) can only
-#: read longer, where no protocol timer waits on the event
-#: (:data:`UNTIMED_EVENTS`).
+#: read longer, after the events no protocol timer waits on (:data:`UNTIMED`).
 RAISED_BY_A_BUSY_HOST = ("gap_ms", "withdrawn_ms", "restored_ms")
 
 
@@ -200,39 +215,63 @@ def one_sided(value: str) -> bool:
     return value.rsplit(".", 1)[-1] in RAISED_BY_A_BUSY_HOST
 
 
-#: Events whose effect no protocol timer waits on: a link taken down (both
-#: ends lose their carrier, the kernel drops the nexthop) and a killed daemon
-#: (the kernel closes its sockets, its peers see the session end). After any
-#: other event the outcome waits on a timer that started at the last packet
-#: a peer sent (BFD's detection time, BGP's hold time after a silent failure
-#: or a hung daemon, BGP's retries after a link comes back): a peer the host
-#: made late sends that packet earlier relative to the event, or loses it
-#: across the event, and the timer fires *sooner*. A busy host can shorten
-#: such an outage, so its disturbed trials never join (:func:`untimed`).
-UNTIMED_EVENTS = ("link-down", "daemon-kill")
+#: After which events a busy host can only lengthen which values, by the
+#: value's name: a link taken down between two routers or hosts (its ends
+#: lose their carrier; the kernel, zebra and bgpd act on the interface
+#: going down, not on a timer, and BGP's updates carry no advertisement
+#: interval here) and a killed bgpd (the kernel closes its sessions, so its
+#: peers withdraw at once). Not the outage after a killed bgpd: its own
+#: node's zebra takes away the routes it installed, and a zebra the host made
+#: late starts the outage later, which shortens it. After any other event
+#: the outcome waits on a timer that started at the last packet a peer sent
+#: (BFD's detection time, BGP's hold time after a silent failure or a hung or
+#: killed daemon that sends nothing, BGP's retries after a link comes back,
+#: the carrier a switch keeps up): a peer the host made late sends that
+#: packet earlier relative to the event, or loses it across the event, and
+#: the timer fires *sooner*. Their disturbed trials never join.
+UNTIMED = {"link-down": ("gap_ms", "withdrawn_ms"), "daemon-kill/bgpd": ("withdrawn_ms",)}
 
 
-def timed_events(records: Iterable[Any], where: Dict[str, Any]) -> List[str]:
-    """The events a protocol timer waits on (not :data:`UNTIMED_EVENTS`) in
+def _event_key(e: Any) -> str:
+    """``e.do``; a daemon kill with its daemon (``daemon-kill/bgpd``), a link
+    taken down to a switch (or not known not to be) with that said."""
+    if e.do == "daemon-kill":
+        return f"daemon-kill/{str(e.target).rsplit('/', 1)[-1]}"
+    if e.do == "link-down" and getattr(e, "switch", None) is not False:
+        return "link-down (to a switch)" if getattr(e, "switch", None) else "link-down (ends unknown)"
+    return str(e.do)
+
+
+def _timed(record: Any, value: str) -> List[str]:
+    """The events of ``record``'s trial after which a busy host could have
+    made ``value`` read shorter (:data:`UNTIMED`)."""
+    name = value.rsplit(".", 1)[-1]
+    events = getattr(record.measurements, "events", None) or []
+    return [k for k in map(_event_key, events) if name not in UNTIMED.get(k, ())]
+
+
+def untimed(record: Any, value: str) -> bool:
+    """Whether a busy host can only have lengthened ``value`` in ``record``'s
+    trial: it had events, and after each of them only lengthening is
+    possible (:data:`UNTIMED`). A trial without events: its outage has some
+    other cause, which may be a timer's."""
+    events = getattr(record.measurements, "events", None) or []
+    return bool(events) and not _timed(record, value)
+
+
+def timed_events(records: Iterable[Any], value: str, where: Dict[str, Any]) -> List[str]:
+    """The events after which a busy host could have shortened ``value``, in
     the valid, disturbed records matching ``where``, sorted."""
     from nslab.store.records import disturbed
-    return sorted({e.do for r in records
+    return sorted({k for r in records
                    if not r.measurements.invalid and disturbed(r) and matches(r.params, where)
-                   for e in (getattr(r.measurements, "events", None) or [])
-                   if e.do not in UNTIMED_EVENTS})
-
-
-def untimed(record: Any) -> bool:
-    """Whether every event ``record``'s trial applied is one no protocol timer
-    waits on (:data:`UNTIMED_EVENTS`), so a busy host can only lengthen what
-    it measured."""
-    events = getattr(record.measurements, "events", None) or []
-    return all(e.do in UNTIMED_EVENTS for e in events)
+                   for k in _timed(r, value)})
 
 
 #: Why a claim is undecided whose trials the host disturbed, too many to
 #: leave enough (:func:`nslab.store.reporting.note_interference` says how).
 NO_UNDISTURBED = "no undisturbed trial"
+TOO_FEW_UNDISTURBED = "too few undisturbed trials"
 
 
 def _disturbed_at(records: Iterable[Any], where: Dict[str, Any]) -> int:
@@ -281,15 +320,15 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
                                       "disturbed in: a busy host only makes this longer, so "
                                       "'under' stands")
                     return with_them
-            timed = timed_events(records, spec.where)
+            timed = timed_events(records, spec.value, spec.where)
             if timed:
                 out = out or _none_undisturbed(spec, where)
-                out.why += (f"; its disturbed trials stay out: after {', '.join(timed)} a "
-                            "protocol timer decides, and a peer the host made late makes "
-                            "it fire sooner")
+                out.why += (f"; the disturbed trials after {', '.join(timed)} stay out: "
+                            "there a busy host can make it read shorter (a peer it made "
+                            "late fires a protocol timer sooner, a late daemon starts the "
+                            "outage later)")
         if out is None:
-            if values_of(records, spec.value, spec.where, disturbed_too=True) or \
-                    timed_events(records, spec.where):
+            if _disturbed_at(records, spec.where):
                 return _none_undisturbed(spec, where)
             return Claim(spec.claim, f"no values of {spec.value} at {where}", "undecided",
                          "nothing measured there", spec.source or "")
@@ -302,7 +341,7 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
         busy = all(len(values_of(records, spec.value, w)) + _disturbed_at(records, w) >= 2
                    for w in short)
         return Claim(spec.claim, f"{label}: n={len(a)} and n={len(b)}", "undecided",
-                     f"{NO_UNDISTURBED}: fewer than two on a side" if busy
+                     f"{TOO_FEW_UNDISTURBED}: fewer than two on a side" if busy
                      else "fewer than two values on a side: no interval", spec.source or "")
     if spec.same_within is not None:
         if statistics.fmean(b) == 0:

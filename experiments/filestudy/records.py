@@ -21,6 +21,10 @@ class EventDone(Strict):
     #: records made before it was kept); ``done_at`` when that returned
     begun_at: Optional[float] = None
     done_at: float
+    #: a link event: whether an end of the link is a switch, whose other
+    #: ports' nodes see no carrier change (None: not a link event, or a
+    #: record made before it was kept)
+    switch: Optional[bool] = None
 
 
 class CaptureDone(Strict):

@@ -178,10 +178,11 @@ class FileRunner:
                 if delay > 0:
                     time.sleep(delay)
                 begun = time.monotonic() - t0
-                target = self._apply(ev, undo)
+                target, switch = self._apply(ev, undo)
                 done.append({"do": ev.do, "target": target, "at": at,
                              "begun_at": round(begun, 4),
-                             "done_at": round(time.monotonic() - t0, 4)})
+                             "done_at": round(time.monotonic() - t0, 4),
+                             **({"switch": switch} if switch is not None else {})})
             outputs = {fid: p.wait(timeout=duration + 60) for fid, p in clients.items()}
         finally:
             samplers.stop()
@@ -289,15 +290,18 @@ class FileRunner:
         return procs
 
     # -- events -------------------------------------------------------------------------
-    def _apply(self, ev: Any, undo: List[Callable[[], None]]) -> str:
+    def _apply(self, ev: Any, undo: List[Callable[[], None]]) -> Tuple[str, Optional[bool]]:
+        """Apply ``ev``: its target, and for a link event whether an end of
+        the link is a switch (the nodes on its other ports see no carrier
+        change; :func:`.analysis.untimed`)."""
         if isinstance(ev, SetSysctl):
             node = self.lab[ev.node]
             before = {k: node.read_sysctl(k) for k in ev.set}
             node.set_sysctls(dict(ev.set))
             undo.append(lambda: node.set_sysctls(before))
-            return ev.node
+            return ev.node, None
         if hasattr(ev, "daemon"):
-            return self._daemon(ev, undo)
+            return self._daemon(ev, undo), None
         return self._link(ev, undo)
 
     def _daemon(self, ev: Any, undo: List[Callable[[], None]]) -> str:
@@ -343,13 +347,15 @@ class FileRunner:
                 return (nb, ib), (na, ia)
         raise LabError(f"{f.src}: the probe {flow_id} leaves by {dev}, which is no lab link")
 
-    def _ends(self, ev: Any) -> List[Tuple[Any, str]]:
+    def _ends(self, ev: Any) -> Tuple[List[Tuple[Any, str]], bool]:
+        """The link's ends in a namespace, and whether either end is a switch."""
         ends = self._path(ev.path_of) if ev.path_of else link_ends(self.topo, *ev.link)
         assert ends is not None  # checked when the file was loaded
-        return [(self.lab[n], i) for n, i in ends if self.lab[n].netns is not None]
+        switch = any(self.topo.nodes[n].is_switch for n, _ in ends)
+        return [(self.lab[n], i) for n, i in ends if self.lab[n].netns is not None], switch
 
-    def _link(self, ev: Any, undo: List[Callable[[], None]]) -> str:
-        ends = self._ends(ev)
+    def _link(self, ev: Any, undo: List[Callable[[], None]]) -> Tuple[str, bool]:
+        ends, switch = self._ends(ev)
         target = "-".join(f"{n.name}:{dev}" for n, dev in ends)
         if isinstance(ev, LinkDown):
             node, dev = ends[0]
@@ -369,7 +375,7 @@ class FileRunner:
                 _each(ends, lambda node, dev: self._reshape(node, dev, ev))
             elif isinstance(ev, LinkRestore):
                 _each(ends, lambda node, dev: self._reshape(node, dev, None))
-        return target
+        return target, switch
 
     def _reshape(self, node: LabNode, dev: str, ev: Any) -> None:
         """The topology's shaping of this link, changed by ``ev`` (rate or netem)."""
@@ -465,6 +471,11 @@ class FileRunner:
                 expected = self.baseline.get(m.node, {}).get(_host(m.prefix), 1)
                 c = analysis.convergence(samplers.routes[name], expected, first_event)
                 values.update({f"{name}.{k}": v for k, v in c.items()})
+                short = analysis.short_before(samplers.routes[name], expected, first_event)
+                if short is not None:
+                    invalid.append(f"{name}: {m.node}'s route to {m.prefix} had {short} of its "
+                                   f"{expected} nexthops before the first event (it lost one "
+                                   "to something else, e.g. a session that timed out)")
             elif isinstance(m, Cpu):
                 values[f"{name}.cpu_pct"] = samplers.cpu_pct(m.node)
             elif isinstance(m, Links):

@@ -62,8 +62,10 @@ def arrival_time(ancdata: Sequence[Tuple[int, int, bytes]], fallback: float) -> 
     in the sender's own send call), not when this process gets round to
     reading it: a receiver that other tasks kept off the CPU reads late, and
     with its own clock it would see the last probe before a failure late and
-    the outage that much shorter. With the kernel's, a busy host can only
-    lengthen an outage (a late sender, a late daemon), never shorten it."""
+    the outage that much shorter. With the kernel's, a late sender or a
+    late daemon on the detecting side can only lengthen an outage; a late
+    peer can still make a protocol timer fire sooner
+    (:data:`nslab.experiments.filestudy.analysis.UNTIMED`)."""
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
             sec, nsec = _TIMESPEC.unpack(data[:_TIMESPEC.size])

@@ -80,6 +80,7 @@ def test_a_minimal_study_file_end_to_end(tmp_path):
         assert r["measurements"]["links"]["links-h1"]["h1-eth0"] > 1e6
         (ev,) = r["measurements"]["events"]
         assert ev["do"] == "link-rate" and abs(ev["done_at"] - 2) < 0.5
+        assert ev["switch"] is False  # h1 -- h2: no switch between them
     md = (run / "report.md").read_text()
     assert "| agrees |" in md and (run / "plots.png").exists()
     assert (run / "study.yaml").read_text() == MINIMAL
@@ -106,6 +107,11 @@ def test_the_failover_study_at_a_tiny_preset(tmp_path):
         assert 100 < v["outage-probe.gap_ms"] < 1500, v
         assert v["convergence-server2.withdrawn_ms"] < 1500, v
         assert r["params"]["topology.bfd"] is True
+        # server2's route was whole until the failure (a trial whose route
+        # had lost a nexthop before it would be invalid)
+        assert r["measurements"]["invalid"] == [], r["measurements"]["invalid"]
+        (ev,) = r["measurements"]["events"]
+        assert ev["do"] == "link-blackhole" and ev["switch"] is False  # server2 -- a spine
     assert "With BFD a silent failure" in (run / "report.md").read_text()
     # the shipped file's checks held on its lab before the first trial
     (setup,) = json.load(open(run / "provenance.json"))["setups"].values()

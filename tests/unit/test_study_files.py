@@ -304,6 +304,15 @@ def test_convergence_from_route_samples():
     assert analysis.convergence([(0.0, 2), (1.0, 1), (1.5, 2)], 2, 0.5) == {
         "withdrawn_ms": 500.0, "restored_ms": 1000.0}
     assert analysis.convergence([(0.0, 2)], 2, None)["withdrawn_ms"] is None
+    # the captured trial's route was whole until the event; one that had lost a
+    # nexthop before it (a session that timed out while the host held a daemon
+    # off the CPU) would count that change from the event: the runner marks
+    # such a trial invalid
+    assert analysis.short_before([tuple(r) for r in rows], 2, at) is None
+    assert analysis.short_before([(0.0, 2), (0.4, 1), (0.6, 1)], 2, 0.5) == 1
+    assert analysis.short_before([(0.0, 2), (0.4, 2), (0.6, 1)], 2, 0.5) is None
+    assert analysis.short_before([(0.6, 1)], 2, 0.5) is None  # nothing sampled before
+    assert analysis.short_before([(0.0, 1)], 2, None) is None
 
 
 def test_an_event_done_after_the_traffic_ended_makes_its_trial_invalid():
