@@ -45,3 +45,35 @@ def test_kernel_floor_builds_the_objects_and_removes_them():
     # megabytes a node that something other than these objects was counted
     assert 0 < kib < 8 * 1024 * (k + 1), kib
     assert _netns() == before and set(os.listdir("/sys/class/net")) == links
+
+
+def _spinners(policy_idle):
+    """One busy loop per CPU, at the SCHED_IDLE policy or the normal one."""
+    code = ("import os, sys\n"
+            + ("os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n" if policy_idle else "")
+            + "print('ready', flush=True)\nwhile True: pass\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+             for _ in range(os.cpu_count() or 1)]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n"
+    return procs
+
+
+@pytest.mark.parametrize("policy_idle", [True, False], ids=["sched-idle", "normal"])
+def test_quiesce_waits_out_busy_tasks_but_not_sched_idle_ones(policy_idle):
+    """Before each timed build the bench waits for an idle machine: busy loops
+    on every CPU keep it waiting to its timeout; the same loops at the
+    SCHED_IDLE policy (as `make test` runs its guests beside the labs) take
+    only time no other task wants, and it goes on at once."""
+    from nslab.run.bench import quiesce
+    procs = _spinners(policy_idle)
+    try:
+        waited = quiesce(timeout=2.0)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    if policy_idle:
+        assert waited < 1.0, waited
+    else:
+        assert waited >= 2.0, waited

@@ -482,3 +482,32 @@ def test_disturbed_trials_join_an_under_claim_only_after_events_no_timer_waits_o
                          at({"f": "x", "g": 1}, 300.0, True), at({"f": "x", "g": 1}, 310.0, True)])
     assert c.verdict == "undecided" and c.why.startswith("too few undisturbed trials"), c
     assert c.decide.startswith("a quiet host"), c
+
+
+def test_the_time_a_sched_idle_thread_ran_is_read_from_proc():
+    """:func:`idle_policy_run` on this machine's /proc: a child that ran 50 ms
+    of CPU and then took the SCHED_IDLE policy is listed with at least that
+    time; this process (another policy) is not. The difference of two reads
+    counts a thread born between them from zero."""
+    import subprocess
+    import sys
+
+    from nslab.traffic.interference import idle_policy_ns, idle_policy_run
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import os, sys, time\n"
+        "t = time.process_time()\n"
+        "while time.process_time() - t < 0.05: pass\n"
+        "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
+        "print('ready', flush=True)\n"
+        "sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "ready\n"
+        got = idle_policy_run()
+        assert got.get(child.pid, 0) >= 50_000_000, got
+        if os.sched_getscheduler(0) != os.SCHED_IDLE:
+            assert os.getpid() not in got
+        assert idle_policy_ns({}, {child.pid: got[child.pid]}) == got[child.pid]
+        assert idle_policy_ns({child.pid: got[child.pid] + 1}, {child.pid: got[child.pid]}) == 0
+    finally:
+        child.stdin.close()
+        child.wait(timeout=10)
