@@ -207,6 +207,9 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
 #: route took to lose or regain a nexthop (counted from just before the
 #: event was applied to just after the routing table was read) can only
 #: read longer, after the events no protocol timer waits on (:data:`UNTIMED`).
+#: No event admits ``restored_ms``: a route comes back on BGP's timers
+#: (a session's retries, its open and keepalive), so its disturbed trials
+#: never join a claim.
 RAISED_BY_A_BUSY_HOST = ("gap_ms", "withdrawn_ms", "restored_ms")
 
 
@@ -228,8 +231,28 @@ def one_sided(value: str) -> bool:
 #: killed daemon that sends nothing, BGP's retries after a link comes back,
 #: the carrier a switch keeps up): a peer the host made late sends that
 #: packet earlier relative to the event, or loses it across the event, and
-#: the timer fires *sooner*. Their disturbed trials never join.
+#: the timer fires *sooner*. Their disturbed trials never join
+#: (:data:`WHY_SHORTER` says why, event by event).
 UNTIMED = {"link-down": ("gap_ms", "withdrawn_ms"), "daemon-kill/bgpd": ("withdrawn_ms",)}
+
+#: A trial without events (:func:`_timed`): its outage has some other cause.
+NO_EVENT = "no event"
+#: The usual reason (:data:`WHY_SHORTER`'s default).
+TIMER_SOONER = "a peer the host made late fires a protocol timer sooner"
+#: Why a busy host may have shortened a value after an event, by
+#: :func:`_event_key` (the claim's row names each); any other event:
+#: :data:`TIMER_SOONER`.
+WHY_SHORTER = {
+    "daemon-kill/bgpd": "its node's zebra, made late, starts the outage later",
+    "link-down (to a switch)": "the switch keeps the carrier up, so a protocol timer ends it, "
+                               "which a late peer fires sooner",
+    "link-down (ends unknown)": "its record is older than the events' switch field, so nslab "
+                                "cannot tell whether a switch kept the carrier up",
+    "link-rate": "nslab cannot tell which way a busy host moves what a rate change does",
+    "link-netem": "nslab cannot tell which way a busy host moves what netem does",
+    "sysctl": "nslab cannot tell which way a busy host moves what a sysctl does",
+    NO_EVENT: "the outage has some other cause, perhaps a timer's",
+}
 
 
 def _event_key(e: Any) -> str:
@@ -244,9 +267,12 @@ def _event_key(e: Any) -> str:
 
 def _timed(record: Any, value: str) -> List[str]:
     """The events of ``record``'s trial after which a busy host could have
-    made ``value`` read shorter (:data:`UNTIMED`)."""
+    made ``value`` read shorter (:data:`UNTIMED`); :data:`NO_EVENT` for a
+    trial without events."""
     name = value.rsplit(".", 1)[-1]
     events = getattr(record.measurements, "events", None) or []
+    if not events:
+        return [NO_EVENT]
     return [k for k in map(_event_key, events) if name not in UNTIMED.get(k, ())]
 
 
@@ -255,30 +281,45 @@ def untimed(record: Any, value: str) -> bool:
     trial: it had events, and after each of them only lengthening is
     possible (:data:`UNTIMED`). A trial without events: its outage has some
     other cause, which may be a timer's."""
-    events = getattr(record.measurements, "events", None) or []
-    return bool(events) and not _timed(record, value)
+    return not _timed(record, value)
+
+
+def _value(record: Any, value: str) -> Optional[float]:
+    """``record``'s finite ``value``, or None."""
+    x = record.measurements.values.get(value)
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _disturbed(records: Iterable[Any], value: str, where: Dict[str, Any]) -> List[Any]:
+    """The valid records matching ``where`` that the host disturbed and that
+    hold a finite ``value``."""
+    from nslab.store.records import disturbed
+    return [r for r in records if not r.measurements.invalid and disturbed(r)
+            and matches(r.params, where) and _value(r, value) is not None]
 
 
 def timed_events(records: Iterable[Any], value: str, where: Dict[str, Any]) -> List[str]:
     """The events after which a busy host could have shortened ``value``, in
-    the valid, disturbed records matching ``where``, sorted."""
-    from nslab.store.records import disturbed
-    return sorted({k for r in records
-                   if not r.measurements.invalid and disturbed(r) and matches(r.params, where)
-                   for k in _timed(r, value)})
+    the disturbed records of :func:`_disturbed`, sorted (:data:`NO_EVENT` for
+    trials without any)."""
+    return sorted({k for r in _disturbed(records, value, where) for k in _timed(r, value)})
+
+
+def why_shorter(keys: Sequence[str]) -> str:
+    """The row's words on the disturbed trials left out after ``keys``
+    (:func:`timed_events`): the events, those of one reason together, each
+    group with its reason (:data:`WHY_SHORTER`)."""
+    by: Dict[str, List[str]] = {}
+    for k in keys:
+        by.setdefault(WHY_SHORTER.get(k, TIMER_SOONER), []).append(k)
+    return "; ".join(f"the disturbed trials {'with' if ks == [NO_EVENT] else 'after'} "
+                     f"{', '.join(ks)} stay out ({why})" for why, ks in by.items())
 
 
 #: Why a claim is undecided whose trials the host disturbed, too many to
 #: leave enough (:func:`nslab.store.reporting.note_interference` says how).
 NO_UNDISTURBED = "no undisturbed trial"
 TOO_FEW_UNDISTURBED = "too few undisturbed trials"
-
-
-def _disturbed_at(records: Iterable[Any], where: Dict[str, Any]) -> int:
-    """How many valid records matching ``where`` the host disturbed."""
-    from nslab.store.records import disturbed
-    return sum(1 for r in records
-               if not r.measurements.invalid and disturbed(r) and matches(r.params, where))
 
 
 def _none_undisturbed(spec: ClaimSpec, where: str) -> Claim:
@@ -323,12 +364,9 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
             timed = timed_events(records, spec.value, spec.where)
             if timed:
                 out = out or _none_undisturbed(spec, where)
-                out.why += (f"; the disturbed trials after {', '.join(timed)} stay out: "
-                            "there a busy host can make it read shorter (a peer it made "
-                            "late fires a protocol timer sooner, a late daemon starts the "
-                            "outage later)")
+                out.why += f"; a busy host can make it read shorter: {why_shorter(timed)}"
         if out is None:
-            if _disturbed_at(records, spec.where):
+            if _disturbed(records, spec.value, spec.where):
                 return _none_undisturbed(spec, where)
             return Claim(spec.claim, f"no values of {spec.value} at {where}", "undecided",
                          "nothing measured there", spec.source or "")
@@ -338,7 +376,7 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     label = f"{spec.value}: {where} vs {_where_text(b_where)}"
     if len(a) < 2 or len(b) < 2:
         short = [w for w, xs in ((spec.where, a), (b_where, b)) if len(xs) < 2]
-        busy = all(len(values_of(records, spec.value, w)) + _disturbed_at(records, w) >= 2
+        busy = all(len(values_of(records, spec.value, w)) + len(_disturbed(records, spec.value, w)) >= 2
                    for w in short)
         return Claim(spec.claim, f"{label}: n={len(a)} and n={len(b)}", "undecided",
                      f"{TOO_FEW_UNDISTURBED}: fewer than two on a side" if busy

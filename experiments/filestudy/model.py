@@ -302,13 +302,14 @@ class Delivery(_Metric):
 
 
 class Convergence(_Metric):
-    """Route convergence at ``node`` for ``prefix``: ``withdrawn_ms`` (from just
-    before the first event is applied until a read of the routing table, timed
-    when it returns, finds a nexthop gone) and ``restored_ms`` (until all the
-    nexthops it had before the trial are back); polled every 20 ms. A busy
-    host can only make either longer, unless a protocol timer decides it (a
-    silent failure's detection, a session's retries), which a late peer can
-    make fire sooner."""
+    """Route convergence at ``node`` for ``prefix`` (a network another
+    routing node announces: ``node``'s BGP route to it is the one watched):
+    ``withdrawn_ms`` (from just before the first event is applied until a
+    read of the routing table, timed when it returns, finds a nexthop gone)
+    and ``restored_ms`` (until all the nexthops it had before the trial are
+    back); polled every 20 ms. A busy host can only make either longer,
+    unless a protocol timer decides it (a silent failure's detection, a
+    session's retries), which a late peer can make fire sooner."""
 
     metric: Literal["convergence"]
     node: NodeName

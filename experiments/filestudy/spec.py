@@ -17,6 +17,7 @@ Sweep keys:
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import itertools
 import os
 import re
@@ -418,8 +419,16 @@ def _check_names(loaded: Loaded, topo: Topology) -> None:
         node = getattr(m, "node", None)
         if node is not None and (node not in nodes or nodes[node].is_switch):
             raise loaded.fail(("metrics", i, "node"), f"no host or router {node!r}")
-        if isinstance(m, Convergence) and bgp_of(nodes[m.node]) is None:
-            raise loaded.fail(("metrics", i, "node"), f"{m.node} runs no routing daemon")
+        if isinstance(m, Convergence):
+            if bgp_of(nodes[m.node]) is None:
+                raise loaded.fail(("metrics", i, "node"), f"{m.node} runs no routing daemon")
+            announced = sorted({str(n) for other, nd in nodes.items() if other != m.node
+                                for n in getattr(bgp_of(nd), "networks", None) or []})
+            if str(ipaddress.IPv4Network(m.prefix)) not in announced:
+                raise loaded.fail(("metrics", i, "prefix"), (
+                    f"no other routing node announces {m.prefix}, so {m.node} has no BGP "
+                    "route of its own to it, whose nexthops a convergence metric counts "
+                    f"(announced: {', '.join(announced) or 'none'})"))
 
 
 def address_of(topo: Topology, node: str) -> Optional[str]:

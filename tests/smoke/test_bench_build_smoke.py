@@ -68,12 +68,15 @@ def test_quiesce_waits_out_busy_tasks_but_not_sched_idle_ones(policy_idle):
     from nslab.run.bench import quiesce
     procs = _spinners(policy_idle)
     try:
-        waited = quiesce(timeout=2.0)
+        # in CI, set-up beside the labs may keep the kernel's own threads
+        # (writeback) busy for a while: an idle window within 5 s, where a
+        # busy loop on every CPU would keep it waiting to the end
+        waited = quiesce(timeout=5.0)
     finally:
         for p in procs:
             p.kill()
             p.wait()
     if policy_idle:
-        assert waited < 1.0, waited
+        assert waited < 4.0, waited
     else:
-        assert waited >= 2.0, waited
+        assert waited >= 5.0, waited

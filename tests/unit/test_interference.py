@@ -360,8 +360,8 @@ def test_failover_outages_under_a_bound_stand_when_the_host_was_busy_and_nothing
         assert c.decide.startswith("a quiet host"), c
     bfd = busy["With BFD a silent failure is detected in about the detect time (under 1 s)"]
     assert quiet[bfd.claim].verdict == "agrees"
-    assert ("the disturbed trials after link-blackhole stay out: there a busy host can make "
-            "it read shorter (a peer it made late fires a protocol timer sooner") in bfd.why, bfd
+    assert ("a busy host can make it read shorter: the disturbed trials after link-blackhole "
+            "stay out (a peer the host made late fires a protocol timer sooner)") in bfd.why, bfd
     # records made before the runner said whether a link's end is a switch:
     # a link taken down to a switch leaves its other nodes to a timer, so
     # they do not join either
@@ -458,6 +458,29 @@ def test_disturbed_trials_join_an_under_claim_only_after_events_no_timer_waits_o
     assert "the disturbed trials after link-blackhole, link-restore stay out" in c.why, c
     c = judge_claim(spec, [quiet_one] + [rec(300.0 + i, True, kill["bfdd"]) for i in range(4)])
     assert c.verdict == "undecided" and "after daemon-kill/bfdd stay out" in c.why, c
+    # each event with its own reason, those of one reason together; trials
+    # without events named too
+    c = judge_claim(spec, [quiet_one] + [rec(300.0, True, kill["bgpd"]), rec(301.0, True),
+                                         rec(302.0, True, ev("sysctl")),
+                                         rec(303.0, True, ev("link-down")),
+                                         rec(304.0, True, down_sw),
+                                         rec(305.0, True, ev("link-blackhole")),
+                                         rec(306.0, True, ev("daemon-stop"))])
+    assert c.verdict == "undecided", c
+    for said in ("after daemon-kill/bgpd stay out (its node's zebra, made late, starts the "
+                 "outage later)",
+                 "after daemon-stop, link-blackhole stay out (a peer the host made late fires "
+                 "a protocol timer sooner)",
+                 "after link-down (ends unknown) stay out (its record is older than the "
+                 "events' switch field",
+                 "after link-down (to a switch) stay out (the switch keeps the carrier up",
+                 "with no event stay out (the outage has some other cause",
+                 "after sysctl stay out (nslab cannot tell which way a busy host moves what a "
+                 "sysctl does)"):
+        assert said in c.why, (said, c.why)
+    # disturbed trials that measured nothing there: nothing measured, not a quiet host
+    c = judge_claim(spec, [rec(None, True, ev("link-blackhole")) for _ in range(3)])
+    assert c.why == "nothing measured there" and not c.decide.startswith("a quiet host"), c
     # all of them disturbed: no value, and a quiet host decides it
     c = judge_claim(spec, [rec(300.0 + i, True, ev("link-blackhole")) for i in range(4)])
     assert c.verdict == "undecided" and c.why.startswith("no undisturbed trial"), c
@@ -485,7 +508,7 @@ def test_disturbed_trials_join_an_under_claim_only_after_events_no_timer_waits_o
 
 
 def test_the_time_a_sched_idle_thread_ran_is_read_from_proc():
-    """:func:`idle_policy_run` on this machine's /proc: a child that ran 50 ms
+    """:func:`idle_policy_run` on this machine's /proc: a child that ran 20 ms
     of CPU and then took the SCHED_IDLE policy is listed with at least that
     time; this process (another policy) is not. The difference of two reads
     counts a thread born between them from zero."""
@@ -496,14 +519,14 @@ def test_the_time_a_sched_idle_thread_ran_is_read_from_proc():
     child = subprocess.Popen([sys.executable, "-c", (
         "import os, sys, time\n"
         "t = time.process_time()\n"
-        "while time.process_time() - t < 0.05: pass\n"
+        "while time.process_time() - t < 0.02: pass\n"
         "os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))\n"
         "print('ready', flush=True)\n"
         "sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "ready\n"
         got = idle_policy_run()
-        assert got.get(child.pid, 0) >= 50_000_000, got
+        assert got.get(child.pid, 0) >= 20_000_000, got
         if os.sched_getscheduler(0) != os.SCHED_IDLE:
             assert os.getpid() not in got
         assert idle_policy_ns({}, {child.pid: got[child.pid]}) == got[child.pid]

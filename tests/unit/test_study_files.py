@@ -571,3 +571,19 @@ def test_study_check_says_the_checks_the_shipped_failover_study_runs_first():
     cls = study_class(FAILOVER)
     resolved = cls.resolved(cls.Config.preset("quick"))
     assert [c.check for _, c in resolved.checks.stage(1).checks] == kinds
+
+
+def test_a_convergence_metric_on_a_prefix_no_other_node_announces(tmp_path):
+    """server2's own loopback, and a prefix only a wider route covers: server2
+    has no BGP route of its own to either (it would count 0 nexthops of the
+    one it expects, and every trial would read as a route lost before its
+    event)."""
+    text = open(FAILOVER).read()
+    line = "{metric: convergence, node: server2, prefix: 10.0.200.1/32}"
+    assert line in text
+    for prefix in ("10.0.200.2/32", "10.9.0.0/16"):
+        msg = error_of(tmp_path, text.replace(line, line.replace("10.0.200.1/32", prefix)))
+        n = text[:text.index(line)].count("\n") + 1
+        assert f"study.yaml:{n}: metrics." in msg and ".prefix: no other routing node announces " \
+            f"{prefix}, so server2 has no BGP route of its own to it" in msg, msg
+        assert "(announced: 10.0.200.1/32" in msg, msg
