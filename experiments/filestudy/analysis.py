@@ -235,13 +235,16 @@ def one_sided(value: str) -> bool:
 #: (:data:`WHY_SHORTER` says why, event by event).
 UNTIMED = {"link-down": ("gap_ms", "withdrawn_ms"), "daemon-kill/bgpd": ("withdrawn_ms",)}
 
-#: A trial without events (:func:`_timed`): its outage has some other cause.
+#: A trial without events (:func:`_timed`): what it measured has some other cause.
 NO_EVENT = "no event"
 #: The usual reason (:data:`WHY_SHORTER`'s default).
 TIMER_SOONER = "a peer the host made late fires a protocol timer sooner"
+#: The reason for ``restored_ms``, whatever the event (:data:`RAISED_BY_A_BUSY_HOST`).
+BACK_ON_TIMERS = ("a route comes back on BGP's timers (a session's retries, its open and "
+                  "keepalive), which a late peer fires sooner")
 #: Why a busy host may have shortened a value after an event, by
 #: :func:`_event_key` (the claim's row names each); any other event:
-#: :data:`TIMER_SOONER`.
+#: :data:`TIMER_SOONER`; ``restored_ms``: :data:`BACK_ON_TIMERS`.
 WHY_SHORTER = {
     "daemon-kill/bgpd": "its node's zebra, made late, starts the outage later",
     "link-down (to a switch)": "the switch keeps the carrier up, so a protocol timer ends it, "
@@ -251,7 +254,7 @@ WHY_SHORTER = {
     "link-rate": "nslab cannot tell which way a busy host moves what a rate change does",
     "link-netem": "nslab cannot tell which way a busy host moves what netem does",
     "sysctl": "nslab cannot tell which way a busy host moves what a sysctl does",
-    NO_EVENT: "the outage has some other cause, perhaps a timer's",
+    NO_EVENT: "what it measured has some other cause, perhaps a timer's",
 }
 
 
@@ -290,12 +293,13 @@ def _value(record: Any, value: str) -> Optional[float]:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _disturbed(records: Iterable[Any], value: str, where: Dict[str, Any]) -> List[Any]:
-    """The valid records matching ``where`` that the host disturbed and that
-    hold a finite ``value``."""
+def _disturbed(records: Iterable[Any], value: str, where: Dict[str, Any],
+               with_value: bool = True) -> List[Any]:
+    """The valid records matching ``where`` that the host disturbed and (with
+    ``with_value``) that hold a finite ``value``."""
     from nslab.store.records import disturbed
     return [r for r in records if not r.measurements.invalid and disturbed(r)
-            and matches(r.params, where) and _value(r, value) is not None]
+            and matches(r.params, where) and (not with_value or _value(r, value) is not None)]
 
 
 def timed_events(records: Iterable[Any], value: str, where: Dict[str, Any]) -> List[str]:
@@ -305,15 +309,18 @@ def timed_events(records: Iterable[Any], value: str, where: Dict[str, Any]) -> L
     return sorted({k for r in _disturbed(records, value, where) for k in _timed(r, value)})
 
 
-def why_shorter(keys: Sequence[str]) -> str:
+def why_shorter(keys: Sequence[str], value: str) -> str:
     """The row's words on the disturbed trials left out after ``keys``
     (:func:`timed_events`): the events, those of one reason together, each
-    group with its reason (:data:`WHY_SHORTER`)."""
+    group with its reason (:data:`WHY_SHORTER`, :data:`BACK_ON_TIMERS`)."""
     by: Dict[str, List[str]] = {}
+    restored = value.rsplit(".", 1)[-1] == "restored_ms"
     for k in keys:
-        by.setdefault(WHY_SHORTER.get(k, TIMER_SOONER), []).append(k)
-    return "; ".join(f"the disturbed trials {'with' if ks == [NO_EVENT] else 'after'} "
-                     f"{', '.join(ks)} stay out ({why})" for why, ks in by.items())
+        why = BACK_ON_TIMERS if restored and k != NO_EVENT else WHY_SHORTER.get(k, TIMER_SOONER)
+        by.setdefault(why, []).append(k)
+    groups = [f"{'with' if ks == [NO_EVENT] else 'after'} {', '.join(ks)} ({why})"
+              for why, ks in by.items()]
+    return f"the disturbed trials {' and those '.join(groups)} stay out"
 
 
 #: Why a claim is undecided whose trials the host disturbed, too many to
@@ -364,9 +371,13 @@ def _judge(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
             timed = timed_events(records, spec.value, spec.where)
             if timed:
                 out = out or _none_undisturbed(spec, where)
-                out.why += f"; a busy host can make it read shorter: {why_shorter(timed)}"
+                out.why += (f"; a busy host may have made it read shorter: "
+                            f"{why_shorter(timed, spec.value)}")
         if out is None:
-            if _disturbed(records, spec.value, spec.where):
+            # disturbed trials with no value of a value a busy host can only
+            # raise: it may have pushed it past the trial's end
+            if _disturbed(records, spec.value, spec.where,
+                          with_value=not one_sided(spec.value)):
                 return _none_undisturbed(spec, where)
             return Claim(spec.claim, f"no values of {spec.value} at {where}", "undecided",
                          "nothing measured there", spec.source or "")

@@ -20,7 +20,7 @@ import re
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 from pydantic import (BeforeValidator, Field, StrictBool, StrictInt, WithJsonSchema,
-                      model_validator)
+                      field_validator, model_validator)
 from typing_extensions import Annotated, Literal
 
 from nslab.errors import InputError
@@ -315,10 +315,12 @@ class Convergence(_Metric):
     node: NodeName
     prefix: Annotated[str, Field(pattern=r"^[0-9.]{7,15}/[0-9]{1,2}$")]
 
-    @model_validator(mode="after")
-    def _prefix(self) -> "Convergence":
-        ipaddress.IPv4Network(self.prefix)
-        return self
+    @field_validator("prefix", mode="after")
+    @classmethod
+    def _prefix(cls, v: str) -> str:
+        """A network, written as the kernel's routing table writes it
+        (``10.0.0.0/08`` becomes ``10.0.0.0/8``)."""
+        return str(ipaddress.IPv4Network(v))
 
 
 class Cpu(_Metric):

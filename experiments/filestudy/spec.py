@@ -428,7 +428,8 @@ def _check_names(loaded: Loaded, topo: Topology) -> None:
                 raise loaded.fail(("metrics", i, "prefix"), (
                     f"no other routing node announces {m.prefix}, so {m.node} has no BGP "
                     "route of its own to it, whose nexthops a convergence metric counts "
-                    f"(announced: {', '.join(announced) or 'none'})"))
+                    f"(announced: {', '.join(announced[:8]) or 'none'}"
+                    f"{f' and {len(announced) - 8} more' if len(announced) > 8 else ''})"))
 
 
 def address_of(topo: Topology, node: str) -> Optional[str]:

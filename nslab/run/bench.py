@@ -10,7 +10,7 @@ import os
 import subprocess
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from ..errors import CapabilityError
 from ..safeio import make_dirs, write_atomic
@@ -103,38 +103,53 @@ def time_command(argv: List[str], cwd: Optional[str] = None,
     return dt
 
 
-def _cpu_times() -> Tuple[int, int]:
-    """(all, idle) jiffies of the machine, from /proc/stat's first line: user,
-    nice, system, idle, iowait, irq, softirq (steal is the hypervisor's, and
-    guest time is already in user)."""
-    with open("/proc/stat") as f:
-        vals = [int(v) for v in f.readline().split()[1:8]]
-    return sum(vals), vals[3] + vals[4]
+#: A busy loop, pinned to the CPU given, run for the seconds given at its
+#: parent's policy: the share of that wall time it got, on stdout.
+_PROBE = (
+    "import os, sys, time\n"
+    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "t0, c0 = time.monotonic(), time.process_time()\n"
+    "while time.monotonic() - t0 < float(sys.argv[2]): pass\n"
+    "print((time.process_time() - c0) / (time.monotonic() - t0))\n")
+
+
+def cpu_share(window: float = 0.2) -> float:
+    """The smallest share of the wall time (0-1) that a busy loop got over
+    ``window`` seconds, one loop pinned to each CPU this process may use, at
+    its policy: what a timed run started now would get of the CPUs. Another
+    task that wants a CPU takes part of it (the kernel's own threads and
+    softirqs too); a task of the ``SCHED_IDLE`` policy yields it."""
+    import sys
+    loops = [subprocess.Popen([sys.executable, "-I", "-c", _PROBE, str(cpu), f"{window:g}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for cpu in sorted(os.sched_getaffinity(0))]
+    shares = []
+    for p in loops:
+        out, _ = p.communicate(timeout=window + 30)
+        try:
+            shares.append(float(out))
+        except ValueError:
+            shares.append(0.0)
+    return min(shares, default=0.0)
 
 
 def quiesce(busy_below: float = 0.10, window: float = 0.2, timeout: float = 15.0) -> float:
-    """Wait until the machine's CPUs are idle (busy under ``busy_below`` over a
-    ``window``), at most ``timeout`` seconds; returns the seconds waited.
+    """Wait until the machine's CPUs are idle (a busy loop on each gets all
+    but ``busy_below`` of a ``window``: :func:`cpu_share`), at most
+    ``timeout`` seconds; returns the seconds waited.
 
     A benchmark calls it before each timed run: the kernel finishes a
     namespace's teardown after ``ip netns del`` has returned, and a thousand
     hosts' IPv6 start-up keeps a CPU busy for seconds after a build, so the
     next run measured right away would pay for the one before.
 
-    Time taken by tasks of the ``SCHED_IDLE`` policy is not busy: such a task
-    runs only on a CPU no other task wants and yields it at once (``make
-    test`` runs its guests and set-up so beside the labs; waiting for them
-    would wait out the timeout before every run)."""
-    from ..traffic.interference import idle_policy_ns, idle_policy_run
-    tick = os.sysconf("SC_CLK_TCK")
+    Tasks of the ``SCHED_IDLE`` policy give way to the loops (``make test``
+    runs its guests and set-up so beside the labs): they do not make it
+    wait. They are not free: a guest under TCG beside a timed run still
+    costs it some of the caches and memory bandwidth."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
-        a, ia = _cpu_times(), idle_policy_run()
-        time.sleep(window)
-        b, ib = _cpu_times(), idle_policy_run()
-        total = b[0] - a[0]
-        busy = total - (b[1] - a[1]) - idle_policy_ns(ia, ib) * tick / 1e9
-        if total <= 0 or busy / total < busy_below:
+        if cpu_share(window) >= 1.0 - busy_below:
             break
     return time.monotonic() - t0
 

@@ -212,35 +212,6 @@ def sched_policy(stat: str) -> Optional[int]:
         return None
 
 
-def idle_policy_run(proc: str = PROC) -> Dict[int, int]:
-    """Nanoseconds each thread of the ``SCHED_IDLE`` policy has run so far,
-    by thread id: what such tasks took between two reads is CPU time that no
-    other task wanted (:func:`nslab.run.bench.quiesce` leaves it out)."""
-    out: Dict[int, int] = {}
-    for name in os.listdir(proc):
-        if not name.isdigit():
-            continue
-        try:
-            tids = os.listdir(f"{proc}/{name}/task")
-        except OSError:
-            continue
-        for t in tids:
-            if sched_policy(_read(f"{proc}/{name}/task/{t}/stat") or "") != SCHED_IDLE:
-                continue
-            st = _read(f"{proc}/{name}/task/{t}/schedstat")
-            try:
-                out[int(t)] = parse_task_schedstat(st or "").run_ns
-            except ValueError:
-                continue
-    return out
-
-
-def idle_policy_ns(a: Mapping[int, int], b: Mapping[int, int]) -> int:
-    """Nanoseconds ``SCHED_IDLE`` threads ran between two reads of
-    :func:`idle_policy_run` (a thread born between them counts from zero)."""
-    return sum(max(0, ns - a.get(tid, 0)) for tid, ns in b.items())
-
-
 def parse_cpu_list(text: str) -> Set[int]:
     """"0-2,5" -> {0, 1, 2, 5}."""
     out: Set[int] = set()

@@ -61,15 +61,16 @@ def _spinners(policy_idle):
 
 @pytest.mark.parametrize("policy_idle", [True, False], ids=["sched-idle", "normal"])
 def test_quiesce_waits_out_busy_tasks_but_not_sched_idle_ones(policy_idle):
-    """Before each timed build the bench waits for an idle machine: busy loops
-    on every CPU keep it waiting to its timeout; the same loops at the
-    SCHED_IDLE policy (as `make test` runs its guests beside the labs) take
-    only time no other task wants, and it goes on at once."""
+    """Before each timed build the bench waits for an idle machine (a busy
+    loop of its own on each CPU gets nearly all of it): busy loops on every
+    CPU keep it waiting to its timeout; the same loops at the SCHED_IDLE
+    policy (as `make test` runs its guests beside the labs) give way to it,
+    and it goes on at once."""
     from nslab.run.bench import quiesce
     procs = _spinners(policy_idle)
     try:
         # in CI, set-up beside the labs may keep the kernel's own threads
-        # (writeback) busy for a while: an idle window within 5 s, where a
+        # (writeback) busy for a while: a quiet moment within 5 s, where a
         # busy loop on every CPU would keep it waiting to the end
         waited = quiesce(timeout=5.0)
     finally:

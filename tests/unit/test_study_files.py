@@ -587,3 +587,7 @@ def test_a_convergence_metric_on_a_prefix_no_other_node_announces(tmp_path):
         assert f"study.yaml:{n}: metrics." in msg and ".prefix: no other routing node announces " \
             f"{prefix}, so server2 has no BGP route of its own to it" in msg, msg
         assert "(announced: 10.0.200.1/32" in msg, msg
+    # the prefix as the routing table writes it, which the runner looks up
+    from nslab.experiments.filestudy.model import Convergence
+    assert Convergence.model_validate({"metric": "convergence", "node": "server2",
+                                       "prefix": "10.0.0.0/08"}).prefix == "10.0.0.0/8"
