@@ -99,6 +99,7 @@ class Rfc2544Runner(Tests, Calibration):
             info["dut_cost_filters"] = n
             if cal:
                 info["calibration"] = cal
+                self.cal_target_fps = float(cal["target_fps"]) if cal.get("target_fps") else None
         # the bed floor and the calibration are measured once per run: a later
         # round's estimate leaves them out (nslab.run.study.round_cost)
         info["once_s"] = round(once, 1)

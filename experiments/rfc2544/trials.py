@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import random
 import subprocess
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -91,6 +90,13 @@ class TrialBed:
     """One DUT's test bed, and a trial on it (the study's tests, the
     calibration and the runner build on this: :mod:`.runner`)."""
 
+    #: the knee the calibration aimed the DUT at, 64-byte frames/s (None: no
+    #: calibration in this run; :meth:`.search.Tests.prior_fps`)
+    cal_target_fps: Optional[float] = None
+    #: the seed of the throughput searches' dithers (None: random;
+    #: :meth:`.search.Tests.search_rng`)
+    rng_seed: Optional[str] = None
+
     def __init__(self, lab: Lab, cfg: Rfc2544Config, dut: str, store: Any) -> None:
         from nslab.topologies.rfc2544 import roles
         self.lab, self.cfg, self.dut, self.store = lab, cfg, dut, store
@@ -127,10 +133,10 @@ class TrialBed:
         self.speed: Any = _SteadyClock() if self.layout.shared else SpeedWatch(self.layout.cpus)
         self._excluded_streak = 0
         self.baseline_ok = True
-        #: the throughput searches' dither (:func:`~.model.rate_search`): seeded on
-        #: the virtual bed, whose trials repeat themselves, so that a run repeats
-        #: itself too (a point's searches still differ: the generator moves on)
-        self._rng = random.Random(f"{cfg.vcpu_shift}/{dut}" if self.layout.shared else None)
+        #: the throughput searches' dithers (:func:`~.model.rate_search`): seeded
+        #: on the virtual bed, whose trials repeat themselves, so that a run
+        #: repeats itself too (each search has a stream of its own)
+        self.rng_seed = f"{cfg.vcpu_shift}/{dut}" if self.layout.shared else None
 
     # -- the generator's send path ------------------------------------------------
     def gen_args(self, iface: str = "gen-eth0", dst_mac: Optional[str] = None) -> List[str]:
