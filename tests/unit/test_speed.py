@@ -272,7 +272,7 @@ def test_a_search_keeps_disturbed_passes_and_measures_disturbed_failures_again()
             self.cfg = Rfc2544Config.preset("quick")
             self.layout = REAL  # the real bed's two CPUs (its search steps)
             self._excluded_streak, self.calls, self.short = 0, 0, short
-            self.baseline_ok = True
+            self.baseline_ok, self.rng_seed = True, "3"  # the searches repeat themselves
 
         def line_fps(self, size):
             return 148810.0
@@ -305,8 +305,10 @@ def test_a_search_keeps_disturbed_passes_and_measures_disturbed_failures_again()
     assert failed and all(not p["invalid"] for p in failed)
     assert any(p["interference_reruns"] == 1 for p in failed)
     assert r.calls == len(probes) + sum(p["interference_reruns"] for p in probes)
-    # a generator 3 % short on the disturbed trials: no pass stands on them
-    r = Runner(short=0.03)
+    # a generator 10 % short on the disturbed trials (more than half a step at
+    # every rate these searches can probe: none is below 22 kfps): no pass
+    # stands on them
+    r = Runner(short=0.10)
     m = r.throughput(64)
     assert not any(p.get("stands") for p in m["probes"])
     assert m["searches_disturbed"] == [False] * 3
