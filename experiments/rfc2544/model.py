@@ -147,8 +147,9 @@ def rate_search(ok: Callable[[float], bool], top: float, step: float,
     """RFC 2544's search for the highest rate up to ``top`` at which ``ok``
     (a trial passed), to within ``step``; 0.0 when none passes.
 
-    With ``hint`` (an earlier search's result) the first two probes bracket
-    it (+-20 %), which saves probes without assuming the answer. The bracket
+    With ``hint`` (the calibration's target, or the earlier searches'
+    median: :meth:`.search.Tests.prior_fps`) the first two probes bracket it
+    (+-20 %), which saves probes without assuming the answer. The bracket
     and every split are dithered (``rng``): with the midpoint, every search
     walked one fixed grid of rates (top / 2^k), and the later searches of a
     point, bracketing the first's result, landed on the same rates as it:

@@ -163,9 +163,9 @@ class Throughput(Strict):
     baseline_ok: Optional[bool] = None
     #: the searches' step, frames/s (None: runs before nslab kept it)
     step_fps: Optional[float] = None
-    #: where every search first bracketed: the calibration's target (None:
-    #: no calibration, or runs before it; each later search bracketed the
-    #: earlier ones' median)
+    #: where every search first bracketed: the calibration's target at 64
+    #: bytes (None: another frame size, no calibration, or runs before it;
+    #: each later search bracketed the earlier ones' median)
     prior_fps: Optional[float] = None
 
 

@@ -119,7 +119,7 @@ class Rfc2544Runner(Tests, Calibration):
             return m, [], (f"back-to-back {m['frames_mean']:.0f} frames (min {m['frames_min']:.0f}, "
                            f"max {m['frames_max']:.0f}) = {m['burst_ms_mean']:.1f} ms at line rate")
         if test == "throughput":
-            m = self.throughput(size)
+            m = self.throughput(size, int(p.get("repeat", 0)))
             return m, [], (f"throughput {m['throughput_fps']:.0f} fps ({m['pct_of_line']:.0f} % "
                            "of line)" + (" [generator-limited]" if m["generator_limited"] else ""))
         if test == "mlrsearch":

@@ -87,8 +87,9 @@ class Tests(TrialBed):
     def prior_fps(self, size: int) -> Optional[float]:
         """Where every throughput search of a point first brackets: the knee
         the calibration aimed the DUT at, at the frame size it calibrates (64
-        bytes). None elsewhere (and with no calibration): there each later
-        search brackets the median of the earlier ones.
+        bytes), whether or not the calibration's last reading met it. None
+        at other sizes and with no calibration: there each later search
+        brackets the median of the earlier ones.
 
         A prior that no search's outcome moves keeps the searches apart: on
         the virtual bed a probe at the knee loses 2 frames of 2,485 in one
@@ -98,16 +99,19 @@ class Tests(TrialBed):
         five runs and ~3,460 in three: 1.19 %)."""
         return self.cal_target_fps if size == 64 and self.cal_target_fps else None
 
-    def search_rng(self, size: int, i: int) -> random.Random:
-        """The dithers of search ``i`` at ``size``: a stream of its own, so
-        that how many probes one search took does not move the rates another
-        probes; seeded where the bed's trials repeat themselves
-        (:attr:`rng_seed`)."""
-        return random.Random(f"{self.rng_seed}/{size}/{i}" if self.rng_seed else None)
+    def search_rng(self, size: int, repeat: int, i: int) -> random.Random:
+        """The dithers of search ``i`` of repeat ``repeat`` at ``size``: a
+        stream of its own, so that how many probes one search took does not
+        move the rates another probes; seeded where the bed's trials repeat
+        themselves (:attr:`rng_seed`), and differently for every repeat (the
+        same dithers would repeat a search to the frame there, and the
+        repeats' pooled spread would be no spread)."""
+        return random.Random(f"{self.rng_seed}/{size}/{repeat}/{i}" if self.rng_seed else None)
 
-    def throughput(self, size: int) -> Dict[str, Any]:
-        """``searches`` independent RFC 2544 searches; the point's throughput is
-        their median, their spread is what the report's interval comes from."""
+    def throughput(self, size: int, repeat: int = 0) -> Dict[str, Any]:
+        """``searches`` independent RFC 2544 searches (of the point's
+        ``repeat``); the point's throughput is their median, their spread is
+        what the report's interval comes from."""
         line = self.line_fps(size)
         ceiling = self.measure_ceiling(size)
         probes: List[Dict[str, Any]] = []
@@ -119,7 +123,7 @@ class Tests(TrialBed):
         for i in range(self.cfg.searches):
             first = len(probes)
             hint = prior if prior is not None else (statistics.median(found) if found else None)
-            fps, conf, o = self.search(size, probes, hint, self.search_rng(size, i))
+            fps, conf, o = self.search(size, probes, hint, self.search_rng(size, repeat, i))
             found.append(fps)
             occ.append(o)
             confirmed = confirmed and conf

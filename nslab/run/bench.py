@@ -6,6 +6,7 @@ points: topologies, studies) and print ratios measured side by side in one run.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import threading
@@ -14,6 +15,8 @@ from typing import Dict, List, Optional
 
 from ..errors import CapabilityError
 from ..safeio import make_dirs, write_atomic
+
+log = logging.getLogger(__name__)
 
 
 def mem_available_kb() -> int:
@@ -103,40 +106,57 @@ def time_command(argv: List[str], cwd: Optional[str] = None,
     return dt
 
 
-#: A busy loop, pinned to the CPU given, run for the seconds given at its
-#: parent's policy: the share of that wall time it got, on stdout.
+#: A busy loop, pinned to the CPU given, run from the CLOCK_MONOTONIC time
+#: given (so that the loops' windows coincide, after every one has started)
+#: for the seconds given, at its parent's policy: the share of that wall
+#: time it got, on stdout.
 _PROBE = (
     "import os, sys, time\n"
     "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "time.sleep(max(0.0, float(sys.argv[2]) - time.monotonic()))\n"
     "t0, c0 = time.monotonic(), time.process_time()\n"
-    "while time.monotonic() - t0 < float(sys.argv[2]): pass\n"
+    "while time.monotonic() - t0 < float(sys.argv[3]): pass\n"
     "print((time.process_time() - c0) / (time.monotonic() - t0))\n")
+#: Seconds each loop has to start before the windows open.
+_PROBE_START_S = 0.15
 
 
 def cpu_share(window: float = 0.2) -> float:
-    """The smallest share of the wall time (0-1) that a busy loop got over
-    ``window`` seconds, one loop pinned to each CPU this process may use, at
-    its policy: what a timed run started now would get of the CPUs. Another
-    task that wants a CPU takes part of it (the kernel's own threads and
-    softirqs too); a task of the ``SCHED_IDLE`` policy yields it."""
+    """The smallest share of the wall time (0-1) that a busy loop got over the
+    same ``window`` seconds, one loop pinned to each CPU this process may
+    use, at its policy: what a timed run started now would get of the CPUs.
+    Another task that wants a CPU takes part of it (the kernel's own threads
+    and softirqs too, and a hypervisor's steal); a task of the ``SCHED_IDLE``
+    policy yields it. A loop that could not run on its CPU (one gone
+    offline) is left out; with none, 0.0."""
     import sys
-    loops = [subprocess.Popen([sys.executable, "-I", "-c", _PROBE, str(cpu), f"{window:g}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-             for cpu in sorted(os.sched_getaffinity(0))]
+    start = time.monotonic() + _PROBE_START_S
+    loops: List["subprocess.Popen[str]"] = []
     shares = []
-    for p in loops:
-        out, _ = p.communicate(timeout=window + 30)
-        try:
-            shares.append(float(out))
-        except ValueError:
-            shares.append(0.0)
+    try:
+        for cpu in sorted(os.sched_getaffinity(0)):
+            loops.append(subprocess.Popen(
+                [sys.executable, "-I", "-c", _PROBE, str(cpu), repr(start), f"{window:g}"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+        for p in loops:
+            try:
+                out, _ = p.communicate(timeout=_PROBE_START_S + window + 30)
+                shares.append(float(out))
+            except (subprocess.TimeoutExpired, ValueError):
+                continue
+    finally:
+        for p in loops:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
     return min(shares, default=0.0)
 
 
 def quiesce(busy_below: float = 0.10, window: float = 0.2, timeout: float = 15.0) -> float:
     """Wait until the machine's CPUs are idle (a busy loop on each gets all
     but ``busy_below`` of a ``window``: :func:`cpu_share`), at most
-    ``timeout`` seconds; returns the seconds waited.
+    ``timeout`` seconds; returns the seconds waited, and logs a warning
+    with the share it last saw if it gave up.
 
     A benchmark calls it before each timed run: the kernel finishes a
     namespace's teardown after ``ip netns del`` has returned, and a thousand
@@ -146,11 +166,17 @@ def quiesce(busy_below: float = 0.10, window: float = 0.2, timeout: float = 15.0
     Tasks of the ``SCHED_IDLE`` policy give way to the loops (``make test``
     runs its guests and set-up so beside the labs): they do not make it
     wait. They are not free: a guest under TCG beside a timed run still
-    costs it some of the caches and memory bandwidth."""
+    costs it some of the caches and memory bandwidth. A CPU quota (a
+    container's ``cpu.max``) or a hypervisor that steals time keeps the
+    share down for good: it waits out the timeout each time, and says so."""
     t0 = time.monotonic()
+    share = 0.0
     while time.monotonic() - t0 < timeout:
-        if cpu_share(window) >= 1.0 - busy_below:
-            break
+        share = cpu_share(window)
+        if share >= 1.0 - busy_below:
+            return time.monotonic() - t0
+    log.warning("the CPUs did not go quiet within %.0f s (a busy loop got %.0f %% of the "
+                "busiest one): timing anyway", timeout, 100 * share)
     return time.monotonic() - t0
 
 

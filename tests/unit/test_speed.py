@@ -392,6 +392,11 @@ def test_a_flipped_probe_in_one_search_moves_no_other_search():
     # a run repeats itself: the same outcomes, the same rates
     again = Runner(flip=False)
     assert again.throughput(64)["searches_fps"] == a["searches_fps"] and again.rates == same.rates
+    # another repeat of the point: dithers of its own (the same ones would
+    # repeat its searches to the frame, and the repeats' spread would be none)
+    other = Runner(flip=False)
+    other.throughput(64, repeat=1)
+    assert all(x != y for x, y in zip(other.rates, same.rates)), (other.rates, same.rates)
     # no calibration: the later searches bracket the earlier ones' median
     none = Runner(flip=False, target=None)
     m = none.throughput(64)
