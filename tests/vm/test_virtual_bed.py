@@ -138,12 +138,20 @@ def _same_trial(x, y, what, knee):
     occupancy 93 % and 94 %) lost nothing in either run, and received 0.2 %
     more than offered in one window and 3.6 % more in the other: 3,515 and
     3,741 fps, 6.4 % apart. Its trials at other rates received between 3.4 %
-    less and 2.6 % more than offered in the window with nothing lost."""
+    less and 2.6 % more than offered in the window with nothing lost.
+
+    Either way a window's count of evenly paced frames is its length times
+    the rate, rounded up or down, so two windows' counts may differ by one
+    frame beside that: at 50 fps a 0.5 s window held 24 frames in one CI run
+    and 25 in the other (48.02 and 49.99 fps, 4 % apart, when the searches
+    before it had probed other rates and the trial began at another phase
+    of the guest's tick)."""
     spare = max(x["dut_occupancy_pct"], y["dut_occupancy_pct"]) < SPARE_PCT
     below = (x["target_fps"] <= 0.9 * knee and x["loss_pct"] == 0 and y["loss_pct"] == 0
              and spare)
     tol = 0.02 if below else 0.10
-    assert abs(x["received_fps"] - y["received_fps"]) <= tol * max(1, x["received_fps"]), \
+    frame = 1 / min(x["counter_windows_s"]["sink"], y["counter_windows_s"]["sink"])
+    assert abs(x["received_fps"] - y["received_fps"]) <= tol * x["received_fps"] + frame, \
         (what, below, x["received_fps"], y["received_fps"])
 
 
