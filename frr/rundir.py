@@ -252,11 +252,11 @@ def owned_process(pid: int, start_time: Optional[float], run_id: Optional[str]) 
     it, and its environment must carry this run's ``NSLAB_RUN`` tag."""
     import psutil
 
-    from nslab.runtime.proc import TAG_ENV, process_start_time
+    from nslab.runtime.proc import TAG_ENV, process_start_time, same_process
     started = process_start_time(pid)
     if started is None:
         return f"pid {pid} is not running"
-    if start_time is None or started != start_time:
+    if start_time is None or not same_process(pid, start_time):
         return f"pid {pid} started at {started}, not when nslab started its daemon ({start_time})"
     # A process that has just exec'd shows an empty environment for a moment:
     # the kernel closes the parent's exec pipe (so Popen returns) before it

@@ -33,8 +33,11 @@ log = logging.getLogger(__name__)
 
 OVS_CTL = "/usr/share/openvswitch/scripts/ovs-ctl"
 _MARK = os.path.join(STATE_DIR, "ovs-started")
-#: the clock of the start mark's process start times (psutil's create_time)
-CLOCK = "psutil-create-time"
+#: the clock of the start mark's process start times: seconds since boot
+#: (:func:`nslab.runtime.proc.process_start_time`). A mark on another clock
+#: (``psutil-create-time``, seconds since the epoch, which a step of the wall
+#: clock moves) is not read: daemons it names are not provably ours.
+CLOCK = "boot-time"
 PIDFILES = {"ovsdb-server": "/var/run/openvswitch/ovsdb-server.pid",
             "ovs-vswitchd": "/var/run/openvswitch/ovs-vswitchd.pid"}
 
@@ -146,13 +149,13 @@ def started_by_nslab(wait: float = 0.0) -> bool:
     ``wait``: seconds to let an ``ovs-ctl start`` of ours (from a lab that was
     killed) finish first, so that what it starts is judged whole.
     """
-    from nslab.runtime.proc import process_start_time
+    from nslab.runtime.proc import same_process
     mark = statefile.read(_MARK)
     if mark is None or mark.get("clock") != CLOCK:
         return False  # none, or written by an older nslab on another clock: not provably ours
     ctl = mark.get("ctl")
     deadline = time.monotonic() + wait
-    while (ctl and pid_running(ctl[0]) and process_start_time(ctl[0]) == ctl[1]
+    while (ctl and pid_running(ctl[0]) and same_process(ctl[0], ctl[1])
            and time.monotonic() < deadline):
         time.sleep(0.1)
     running = _running()

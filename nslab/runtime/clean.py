@@ -30,7 +30,7 @@ from .restore import printable_text, run_restore
 from .sshcontrol import control_dirs, remove_control_dir
 from ..errors import InputError, LabError
 from ..model.naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR, check_state_dir
-from .proc import kill_pids, pids_with_tag, process_name, process_start_time, run
+from .proc import kill_pids, pids_with_tag, process_name, run, same_process
 from ..model import bounded
 from ..model.topo import Topology
 from ..model import render
@@ -191,10 +191,8 @@ def run_is_live(journal: Optional[dict]) -> bool:
     """True if the process that owns a run is still alive (same pid and start time)."""
     if not journal:
         return False
-    pid, start = journal.get("pid"), journal.get("pid_start")
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False  # a journal is data: a pid that is not one is no live run
-    return process_start_time(pid) == start
+    # a journal is data: a pid or start time that is not one is no live run
+    return same_process(journal.get("pid"), journal.get("pid_start"))
 
 
 def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import statefile
 from ..errors import InputError, LabError
-from .proc import netns_argv, process_start_time, run
+from .proc import netns_argv, process_start_time, run, same_process
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +103,7 @@ def records(workdir: str) -> List[Tuple[str, dict]]:
 
 
 def _owner_alive(record: dict) -> bool:
-    pid = record.get("pid")
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False
-    return process_start_time(pid) == record.get("pid_start")
+    return same_process(record.get("pid"), record.get("pid_start"))
 
 
 def stale(workdir: str) -> List[Tuple[str, dict]]:

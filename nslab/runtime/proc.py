@@ -241,24 +241,58 @@ def kill_pids(pids: Sequence[int], grace: float = 1.0) -> None:
 
 
 def process_start_time(pid: int) -> Optional[float]:
-    """The process's start time (seconds since the epoch, psutil's ``create_time``),
-    or None if it is gone.
+    """When the process started, in seconds since the machine booted (the
+    ``starttime`` field of ``/proc/PID/stat``, in clock ticks), or None if it
+    is gone.
 
     A pid together with its start time names one process for good: a pid
-    reused by a later process has another start time.
+    reused by a later process has another start time. The time is counted from
+    boot, never from the epoch: a start time in seconds since the epoch (boot
+    time plus this, psutil's ``create_time``) moves whenever the wall clock is
+    stepped, and a live run would then look dead to ``nslab clean`` (in CI a
+    clean stopped a live run's guest so).
     """
-    import psutil
     try:
-        return psutil.Process(pid).create_time()
-    except (psutil.Error, OSError):
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces and ")"
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:
+        return int(fields[19]) / _CLOCK_TICKS  # field 22, the third after ")" being field 3
+    except (IndexError, ValueError):
         return None
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: Start times recorded by nslab before 2026-12 were seconds since the epoch;
+#: no machine has been up this long.
+_EPOCH_STARTS = 1e9
+
+
+def same_process(pid: object, recorded: object) -> bool:
+    """True if ``pid`` runs and is the process whose start time
+    (:func:`process_start_time`) was ``recorded``. Both come from files, so
+    anything that is not a pid and a time is no live process. A start time
+    an older nslab recorded (seconds since the epoch) is compared as it was."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    if isinstance(recorded, bool) or not isinstance(recorded, (int, float)):
+        return False
+    if recorded >= _EPOCH_STARTS:
+        import psutil
+        try:
+            return bool(psutil.Process(pid).create_time() == recorded)
+        except (psutil.Error, OSError):
+            return False
+    return process_start_time(pid) == recorded
+
+
 def boot_clock() -> float:
-    """Now, on the clock of :func:`process_start_time` (boot time plus time since
-    boot), so that "started after this instant" compares like with like."""
-    import psutil
-    return psutil.boot_time() + time.clock_gettime(time.CLOCK_BOOTTIME)
+    """Now, on the clock of :func:`process_start_time` (seconds since boot,
+    ``CLOCK_BOOTTIME``), so that "started after this instant" compares like with like."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
 
 
 def process_name(pid: int) -> str:

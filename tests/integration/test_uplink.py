@@ -2,6 +2,7 @@
 sits in a namespace that plays the remote box."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +25,12 @@ pytestmark = pytest.mark.root
 
 NSLAB = os.path.join(os.path.dirname(sys.executable), "nslab")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NIC, FAR, REMOTE = "nsltnic0", "nsltnic1", "nsltremote"
+#: The stand-in NIC, its far end and the remote box's namespace, named after
+#: this test process: a run killed in the middle leaves them behind (they are
+#: the test's, untagged), and the next run removes them (:func:`_leftovers`)
+#: rather than failing on a name that exists.
+NIC, FAR, REMOTE = (f"nslt{os.getpid()}a", f"nslt{os.getpid()}b", f"nsltremote{os.getpid()}")
+_MINE = re.compile(r"nslt(?:remote)?(\d+)[ab]?")
 
 
 def sh(*argv, check=True):
@@ -43,8 +49,23 @@ def nic_state():
             "in_ovs": sh("ovs-vsctl", "port-to-br", NIC, check=False).returncode == 0}
 
 
+def _leftovers():
+    """Remove the stand-ins of test runs whose process is gone (killed before
+    their teardown), and only those: another test process's live ones stay."""
+    def gone(name):
+        m = _MINE.fullmatch(name)
+        return m is not None and not os.path.exists(f"/proc/{m.group(1)}")
+    for line in sh("ip", "netns", "list").stdout.splitlines():
+        if line.split() and gone(line.split()[0]):
+            sh("ip", "netns", "del", line.split()[0], check=False)
+    for link in json.loads(sh("ip", "-j", "link", "show").stdout or "[]"):
+        if gone(link["ifname"]):
+            sh("ip", "link", "del", link["ifname"], check=False)
+
+
 @pytest.fixture
 def stand_in_nic():
+    _leftovers()
     sh("ip", "netns", "add", REMOTE)
     sh("ip", "link", "add", "name", NIC, "type", "veth", "peer", "name", FAR, "netns", REMOTE)
     sh("ip", "addr", "add", "192.168.77.1/24", "dev", NIC)

@@ -74,3 +74,54 @@ def test_frr_wrapper_refuses_to_start_the_daemon_without_its_private_tmp(tmp_pat
     res = subprocess.run(private_tmp(["echo", "started"]), capture_output=True, text=True, env=env)
     assert res.returncode == 1 and "started" not in res.stdout
     assert "cannot mount a private /var/tmp for echo" in res.stderr
+
+
+def _clock_stepped(monkeypatch, seconds):
+    """The wall clock stepped by ``seconds`` since the processes started: the
+    boot time in seconds since the epoch (``btime`` in /proc/stat, psutil's
+    ``boot_time``) moves by as much. Seen by hand here: ``date -s "+2 seconds"``
+    moved psutil's create_time of a running process by 2.00 s."""
+    import psutil
+    import psutil._pslinux as pslinux
+    was = pslinux.boot_time()
+    monkeypatch.setattr(pslinux, "boot_time", lambda: was + seconds)
+    monkeypatch.setattr(psutil, "boot_time", lambda: was + seconds)
+
+
+def test_a_live_run_stays_live_when_the_wall_clock_steps(monkeypatch):
+    from nslab.runtime.proc import process_start_time
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        journal = {"run": "nl1234", "pid": child.pid, "pid_start": process_start_time(child.pid)}
+        _clock_stepped(monkeypatch, 2)
+        assert process_start_time(child.pid) == journal["pid_start"]
+        assert clean.run_is_live(journal)
+    finally:
+        child.kill()
+        child.wait()
+    assert not clean.run_is_live(journal)  # gone
+
+
+def test_a_start_time_an_older_nslab_recorded_still_names_its_process():
+    import psutil
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        older = {"run": "nl1234", "pid": child.pid, "pid_start": psutil.Process(child.pid).create_time()}
+        assert older["pid_start"] > 1e9 and clean.run_is_live(older)
+        assert not clean.run_is_live(dict(older, pid_start=older["pid_start"] - 1))
+        assert not clean.run_is_live(dict(older, pid_start="now"))
+        assert not clean.run_is_live(dict(older, pid_start=True))
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_another_process_of_the_same_pid_is_not_the_run():
+    from nslab.runtime.proc import process_start_time
+    me = process_start_time(os.getpid())
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not clean.run_is_live({"run": "nl1234", "pid": child.pid, "pid_start": me})
+    finally:
+        child.kill()
+        child.wait()
