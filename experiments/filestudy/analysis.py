@@ -148,9 +148,9 @@ def values_of(records: Iterable[Any], value: str, where: Dict[str, Any],
         if m.invalid or (disturbed(r) and not (disturbed_too and untimed(r, value))) \
                 or not matches(r.params, where):
             continue
-        x = m.values.get(value)
-        if x is not None and math.isfinite(x):
-            out.append(float(x))
+        x = _value(r, value)
+        if x is not None:
+            out.append(x)
     return out
 
 

@@ -11,7 +11,7 @@ QEMU guest whose clock is its instruction count (:mod:`.virtual`). See
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, ContextManager, Dict, List, Optional
+from typing import Any, Callable, ContextManager, Dict, Hashable, List, Optional
 
 from nslab.errors import CapabilityError, InputError
 from nslab.run.study import Study, StudyReport
@@ -81,6 +81,11 @@ class Rfc2544Study(Study[Rfc2544Config]):
             return None
         from .virtual import run
         return run
+
+    def cost_kind(self, point: Dict[str, Any]) -> Hashable:
+        """A throughput point (a search, minutes) is no latency or loss trial
+        (seconds); a frame size takes its own time."""
+        return (point.get("test"), point.get("frame"))
 
     def lab_key(self, cfg: Rfc2544Config, point: Dict[str, Any]) -> str:
         return point["dut"]

@@ -25,11 +25,12 @@ import json
 import logging
 import os
 import random
+import statistics
 import sys
 import time
-from typing import (Any, Callable, ClassVar, ContextManager, Dict, Generic, List, Mapping, NamedTuple,
-                    Optional, Protocol, Sequence, TypeVar,
-                    Tuple, Type)
+from collections import Counter
+from typing import (Any, Callable, ClassVar, ContextManager, Dict, Generic, Hashable, List, Mapping,
+                    NamedTuple, Optional, Protocol, Sequence, TypeVar, Tuple, Type)
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import Annotated, Self
@@ -250,6 +251,12 @@ class Study(Generic[ConfigT]):
     def describe_point(self, point: Point) -> str:
         return " ".join(f"{k}={v}" for k, v in point.items())
 
+    def cost_kind(self, point: Point) -> Hashable:
+        """Points of one kind take about as long as each other (the progress
+        line's estimate of the time left reads each kind's own mean); by
+        default every point is of one kind."""
+        return None
+
     def needed(self, cfg: ConfigT, points: List[Point],
                open_claims: List[Any]) -> List[Point]:
         """Of a later sampling round's ``points``, those that can move one of
@@ -261,12 +268,20 @@ class Study(Generic[ConfigT]):
 
 class Progress:
     """One line per point on stderr, with a rich progress bar on a terminal:
-    ``[3/39] n=16 repeat=1: 941.2 Mbit/s (~12 s left)``."""
+    ``[3/39] n=16 repeat=1: 941.2 Mbit/s (~12 s left)``.
+
+    ``kinds``: each point's kind (:meth:`Study.cost_kind`), in any order; the
+    time left is each point still to come at the mean of those of its kind
+    measured so far, or at the mean of all so far while none of its kind is
+    (a throughput search takes minutes, a latency trial seconds)."""
 
     def __init__(self, total: int, enabled: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 kinds: Optional[Sequence[Hashable]] = None) -> None:
         self.total, self.done, self.enabled, self.clock = total, 0, enabled, clock
-        self.started = clock()
+        self.started = self.last = clock()
+        self.todo: Counter[Hashable] = Counter(kinds if kinds is not None else [None] * total)
+        self.took: Dict[Hashable, List[float]] = {}
         self._bar = None
         if enabled and total and sys.stderr.isatty():
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
@@ -276,11 +291,23 @@ class Progress:
             self._task = self._bar.add_task("measuring", total=total)
             self._bar.start()
 
-    def point(self, desc: str, summary: str) -> None:
+    def left(self) -> float:
+        """Seconds the points still to come should take (see the class)."""
+        overall = (self.last - self.started) / self.done if self.done else 0.0
+        return sum(n * (statistics.fmean(self.took[k]) if k in self.took else overall)
+                   for k, n in self.todo.items() if n > 0)
+
+    def point(self, desc: str, summary: str, kind: Hashable = None) -> None:
+        """A point of ``kind`` is measured (``desc``, with ``summary``)."""
+        now = self.clock()
         self.done += 1
+        self.took.setdefault(kind, []).append(now - self.last)
+        self.last = now
+        if self.todo[kind] > 0:
+            self.todo[kind] -= 1
         if not self.enabled:
             return
-        left = (self.clock() - self.started) / self.done * (self.total - self.done)
+        left = self.left()
         # a point's parameters come from a study file: escaped on the terminal
         line = printable(f"[{self.done}/{self.total}] {desc}: {summary} (~{left:.0f} s left)")
         if self._bar is not None:
@@ -451,7 +478,8 @@ class StudyRun:
             if self.progress:
                 sys.stderr.write(line + "\n")
                 sys.stderr.flush()
-        prog = Progress(len(todo), enabled=self.progress, clock=self.clock)
+        prog = Progress(len(todo), enabled=self.progress, clock=self.clock,
+                        kinds=[study.cost_kind(p) for p in todo])
         try:
             with study.session(cfg_r):
                 for key, topo in self.labs.items():
@@ -492,7 +520,7 @@ class StudyRun:
                     store.append(point, m, raw=raw, host=host)
                     if host["disturbed"]:
                         summary += f" [host interference: {host['worst_pct']:.0f} % of the CPUs]"
-                    prog.point(study.describe_point(point), summary)
+                    prog.point(study.describe_point(point), summary, study.cost_kind(point))
             finally:
                 runner.finish()
 
