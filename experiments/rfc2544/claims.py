@@ -211,8 +211,8 @@ def same_forwarding_claims(c: _ClaimInputs) -> List[Claim]:
                                             f"tests at {(1 - est.ci.level) / 2 * 100:.2g} %)")
         made = Claim(f"Bridge and router forward about the same at {f} bytes",
                      f"throughput, router vs bridge: {est.fmt(100, 1, ' %', sign=True)}; "
-                     f"bridge {statistics.median(b):,.0f}, router "
-                     f"{statistics.median(rt):,.0f} fps (median of {len(b)}/{len(rt)} "
+                     f"bridge {statistics.fmean(b):,.0f}, router "
+                     f"{statistics.fmean(rt):,.0f} fps (mean of {len(b)}/{len(rt)} "
                      "searches)", verdict, why, c.src, c.same_published(f),
                      reads("throughput", pts))
         # at 64 bytes the calibrated cost, not the link, is what limits both

@@ -4,7 +4,10 @@ cost), or back-to-back searches.
 
 Version 2 added the ``cost`` test, several throughput searches per point
 (``searches_fps``, ``occupancy_at_throughput_pct``) and several latency trials
-at 1,000 fps; version 1 records read as one search each.
+at 1,000 fps; version 1 records read as one search each. Version 3: a
+throughput point's ``throughput_fps`` is the mean of its searches left in (it
+was their median); a version 2 record reads with the mean of the searches it
+stored, so that every report says one thing.
 """
 from __future__ import annotations
 
@@ -143,6 +146,8 @@ class Probe(Strict):
 
 
 class Throughput(Strict):
+    #: the mean of the searches left in (version 3; version 2 recorded their
+    #: median, and reads as their mean)
     throughput_fps: float
     throughput_bps: float
     line_fps: float
@@ -238,4 +243,21 @@ def _v1_to_v2(rec: Dict[str, Any]) -> Dict[str, Any]:
     return rec
 
 
-SCHEMA = RecordSchema(RfcRecord, version=2, upgrades={1: _v1_to_v2})
+def _v2_to_v3(rec: Dict[str, Any]) -> Dict[str, Any]:
+    m = rec.get("measurements") or {}
+    found = m.get("searches_fps")
+    if "throughput_fps" in m and isinstance(found, list) and found \
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in found):
+        flags = m.get("searches_disturbed") or [False] * len(found)
+        kept = [f for f, bad in zip(found, flags) if not bad] or found
+        mean = sum(kept) / len(kept)
+        was = m["throughput_fps"]
+        if isinstance(was, (int, float)) and not isinstance(was, bool) and was:
+            for k in ("throughput_bps", "pct_of_line"):  # both proportional to it
+                if isinstance(m.get(k), (int, float)) and not isinstance(m.get(k), bool):
+                    m[k] = m[k] * mean / was
+        m["throughput_fps"] = mean
+    return rec
+
+
+SCHEMA = RecordSchema(RfcRecord, version=3, upgrades={1: _v1_to_v2, 2: _v2_to_v3})

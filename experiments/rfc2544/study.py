@@ -121,7 +121,7 @@ class Rfc2544Study(Study[Rfc2544Config]):
         return Rfc2544Runner(lab, cfg, key, store)
 
     def figures(self, run_dir: str) -> Dict[str, float]:
-        """Each DUT's 64-byte throughput (the median of its searches), its mean
+        """Each DUT's 64-byte throughput (the mean of its searches), its mean
         latency at the nominal rate, and its occupancy at each load of the
         sweep (the median over the sweeps)."""
         from .claims import bed_scale
@@ -135,7 +135,7 @@ class Rfc2544Study(Study[Rfc2544Config]):
         for dut, by_frame in searches(recs).items():
             for frame, found in by_frame.items():
                 if found:
-                    out[f"{dut} throughput {frame} B (fps)"] = statistics.median(found)
+                    out[f"{dut} throughput {frame} B (fps)"] = statistics.fmean(found)
         for dut, by_frame in nominal_latencies(recs, scale).items():
             for frame, lat in by_frame.items():
                 out[f"{dut} latency {frame} B at the nominal rate (us)"] = statistics.fmean(lat)

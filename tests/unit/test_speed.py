@@ -340,8 +340,8 @@ def test_a_flipped_probe_in_one_search_moves_no_other_search():
     one run and none in the next. Each search brackets the calibration's
     target (not the earlier searches' results) with dithers of its own, so
     such a flip in the first search leaves the other searches' probes and
-    results as they were, and the median of three moves by at most what
-    that one search's rank allows. Without a calibration, the later searches
+    results as they were, and the mean of three moves by a third of what
+    that one search moved. Without a calibration, the later searches
     bracket the earlier ones' median, as before."""
     from nslab.experiments.rfc2544.config import Rfc2544Config
     from nslab.experiments.rfc2544.bed import SHARED
@@ -387,6 +387,8 @@ def test_a_flipped_probe_in_one_search_moves_no_other_search():
     assert same.rates[0] != flipped.rates[0]  # the first search took another path
     assert same.rates[1:] == flipped.rates[1:]  # the others probed the very same rates
     assert a["searches_fps"][1:] == b["searches_fps"][1:]
+    assert a["throughput_fps"] - b["throughput_fps"] == pytest.approx(
+        (a["searches_fps"][0] - b["searches_fps"][0]) / 3)
     step = a["step_fps"]
     assert all(3500 - 2 * step <= f <= 3500 for f in a["searches_fps"]), a["searches_fps"]
     # a run repeats itself: the same outcomes, the same rates
@@ -402,3 +404,22 @@ def test_a_flipped_probe_in_one_search_moves_no_other_search():
     m = none.throughput(64)
     assert m["prior_fps"] is None and none.rates[0][0] == 18280.0  # the first from the top
     assert none.rates[1][0] != same.rates[1][0]
+
+
+def test_a_points_throughput_is_the_mean_of_its_searches_left_in():
+    """The searches dither, each ending within a step of its threshold: their
+    mean resolves finer than a step, where the median of three is one
+    search's value. A version 2 record (which kept the median) reads as the
+    mean of the searches it stored, its bit rate and share of the line with it."""
+    from nslab.experiments.rfc2544.records import SCHEMA
+    v2 = {"schema_version": 2, "experiment": "rfc2544", "run_id": "t", "time": 0.0,
+          "params": {"dut": "router", "frame": 64, "test": "throughput", "repeat": 0},
+          "measurements": {"throughput_fps": 3466.7, "throughput_bps": 3466.7 * 512,
+                           "pct_of_line": 100 * 3466.7 / 7440.0, "line_fps": 7440.0,
+                           "searches_fps": [3472.8, 3413.4, 3466.7, 1000.0],
+                           "searches_disturbed": [False, False, False, True]}}
+    m = SCHEMA.upgrade(v2, "records.jsonl:1")["measurements"]
+    assert m["throughput_fps"] == pytest.approx((3472.8 + 3413.4 + 3466.7) / 3)
+    assert m["throughput_bps"] == pytest.approx(m["throughput_fps"] * 512)
+    assert m["pct_of_line"] == pytest.approx(100 * m["throughput_fps"] / 7440.0)
+    assert m["searches_fps"][3] == 1000.0  # what was measured stays as it was
