@@ -244,7 +244,8 @@ def _v1_to_v2(rec: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _v2_to_v3(rec: Dict[str, Any]) -> Dict[str, Any]:
-    m = rec.get("measurements") or {}
+    m = dict(rec.get("measurements") or {})
+    rec["measurements"] = m
     found = m.get("searches_fps")
     if "throughput_fps" in m and isinstance(found, list) and found \
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in found):
@@ -256,6 +257,9 @@ def _v2_to_v3(rec: Dict[str, Any]) -> Dict[str, Any]:
             for k in ("throughput_bps", "pct_of_line"):  # both proportional to it
                 if isinstance(m.get(k), (int, float)) and not isinstance(m.get(k), bool):
                     m[k] = m[k] * mean / was
+        ceiling = m.get("generator_ceiling_fps")
+        if isinstance(ceiling, (int, float)) and not isinstance(ceiling, bool):
+            m["generator_limited"] = mean >= 0.9 * ceiling  # as the search says it
         m["throughput_fps"] = mean
     return rec
 

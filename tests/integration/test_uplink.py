@@ -30,7 +30,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 #: the test's, untagged), and the next run removes them (:func:`_leftovers`)
 #: rather than failing on a name that exists.
 NIC, FAR, REMOTE = (f"nslt{os.getpid()}a", f"nslt{os.getpid()}b", f"nsltremote{os.getpid()}")
-_MINE = re.compile(r"nslt(?:remote)?(\d+)[ab]?")
+BRIDGE = f"nslt{os.getpid()}c"  # a Linux bridge the NIC is already in
+_MINE = re.compile(r"nslt(?:remote)?(\d+)[abc]?")
+#: The fixed names older versions of this module used (never a lab's).
+_OLD = {"nsltnic0", "nsltnic1", "nsltremote", "nsltbr0"}
 
 
 def sh(*argv, check=True):
@@ -51,10 +54,16 @@ def nic_state():
 
 def _leftovers():
     """Remove the stand-ins of test runs whose process is gone (killed before
-    their teardown), and only those: another test process's live ones stay."""
+    their teardown), this process's own (none is live at a set-up: a pid can
+    be a dead run's again), and the older fixed names; another live test
+    process's stay (two at once would still clash on the NIC's address and
+    route: the tiers run this module one after the other)."""
     def gone(name):
+        if name in _OLD:
+            return True
         m = _MINE.fullmatch(name)
-        return m is not None and not os.path.exists(f"/proc/{m.group(1)}")
+        return m is not None and (int(m.group(1)) == os.getpid()
+                                  or not os.path.exists(f"/proc/{m.group(1)}"))
     for line in sh("ip", "netns", "list").stdout.splitlines():
         if line.split() and gone(line.split()[0]):
             sh("ip", "netns", "del", line.split()[0], check=False)
@@ -161,13 +170,13 @@ def test_bad_uplinks_are_refused_before_anything_changes(iface, extra, message):
 @pytest.mark.guest
 def test_uplink_in_another_bridge_or_on_the_default_route_is_refused(stand_in_nic):
     before = stand_in_nic
-    sh("ip", "link", "add", "name", "nsltbr0", "type", "bridge")
+    sh("ip", "link", "add", "name", BRIDGE, "type", "bridge")
     try:
-        sh("ip", "link", "set", "dev", NIC, "master", "nsltbr0")
-        with pytest.raises(InputError, match="already in nsltbr0"):
+        sh("ip", "link", "set", "dev", NIC, "master", BRIDGE)
+        with pytest.raises(InputError, match=f"already in {BRIDGE}"):
             Lab(single(k=1, switch="ovs", uplink=NIC)).start()
     finally:
-        sh("ip", "link", "del", "nsltbr0")
+        sh("ip", "link", "del", BRIDGE)
     sh("ip", "link", "set", "dev", NIC, "up")
     routes = json.loads(sh("ip", "-j", "route", "show", "default").stdout)
     if routes:

@@ -416,10 +416,14 @@ def test_a_points_throughput_is_the_mean_of_its_searches_left_in():
           "params": {"dut": "router", "frame": 64, "test": "throughput", "repeat": 0},
           "measurements": {"throughput_fps": 3466.7, "throughput_bps": 3466.7 * 512,
                            "pct_of_line": 100 * 3466.7 / 7440.0, "line_fps": 7440.0,
+                           "generator_ceiling_fps": 3840.0, "generator_limited": True,
                            "searches_fps": [3472.8, 3413.4, 3466.7, 1000.0],
                            "searches_disturbed": [False, False, False, True]}}
     m = SCHEMA.upgrade(v2, "records.jsonl:1")["measurements"]
+    assert v2["measurements"]["throughput_fps"] == 3466.7  # the record read is left as it was
     assert m["throughput_fps"] == pytest.approx((3472.8 + 3413.4 + 3466.7) / 3)
     assert m["throughput_bps"] == pytest.approx(m["throughput_fps"] * 512)
     assert m["pct_of_line"] == pytest.approx(100 * m["throughput_fps"] / 7440.0)
     assert m["searches_fps"][3] == 1000.0  # what was measured stays as it was
+    # the mean, 3,451, is under 90 % of the ceiling (3,456), the median was not
+    assert m["generator_limited"] is False
