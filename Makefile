@@ -91,11 +91,21 @@ test-tiers: test-host test-debian13 test-kernel
 # target of its own (CI runs Debian 13's unit half beside the host's labs).
 test-host: test-host-unit test-host-labs
 
+# TIMED=skip leaves out the unit tests marked `timed` (they assert a wall-clock time),
+# TIMED=only runs only them: `make test` runs Debian 13's unit tier at the idle
+# policy beside the host's labs, and its timed tests apart, at normal priority.
+TIMED ?=
+UNIT_SELECT_skip := -m "not vm and not timed"
+UNIT_SELECT_only := -m "timed and not vm"
+UNIT_NAME := unit$(if $(TIMED),-timed-$(TIMED))
+UNIT_LABEL_skip := unit (all but the timed tests)
+UNIT_LABEL_only := unit (the timed tests)
+
 test-host-unit: setup
 	@mkdir -p $(CI_DIR)
-	@$(TIERS) run "$(TIER): unit" --junit $(CI_DIR)/junit-$(TIER)-unit.xml -- \
-	  $(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) $(PYTEST_ARGS) \
-	  --junitxml=$(CI_DIR)/junit-$(TIER)-unit.xml
+	@$(TIERS) run "$(TIER): $(or $(UNIT_LABEL_$(TIMED)),unit)" --junit $(CI_DIR)/junit-$(TIER)-$(UNIT_NAME).xml -- \
+	  $(BIN)/python -m pytest tests/unit -n $(UNIT_WORKERS) $(UNIT_SELECT_$(TIMED)) $(PYTEST_ARGS) \
+	  --junitxml=$(CI_DIR)/junit-$(TIER)-$(UNIT_NAME).xml
 
 test-host-labs: setup
 	@mkdir -p $(CI_DIR)
@@ -119,7 +129,8 @@ test-debian13: debian13-setup
 	$(IN_DEBIAN13) test-host PYTEST_ARGS="$(PYTEST_ARGS)" NSLAB_TIER=debian13 TIER=debian13
 
 test-debian13-unit test-debian13-labs: test-debian13-%: debian13-setup
-	$(IN_DEBIAN13) test-host-$* PYTEST_ARGS="$(PYTEST_ARGS)" NSLAB_TIER=debian13 TIER=debian13
+	$(IN_DEBIAN13) test-host-$* PYTEST_ARGS="$(PYTEST_ARGS)" NSLAB_TIER=debian13 TIER=debian13 \
+	  TIMED=$(TIMED)
 
 # The project set up inside the root (what its test targets would fetch first).
 debian13-project: debian13-setup

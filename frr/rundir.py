@@ -257,7 +257,8 @@ def owned_process(pid: int, start_time: Optional[float], run_id: Optional[str]) 
     if started is None:
         return f"pid {pid} is not running"
     if start_time is None or not same_process(pid, start_time):
-        return f"pid {pid} started at {started}, not when nslab started its daemon ({start_time})"
+        return (f"pid {pid} started {started:.2f} s after boot, not when nslab started its "
+                f"daemon ({start_time!r} recorded)")
     # A process that has just exec'd shows an empty environment for a moment:
     # the kernel closes the parent's exec pipe (so Popen returns) before it
     # lays out the new stack, so an empty reading is read again, up to 1 s.

@@ -344,6 +344,20 @@ def search_disturbed(probes: List[Dict[str, Any]]) -> bool:
                and not p.get("stands") for p in probes)
 
 
+def undisturbed(found: List[float], flags: Optional[List[bool]]) -> List[float]:
+    """The searches of ``found`` that no disturbed probe may have steered
+    (``flags``: :func:`search_disturbed` of each; None, from an older run:
+    none was), in order."""
+    return [f for f, bad in zip(found, flags or [False] * len(found)) if not bad]
+
+
+def point_searches(found: List[float], flags: Optional[List[bool]]) -> List[float]:
+    """The searches a point's throughput is the mean of: the undisturbed ones,
+    or every one if all were disturbed (the figure is then the host's as much
+    as the DUT's, and the claims, which take only undisturbed searches, say so)."""
+    return undisturbed(found, flags) or list(found)
+
+
 def cost_unmeasured(m: Dict[str, Any]) -> str:
     """Why a cost trial gives no CPU time per frame."""
     if m.get("cpus_kept_awake"):

@@ -17,6 +17,8 @@ from typing_extensions import Literal
 
 from nslab.store.records import Record, RecordSchema, Strict
 
+from .model import point_searches
+
 
 class RfcPoint(Strict):
     dut: Literal["bridge", "router", "ovs"]
@@ -249,8 +251,8 @@ def _v2_to_v3(rec: Dict[str, Any]) -> Dict[str, Any]:
     found = m.get("searches_fps")
     if "throughput_fps" in m and isinstance(found, list) and found \
             and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in found):
-        flags = m.get("searches_disturbed") or [False] * len(found)
-        kept = [f for f, bad in zip(found, flags) if not bad] or found
+        flags = m.get("searches_disturbed")
+        kept = point_searches(found, flags if isinstance(flags, list) else None)
         mean = sum(kept) / len(kept)
         was = m["throughput_fps"]
         if isinstance(was, (int, float)) and not isinstance(was, bool) and was:

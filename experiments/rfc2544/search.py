@@ -11,8 +11,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from nslab.traffic.counters import backlog_limit
 
-from .model import (cost_unmeasured, fell_behind, pass_stands, rate_search, search_disturbed,
-                    search_step)
+from .model import (cost_unmeasured, fell_behind, pass_stands, point_searches, rate_search,
+                    search_disturbed, search_step)
 from .trials import TrialBed
 
 log = logging.getLogger(__name__)
@@ -140,8 +140,7 @@ class Tests(TrialBed):
             # steered the search (a loss that was the neighbour's): no figure
             # from it. A disturbed pass stands (search_disturbed).
             disturbed_searches.append(search_disturbed(probes[first:]))
-        kept = [f for f, bad in zip(found, disturbed_searches) if not bad] or found
-        lo = statistics.fmean(kept)
+        lo = statistics.fmean(point_searches(found, disturbed_searches))
         return {"throughput_fps": lo, "throughput_bps": lo * size * 8, "line_fps": line,
                 "generator_ceiling_fps": ceiling, "generator_limited": lo >= 0.9 * ceiling,
                 "confirmed": confirmed, "probes": probes, "pct_of_line": 100 * lo / line,

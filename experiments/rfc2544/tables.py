@@ -7,7 +7,7 @@ import statistics
 from collections import Counter
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .model import SLOWED, backlog_prediction
+from .model import SLOWED, backlog_prediction, undisturbed
 from .records import BackToBack, RfcRecord, Throughput, Trial, Trials
 
 DUT_ORDER = ["bridge", "router", "ovs"]
@@ -87,9 +87,8 @@ def searches(recs: List[RfcRecord]) -> Dict[str, Dict[int, List[float]]]:
     for r in by_test(recs, "throughput"):
         m = r.measurements
         assert isinstance(m, Throughput)
-        flags = m.searches_disturbed or [False] * len(m.searches_fps)
         out.setdefault(r.params.dut, {}).setdefault(r.params.frame, []).extend(
-            v for v, bad in zip(m.searches_fps, flags) if not bad)
+            undisturbed(m.searches_fps, m.searches_disturbed))
     return out
 
 

@@ -392,8 +392,18 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
     Returns ``{run_id: [descriptions]}`` of what was (or would be) removed.
     """
     report: Dict[str, List[str]] = {}
+    # a run whose processes live under another root directory (a chroot's
+    # nslab: the Debian 13 tier's shares this machine's PIDs and links) keeps
+    # its journal in that root's /run: only its own clean can tell it crashed
+    elsewhere: Dict[str, int] = {}
+    for pid, rid in sorted(pids_with_tag(run_id, elsewhere=True).items()):
+        elsewhere.setdefault(rid, pid)
     for rid, inv in sorted(discover(run_id).items()):
         if inv.empty:
+            continue
+        if rid in elsewhere and inv.journal is None and inv.controller is None:
+            report[rid] = [f"skipped: run of another root directory (pid {elsewhere[rid]} runs "
+                           "under a chroot): its own nslab clean removes it"]
             continue
         owner = next((j for j in [inv.journal, inv.controller, *inv.control_owners]
                       if run_is_live(j)), None)

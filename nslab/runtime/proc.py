@@ -260,7 +260,7 @@ def process_start_time(pid: int) -> Optional[float]:
     # the command name (field 2) is in parentheses and may hold spaces and ")"
     fields = stat[stat.rfind(b")") + 2:].split()
     try:
-        return int(fields[19]) / _CLOCK_TICKS  # field 22, the third after ")" being field 3
+        return int(fields[19]) / _CLOCK_TICKS  # fields[0] is field 3 (state): 22 is [19]
     except (IndexError, ValueError):
         return None
 
@@ -321,25 +321,41 @@ def pid_namespace(pid: Union[int, str] = "self") -> Optional[str]:
         return None
 
 
-def pids_with_tag(run_id: Optional[str] = None) -> Dict[int, str]:
-    """PIDs whose environment carries ``NSLAB_RUN`` (any run, or ``run_id``),
-    in this PID namespace only.
+def root_dir(pid: Union[int, str] = "self") -> Optional[Tuple[int, int]]:
+    """The root directory of ``pid`` (its device and inode: a chroot's differs
+    from the machine's), or None if it is gone."""
+    try:
+        st = os.stat(f"/proc/{pid}/root")
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
-    nslab starts no PID namespace of its own, so a tagged process in another one
-    was started by the nslab of another system sharing this kernel (a container,
-    a test's pseudo-host with its own ``/run``): its runs and their journals are
-    that system's, and only that system's ``nslab clean`` can tell them live.
+
+def pids_with_tag(run_id: Optional[str] = None, elsewhere: bool = False) -> Dict[int, str]:
+    """PIDs whose environment carries ``NSLAB_RUN`` (any run, or ``run_id``),
+    in this PID namespace and under this root directory only; with
+    ``elsewhere``, those in this PID namespace under another root instead.
+
+    nslab starts no PID namespace of its own and no chroot, so a tagged process
+    in another PID namespace, or under another root directory (the Debian 13
+    tier's chroot shares this machine's PIDs), was started by the nslab of
+    another system sharing this kernel (a container, a test's pseudo-host with
+    its own ``/run``, a chroot): its runs and their journals are that system's,
+    and only that system's ``nslab clean`` can tell them live.
     """
     import psutil
     found: Dict[int, str] = {}
-    me, here = os.getpid(), pid_namespace()
+    me, here, root = os.getpid(), pid_namespace(), root_dir()
     for proc in psutil.process_iter(["environ"]):
         if proc.pid == me:
             continue
         env = proc.info.get("environ") or {}  # None: gone or not readable
         rid = env.get(TAG_ENV)
-        if rid is not None and (run_id is None or rid == run_id) \
-                and pid_namespace(proc.pid) == here:
+        if rid is None or (run_id is not None and rid != run_id) \
+                or pid_namespace(proc.pid) != here:
+            continue
+        theirs = root_dir(proc.pid)
+        if theirs is not None and (theirs != root) == elsewhere:
             found[proc.pid] = rid
     return found
 

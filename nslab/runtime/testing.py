@@ -61,6 +61,10 @@ MARKERS = {
     "needs": "needs(*tools_or_capabilities): skip (or fail on a stock kernel) when missing",
     "quiet": "reads a CPU's idle time as a measure (the real RFC 2544 bed's DUT occupancy): "
              "`make test` runs these while nothing else runs, not even at idle priority",
+    "timed": "asserts a wall-clock time (a server stops within 2 s of a signal, a sender "
+             "ends with its trial): Debian 13's unit tier runs at the idle policy beside the "
+             "host's labs, where a process can wait seconds for a CPU, so `make test` runs "
+             "these there apart, at normal priority (TIMED=skip, then TIMED=only)",
     "versioned": "exercises a tool or library whose version differs between Debian 12 and 13 "
                  "(FRR, OVS, iperf, iproute2, ethtool, dumpcap, OpenSSH, Python and mininet, "
                  "the C toolchain): runs in the host tier and again in the Debian 13 tier "

@@ -125,3 +125,34 @@ def test_another_process_of_the_same_pid_is_not_the_run():
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_run_of_another_root_directory_is_neither_killed_nor_cleaned(state, monkeypatch):
+    """The Debian 13 tier's chroot shares this machine's PIDs and links but
+    keeps its journals in its own /run: a clean here sees its runs' processes
+    and interfaces with no journal. Its processes are not this root's to kill,
+    and its run is skipped, saying why."""
+    from nslab.runtime import extension, proc
+    from nslab.runtime.proc import Result
+    child = subprocess.Popen(["sleep", "30"], env={"NSLAB_RUN": "nl9e9e", "PATH": "/usr/bin:/bin"})
+    real = proc.root_dir
+    monkeypatch.setattr(proc, "root_dir",  # the child runs under a chroot
+                        lambda pid="self": (0, 0) if pid == child.pid else real(pid))
+    link = [{"ifname": "nl9e9e-p1", "ifalias": "nslab:nl9e9e:s1:s1-eth1"}]
+    monkeypatch.setattr(clean, "run", lambda argv, check=False, **kw: Result(
+        argv, 0, json.dumps(link) if "link" in argv else "", ""))
+    monkeypatch.setattr(extension, "registered", lambda: {})
+    try:
+        assert proc.pids_with_tag("nl9e9e") == {}
+        assert proc.pids_with_tag("nl9e9e", elsewhere=True) == {child.pid: "nl9e9e"}
+        assert clean.clean("nl9e9e") == {"nl9e9e": [
+            f"skipped: run of another root directory (pid {child.pid} runs under a chroot): "
+            "its own nslab clean removes it"]}
+        assert child.poll() is None
+        monkeypatch.setattr(proc, "root_dir", real)  # the same process, under this root
+        assert proc.pids_with_tag("nl9e9e") == {child.pid: "nl9e9e"}
+        assert clean.clean("nl9e9e", dry_run=True)["nl9e9e"][:2] == [
+            "interface nl9e9e-p1", f"process {child.pid} (sleep)"]
+    finally:
+        child.kill()
+        child.wait()

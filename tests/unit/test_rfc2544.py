@@ -214,6 +214,7 @@ def test_back_to_back_is_opt_in_and_in_the_full_preset():
     assert "back-to-back" in Rfc2544Config.preset("full").tests
 
 
+@pytest.mark.timed
 def test_generator_sends_an_exact_burst_with_count():
     try:
         pg = pktgen_path()

@@ -141,6 +141,7 @@ def test_pktgen_refuses_other_values_out_of_range(pg, args, message):
     assert res.returncode == 2 and res.stderr == f"nslab-pktgen: {message}\n"
 
 
+@pytest.mark.timed
 def test_a_slow_rate_ends_with_its_trial_not_after_its_next_frame(pg):
     # one frame, then the next is due in 1000 s: the sender still stops at 0.3 s
     t0 = time.monotonic()

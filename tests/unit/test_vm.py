@@ -220,6 +220,7 @@ def test_the_files_held_for_a_guest_on_this_root_are_found_here(tmp_path):
     assert f"nslab: {len(files)} programs" in res.stderr
 
 
+@pytest.mark.timed
 def test_a_guest_whose_kernel_dies_booting_is_stopped_at_once(tmp_path, monkeypatch):
     """A kernel that dies before its init halts, and QEMU would run on to the
     deadline: the console says so, and the guest is stopped then."""

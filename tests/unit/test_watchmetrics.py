@@ -329,6 +329,7 @@ def test_pages_and_scrapers_share_one_sampler(caplog):
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
+@pytest.mark.timed
 def test_the_server_stops_at_once_with_pages_and_scrapers_connected(caplog):
     """run_server with two pages and a scraper connected: the stop (what
     SIGINT sets) ends it well within 2 s; the pages' streams end cleanly;
@@ -405,6 +406,7 @@ def _reader(url, stop, events):
         pass
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize("sig, ignored, mode", [
     (signal.SIGINT, False, "web"),
     (signal.SIGINT, True, "web"),  # started as a background job is: SIGINT ignored
