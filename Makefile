@@ -95,11 +95,14 @@ test-host: test-host-unit test-host-labs
 # TIMED=only runs only them: `make test` runs Debian 13's unit tier at the idle
 # policy beside the host's labs, and its timed tests apart, at normal priority.
 TIMED ?=
+ifneq ($(filter-out skip only,$(TIMED)),)
+$(error TIMED=$(TIMED): skip, only, or unset)
+endif
 UNIT_SELECT_skip := -m "not vm and not timed"
 UNIT_SELECT_only := -m "timed and not vm"
 UNIT_NAME := unit$(if $(TIMED),-timed-$(TIMED))
-UNIT_LABEL_skip := unit (all but the timed tests)
-UNIT_LABEL_only := unit (the timed tests)
+UNIT_LABEL_skip := unit, untimed
+UNIT_LABEL_only := unit, timed
 
 test-host-unit: setup
 	@mkdir -p $(CI_DIR)

@@ -401,7 +401,10 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
     for rid, inv in sorted(discover(run_id).items()):
         if inv.empty:
             continue
-        if rid in elsewhere and inv.journal is None and inv.controller is None:
+        # a namespace (in this root's /run/netns) or a process of its own here
+        # makes the run this root's (two roots may draw the same run id)
+        if rid in elsewhere and inv.journal is None and inv.controller is None \
+                and not inv.namespaces and not inv.pids:
             report[rid] = [f"skipped: run of another root directory (pid {elsewhere[rid]} runs "
                            "under a chroot): its own nslab clean removes it"]
             continue

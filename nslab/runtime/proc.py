@@ -355,7 +355,7 @@ def pids_with_tag(run_id: Optional[str] = None, elsewhere: bool = False) -> Dict
                 or pid_namespace(proc.pid) != here:
             continue
         theirs = root_dir(proc.pid)
-        if theirs is not None and (theirs != root) == elsewhere:
+        if theirs is not None and (root is not None and theirs != root) == elsewhere:
             found[proc.pid] = rid
     return found
 

@@ -42,8 +42,9 @@ def test_rfc2544_latency_and_loss_end_to_end(tmp_path):
                 # of the DUT, and no claim uses it). In a CI run on this VM the
                 # hypervisor slowed the DUT's CPU by 20-110 % in all 40 trials; one
                 # at 1,000 fps read 9,750 us on average (101 ms at most), flagged.
-                assert t.get("invalid") or (
-                    t["loss_pct"] == 0 and t["latency_us"]["avg"] < 1000), t
+                why = t.get("invalid") or []
+                if not any(w.startswith("host interference") for w in why):
+                    assert not why and t["loss_pct"] == 0 and t["latency_us"]["avg"] < 1000, t
             lat = t["latency_us"]  # the UDP sink's histogram: median and p99 within the range
             assert lat["min"] - 0.1 <= lat["p50"] <= lat["p99"] <= lat["max"] + 0.1
             # each counter's rate over its own window, from read to read; the

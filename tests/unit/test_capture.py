@@ -591,7 +591,7 @@ def fake_dumpcap(tmp_path, how, message=""):
 
 def test_a_capture_is_ready_once_its_file_is_begun_and_stops_with_its_count(tmp_path):
     cap = fake_dumpcap(tmp_path, "ok")
-    cap.wait_ready(10)
+    cap.wait_ready(120)
     # ready at "File:", not at "Capturing on" (0.3 s before it)
     assert cap.lines == ["Capturing on 'h1-eth0'", "File: -"]
     assert cap.alive()
@@ -602,7 +602,7 @@ def test_a_filter_dumpcap_refuses_is_the_callers_input_error(tmp_path):
     cap = fake_dumpcap(tmp_path, "bad", "dumpcap: Invalid capture filter \"icmp and\" for "
                                         "interface 'h1-eth0'.")
     with pytest.raises(InputError) as exc:
-        cap.wait_ready(10)
+        cap.wait_ready(120)
     assert one_line(exc) == ("capture filter refused by dumpcap on h1:h1-eth0: Invalid capture "
                              "filter \"icmp and\" for interface 'h1-eth0'.")
 
@@ -611,7 +611,7 @@ def test_an_interface_dumpcap_cannot_open_is_one_line(tmp_path):
     from nslab.errors import LabError
     cap = fake_dumpcap(tmp_path, "bad", "dumpcap: There is no device named \"h1-eth0\".")
     with pytest.raises(LabError) as exc:
-        cap.wait_ready(10)
+        cap.wait_ready(120)
     assert not isinstance(exc.value, InputError)
     assert one_line(exc) == "dumpcap on h1:h1-eth0 failed: There is no device named \"h1-eth0\"."
 
@@ -621,7 +621,7 @@ def test_a_capture_follows_its_lab_and_stops_when_it_goes(tmp_path, monkeypatch)
     alive = iter([True, True, False])
     monkeypatch.setattr(capturerun, "run_alive", lambda run: next(alive, False))
     cap = fake_dumpcap(tmp_path, "ok")
-    cap.wait_ready(10)
+    cap.wait_ready(120)
     assert capturerun.follow(cap, "nl0a0b", poll=0.05) == "lab gone"
     assert not cap.alive() and cap.packets == 7
 
@@ -914,9 +914,10 @@ def test_a_remote_capture_streams_into_its_file_and_stops_when_its_reader_goes(f
     target = parse_target("h2:h2-eth0")
     out = tmp_path / "h2.pcapng"
     with open(out, "wb") as fh:
-        cap = RemoteCapture(host, target, remote_argv(host, target, filt=HOSTILE), stdout=fh)
-    cap.STOP_GRACE = 60.0  # as fake_dumpcap's: a CPU at the idle policy may come late
-    cap.wait_ready(20)
+        cap = RemoteCapture(host, target, remote_argv(host, target, filt=HOSTILE, grace=60.0),
+                            stdout=fh)
+    cap.STOP_GRACE = 120.0  # as fake_dumpcap's: a CPU at the idle policy may come late
+    cap.wait_ready(120)
     assert cap.alive()
     assert follow(cap, "nl0a0b", poll=0.05, alive=lambda: True,
                   reader_gone=lambda: True) == "reader gone"
@@ -943,7 +944,7 @@ def test_a_remote_capture_that_cannot_start_is_its_one_line(fake_remote, kw, tar
     t = parse_target(target)
     cap = RemoteCapture(host, t, remote_argv(host, t), stdout=subprocess.DEVNULL)
     with pytest.raises(error or LabError) as exc:
-        cap.wait_ready(20)
+        cap.wait_ready(120)
     assert says in one_line(exc)
     assert error is None or isinstance(exc.value, error)
 

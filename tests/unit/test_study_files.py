@@ -219,6 +219,7 @@ def test_probe_outage_edges():
     assert outage(dup, 100, 100).received == 100
 
 
+@pytest.mark.timed
 def test_a_probe_receiver_kept_off_the_cpu_still_sees_the_gap(tmp_path):
     """The receiver keeps the kernel's receive times: stopped (as a busy host
     may keep it off the CPU) across a 300 ms pause of the sender, it reads

@@ -39,6 +39,7 @@ def test_each_part_shows_the_machines_cpu_use_over_its_own_interval(tiers, tmp_p
     assert "stole 10% over the run" in table[-1]
 
 
+@pytest.mark.timed
 def test_the_log_measures_a_busy_thread(tiers, tmp_path):
     log = tiers.CpuLog(every=0.1)
     log.start()
