@@ -45,9 +45,10 @@ class AliasConfig(StudyConfig):
 
     presets: ClassVar[Dict[str, Dict[str, object]]] = {
         # enough repeats for an interval at the two ends of the posts' range;
-        # the budget holds two rounds of all 9 points (~150 s here) and a third
-        # of the 6 the slowest claims read (~50 s: the 254 clients of a point
-        # take ~3.6 s after their 3 s to drain their send queues and report)
+        # the budget holds three rounds of all 9 points (~60 s each here, the
+        # first two measured 59.5 and 60.8 s on 2026-12-01: the 254 clients of
+        # a point take ~3.6 s after their 3 s to drain their send queues and
+        # report); a later round reads only the points its open claims need
         "quick": {"aliases": QUICK_ALIASES, "duration": 3, "repeat": 3,
                   "modes": ["alias", "parallel"], "rounds": 3, "budget_s": 210},
         "default": {},

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import select
 import subprocess
 import sys
 import time
@@ -78,29 +79,65 @@ def from_sampler(raw: Dict[str, Any]) -> Sample:
                   float(raw["t_end"]) - float(raw["t_start"]), limits)
 
 
-def start_sampler(node: LabNode, iface: str, port: int = PORT, sender: bool = False):
-    """Start the in-node sampler; return its process once it is ready to be
-    given the instants (:func:`sample_at`)."""
-    argv = [sys.executable, "-I", "-m", "nslab.traffic.sampler", "--port", str(port), "--iface", iface,
-            "--counter", "tx_bytes" if sender else "rx_bytes"] + (["--sender"] if sender else [])
-    proc = node.popen(argv, name="sampler", stdin=subprocess.PIPE)
-    line = proc.readline()
-    if "ready" not in line:
-        raise LabError(f"the counter sampler in {node.name} did not start: "
-                       f"{proc.wait(timeout=10).stderr.strip()[-300:]}")
-    return proc
+class Sampler:
+    """The in-node counter sampler (:mod:`nslab.traffic.sampler`), started
+    once and asked for each point's samples in turn."""
+
+    def __init__(self, node: LabNode, iface: str, port: int = PORT, sender: bool = False) -> None:
+        argv = [sys.executable, "-I", "-m", "nslab.traffic.sampler", "--port", str(port),
+                "--iface", iface, "--counter", "tx_bytes" if sender else "rx_bytes"]
+        self.node = node
+        self.proc = node.popen(argv + (["--sender"] if sender else []), name="sampler",
+                               stdin=subprocess.PIPE)
+
+    def ready(self) -> "Sampler":
+        """Wait for its first line, which says it is ready to be asked."""
+        line = self.proc.readline()
+        if "ready" not in line:
+            raise LabError(f"the counter sampler in {self.node.name} did not start: "
+                           f"{self.proc.wait(timeout=10).stderr.strip()[-300:]}")
+        return self
+
+    def ask(self, instants: Sequence[float]) -> None:
+        """Tell it when to sample (epoch seconds)."""
+        stdin = self.proc.popen.stdin
+        assert stdin is not None  # started with stdin=PIPE
+        stdin.write(" ".join(f"{t:.6f}" for t in instants) + "\n")
+        stdin.flush()
+
+    def read(self, timeout: float) -> List[Sample]:
+        """The samples it took at the instants last asked for."""
+        out = self.proc.popen.stdout
+        assert out is not None  # its output is piped
+        ready, _, _ = select.select([out], [], [], max(0.0, timeout))
+        line = out.readline() if ready else ""
+        if not line.strip():
+            gone = self.proc.popen.poll() is not None
+            raise LabError(f"the counter sampler in {self.node.name} "
+                           + ("ended" if gone else f"gave no samples within {timeout:.0f} s"))
+        return [from_sampler(x) for x in json.loads(line)["samples"]]
+
+    def close(self) -> None:
+        """End it (the end of its stdin), or stop it."""
+        try:
+            stdin = self.proc.popen.stdin
+            if stdin is not None:
+                stdin.close()
+            self.proc.popen.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.stop()
 
 
-def sample_at(proc, instants: Sequence[float]) -> None:
-    """Tell a ready sampler when to sample (epoch seconds)."""
-    proc.popen.stdin.write(" ".join(f"{t:.6f}" for t in instants) + "\n")
-    proc.popen.stdin.flush()
-
-
-def read_samples(proc, timeout: float) -> List[Sample]:
-    res = proc.wait(timeout=timeout)
-    data = json.loads(res.stdout.strip().splitlines()[-1])
-    return [from_sampler(x) for x in data["samples"]]
+def start_samplers(*where: Tuple[LabNode, str, bool]) -> List[Sampler]:
+    """Samplers on ``(node, interface, sender)``, started together and each
+    ready to be asked."""
+    started = [Sampler(node, iface, sender=sender) for node, iface, sender in where]
+    try:
+        return [s.ready() for s in started]
+    except BaseException:
+        for s in started:
+            s.proc.stop()
+        raise
 
 
 class AliasRunner:
@@ -117,6 +154,7 @@ class AliasRunner:
         self.addresses = alias_addresses(cfg.addr_template, max(cfg.aliases), cfg.prefix)
         self.alias_setup_s = 0.0
         self.spawn_s = 0.0
+        self.samplers: Optional[Tuple[Sampler, Optional[Sampler]]] = None
         self.link_ceiling_bps: Optional[float] = None
         if str(cfg.rate).lower() != "none" and not self.remote:
             self.link_ceiling_bps = goodput_ceiling(parse_rate(cfg.rate), cfg.mss or 1448,
@@ -162,11 +200,13 @@ class AliasRunner:
 
     def lead(self, procs: int) -> float:
         """Seconds from now to the clients' common start, for ``procs`` client
-        processes: 1 s plus twice the time spawning them takes on this machine by
+        processes: 0.5 s plus twice the time spawning them takes on this machine by
         the slowest of five probes (254 clients: ~1 s natively, minutes in an
         emulated guest). Three times left 4-6 s idle before every N=254 point
-        here, with the clients spawned in under 1 s."""
-        return max(1.0 + 0.004 * procs, 1.0 + 2 * self.spawn_s * (procs + 1))
+        here, with the clients spawned in under 1 s; the samplers, which once
+        started with each point inside the first second, now run all along
+        (:class:`Sampler`)."""
+        return max(0.5 + 0.004 * procs, 0.5 + 2 * self.spawn_s * (procs + 1))
 
     def measure(self, point: Dict[str, Any]) -> Measured:
         return Measured(*self._measure_point(point))
@@ -175,20 +215,13 @@ class AliasRunner:
         n, mode = int(point["n"]), point["mode"]
         dur = self.cfg.duration
         warm, cool = min(1.0, 0.1 * dur), min(0.5, 0.05 * dur)
-        if self.remote:
-            sampler = start_sampler(self.client, "eth1", sender=True)
-        else:
-            assert self.server is not None  # a lab on one machine has one (see __init__)
-            sampler = start_sampler(self.server, SERVER_IFACE, sender=False)
-        # How the senders were limited, read at the senders (two-box mode: the
-        # one sampler is there already).
-        senders = None if self.remote else start_sampler(self.client, SERVER_IFACE, sender=True)
+        sampler, senders = self._samplers()
         # to the millisecond (iperf takes a fractional --txstart-time): a whole
         # second's rounding left each point up to 1 s idle, 0.5 s on average
         start = round(time.time() + self.lead(n if mode == "alias" else 1), 3)
-        for proc in (sampler, senders):
-            if proc is not None:
-                sample_at(proc, [start + warm, start + dur - cool])
+        for each in (sampler, senders):
+            if each is not None:
+                each.ask([start + warm, start + dur - cool])
         common = functools.partial(client_argv, time=dur, txstart=float(start), fmt="k",
                                    mss=self.cfg.mss, nodelay=self.cfg.nodelay, cc=self.cfg.cc,
                                    port=PORT)
@@ -203,9 +236,13 @@ class AliasRunner:
             procs.append(self.client.popen(common(self.addresses[0], parallel=n),
                                            name="iperf-cP"))
             spawned.append(time.time())
-        s0, s1 = read_samples(sampler, timeout=start + dur - time.time() + 60)
-        c0, c1 = ((s0, s1) if senders is None else
-                  read_samples(senders, timeout=start + dur - time.time() + 60))
+        try:
+            s0, s1 = sampler.read(timeout=start + dur - time.time() + 60)
+            c0, c1 = ((s0, s1) if senders is None else
+                      senders.read(timeout=start + dur - time.time() + 60))
+        except LabError:
+            self._close_samplers()  # the next point starts its own
+            raise
         limited = limited_share(c0.limits, c1.limits)
         outputs, finished = [], 0
         for p in procs:
@@ -256,5 +293,26 @@ class AliasRunner:
             summary += f" [INVALID: {'; '.join(m['invalid'])}]"
         return m, [raw], summary
 
+    def _samplers(self) -> Tuple[Sampler, Optional[Sampler]]:
+        """The run's samplers, started with its first point: at the receiver
+        (two-box mode: at the sender, the one box here) and, on one machine,
+        at the senders too (how they were limited)."""
+        if self.samplers is None:
+            if self.remote:
+                where = [(self.client, "eth1", True)]
+            else:
+                assert self.server is not None  # a lab on one machine has one (see __init__)
+                where = [(self.server, SERVER_IFACE, False), (self.client, SERVER_IFACE, True)]
+            found = start_samplers(*where)
+            self.samplers = (found[0], found[1] if len(found) > 1 else None)
+        return self.samplers
+
+    def _close_samplers(self) -> None:
+        for each in self.samplers or ():
+            if each is not None:
+                each.close()
+        self.samplers = None
+
     def finish(self) -> None:
-        """Nothing to keep: every output is already in the run directory."""
+        """Ends the samplers; every output is already in the run directory."""
+        self._close_samplers()

@@ -8,10 +8,14 @@ point, and the window missed the traffic).
 
     python -m nslab.traffic.sampler --port 5001 --iface eth1 --counter rx_bytes [--sender]
 
-prints ``{"ready": true}``, reads the instants (epoch seconds, space-separated)
-from one line of stdin, samples at each and prints one JSON object: ``{"samples": [{"t", "t_start", "t_end", "sockets":
-{"local|peer": bytes}, "counter", "cpu": [busy, total]}, ...]}``; with ``--sender`` each sample also has
-``"limits": {"local|peer": [busy_us, rwnd_limited_us, sndbuf_limited_us]}``.
+prints ``{"ready": true}``, then for each line of stdin (the instants of one
+point: epoch seconds, space-separated) samples at each and prints one JSON
+line: ``{"samples": [{"t", "t_start", "t_end", "sockets": {"local|peer":
+bytes}, "counter", "cpu": [busy, total]}, ...]}``; with ``--sender`` each
+sample also has ``"limits": {"local|peer": [busy_us, rwnd_limited_us,
+sndbuf_limited_us]}``. It ends at the end of its stdin: one sampler serves
+every point of a run (a Python start here took 0.43-0.54 s, and a point
+started two).
 """
 from __future__ import annotations
 
@@ -48,20 +52,20 @@ def main(argv: List[str]) -> int:
         ap.error(f"bad interface name {args.iface!r}")
     sample(args.port, args.iface, args.counter, args.sender)  # imports and sockets warm
     print(json.dumps({"ready": True}), flush=True)
-    line = sys.stdin.readline()
-    try:
-        instants = [float(x) for x in line.split()]
-    except ValueError:
-        ap.error(f"bad instants {line.strip()!r}")
-    out = []
-    for at in instants:
-        while True:
-            left = at - time.time()
-            if left <= 0:
-                break
-            time.sleep(min(left, 0.2))
-        out.append(sample(args.port, args.iface, args.counter, args.sender))
-    print(json.dumps({"samples": out}), flush=True)
+    for line in sys.stdin:
+        try:
+            instants = [float(x) for x in line.split()]
+        except ValueError:
+            ap.error(f"bad instants {line.strip()!r}")
+        out = []
+        for at in instants:
+            while True:
+                left = at - time.time()
+                if left <= 0:
+                    break
+                time.sleep(min(left, 0.2))
+            out.append(sample(args.port, args.iface, args.counter, args.sender))
+        print(json.dumps({"samples": out}), flush=True)
     return 0
 
 

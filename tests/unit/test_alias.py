@@ -394,3 +394,46 @@ def test_points_left_out_by_host_interference_say_so_in_every_claim(tmp_path):
         assert c.why.endswith("host interference: other tasks took up to 25 % of the CPUs during "
                               f"{len(lines)} of {len(lines)} points (measured again, then left "
                               "out; at worst most to python3 (2458 ms))"), c.why
+
+
+class _HereNode:
+    """A node whose processes run in this namespace (the sampler on ``lo``)."""
+
+    name = "here"
+
+    def popen(self, argv, *, name="", stdin=None, **_):
+        import subprocess
+
+        from nslab.runtime.proc import Process
+        return Process(argv, name=name, stdin=subprocess.DEVNULL if stdin is None else stdin)
+
+
+def test_one_sampler_serves_point_after_point_and_ends_with_its_input():
+    """The run's sampler is started once: each line of instants gets one line
+    of samples, taken no sooner than asked, and the end of its input ends it."""
+    import time
+
+    from nslab.experiments.alias.runner import start_samplers
+    (s,) = start_samplers((_HereNode(), "lo", False))
+    try:
+        for _ in range(3):
+            t = time.time()
+            s.ask([t + 0.05, t + 0.1])
+            got = s.read(timeout=600)  # a start starved of CPU is slow, not wrong
+            assert len(got) == 2
+            assert got[0].t >= t + 0.05 and got[1].t >= t + 0.1
+            assert got[0].rx_bytes <= got[1].rx_bytes  # lo's counter, read twice
+    finally:
+        s.close()
+    assert s.proc.popen.returncode == 0
+
+
+def test_a_sampler_that_ended_says_so_instead_of_waiting():
+    import pytest
+
+    from nslab.errors import LabError
+    from nslab.experiments.alias.runner import start_samplers
+    (s,) = start_samplers((_HereNode(), "lo", True))
+    s.close()
+    with pytest.raises(LabError, match="the counter sampler in here ended"):
+        s.read(timeout=600)
