@@ -31,6 +31,9 @@ class Rfc2544Study(Study[Rfc2544Config]):
     records = SCHEMA
     #: each trial is accounted and re-run on its own (runner.trial)
     reruns_points = False
+    #: its bed's CPU split is set up under :meth:`session`'s lock, held only
+    #: while a round runs: each round builds its labs again
+    keeps_labs = False
 
     def check_hosts(self, cfg: Rfc2544Config) -> None:
         """RFC 2544 measures one DUT's CPU against a generator and a sink pinned to

@@ -201,6 +201,12 @@ class Study(Generic[ConfigT]):
     #: task wants, but shares the caches and the memory bus); False: it may
     #: run beside that guest
     alone: ClassVar[bool] = False
+    #: the lab a sampling round measured last stays up for the next round
+    #: when that round starts on it (its build, its set-up and, with BGP, its
+    #: convergence were paid again each round); False for a study whose
+    #: set-up belongs to its :meth:`session` (RFC 2544's CPU split, held
+    #: under its lock only while a round runs)
+    keeps_labs: ClassVar[bool] = True
 
     def needs(self, cfg: ConfigT) -> List[str]:
         return []
@@ -398,6 +404,18 @@ def run_study(study: Study[Any], cfg: Any, results_root: str = "results",
                     host_grants=host_grants, clock=clock).run()
 
 
+class _LabUp:
+    """A built lab and its set-up runner; :meth:`close` finishes the runner
+    and tears the lab down."""
+
+    def __init__(self, key: str, runner: Any, stack: contextlib.ExitStack) -> None:
+        self.key, self.runner, self.stack = key, runner, stack
+
+    def close(self, *exc: Any) -> None:
+        """Finish and tear down (``exc``: the exception that ends it, if any)."""
+        self.stack.__exit__(*(exc or (None, None, None)))
+
+
 class StudyRun:
     """One run of a study on this machine, in the steps :func:`run_study`
     takes once the store is open and the study runs here: each sampling
@@ -437,20 +455,25 @@ class StudyRun:
                                      "measured": 0}
         #: whether measuring a disturbed point again still pays
         self.busy = BusyHost()
+        #: the lab the last round measured on, up for the next (:attr:`Study.keeps_labs`)
+        self.kept: Optional[_LabUp] = None
 
     def run(self) -> str:
         """Every round the sampling allows; returns the run directory."""
-        for r in range(self.rounds):
-            self.round(r)
-            self.sampling["rounds_run"] = r + 1
-            if r + 1 == self.rounds:
-                self.sampling["stopped"] = (self.sampling["stopped"]
-                                            or f"all {self.rounds} rounds measured")
-                break
-            stop = self.next_round(r)
-            if stop:
-                self.sampling["stopped"] = stop
-                break
+        try:
+            for r in range(self.rounds):
+                self.round(r)
+                self.sampling["rounds_run"] = r + 1
+                if r + 1 == self.rounds:
+                    self.sampling["stopped"] = (self.sampling["stopped"]
+                                                or f"all {self.rounds} rounds measured")
+                    break
+                stop = self.next_round(r)
+                if stop:
+                    self.sampling["stopped"] = stop
+                    break
+        finally:
+            self.drop_kept()
         prov = self.store.provenance()
         prov["sampling"] = self.sampling
         self.store.write_provenance(prov)
@@ -480,49 +503,87 @@ class StudyRun:
                 sys.stderr.flush()
         prog = Progress(len(todo), enabled=self.progress, clock=self.clock,
                         kinds=[study.cost_kind(p) for p in todo])
+        mine = {key: [p for p in todo if study.lab_key(cfg_r, p) == key] for key in self.labs}
+        keys = [key for key in self.labs if mine[key]]
+        if self.kept is not None and self.kept.key in keys:  # the lab still up goes first
+            keys.remove(self.kept.key)
+            keys.insert(0, self.kept.key)
+        else:
+            self.drop_kept()
+        keep = study.keeps_labs and r + 1 < self.rounds
         try:
             with study.session(cfg_r):
-                for key, topo in self.labs.items():
-                    mine = [p for p in todo if study.lab_key(cfg_r, p) == key]
-                    if mine:
-                        self.lab(key, topo, mine, cfg_r, prog)
+                for i, key in enumerate(keys):
+                    self.lab(key, self.labs[key], mine[key], cfg_r, prog,
+                             keep=keep and i == len(keys) - 1)
         finally:
             prog.close()
 
     def lab(self, key: str, topo: Any, points: List[Dict[str, Any]], cfg_r: Any,
-            prog: Progress) -> None:
+            prog: Progress, keep: bool = False) -> None:
         """Build lab ``key`` of ``topo``, set it up (its set-up goes into the
         provenance), measure ``points`` on it, appending each as it comes,
-        and tear it down."""
+        and tear it down; or measure them on the lab the last round kept
+        up (:attr:`Study.keeps_labs`), and with ``keep`` keep this one up for
+        the next round (:meth:`drop_kept` tears it down)."""
+        study, store = self.study, self.store
+        kept, self.kept = self.kept, None
+        if kept is None or kept.key != key:
+            if kept is not None:
+                kept.close()
+            kept = self._build(key, topo, cfg_r)
+        try:
+            for point in points:
+                t_point = self.clock()
+                m, raw, summary, host = measure_point(study, kept.runner, point, cfg_r,
+                                                      self.busy)
+                self.cost["points"] += 1
+                self.cost["measured"] += 1 + int(host.get("reruns") or 0)
+                self.cost["point_s"] += self.clock() - t_point
+                store.append(point, m, raw=raw, host=host)
+                if host["disturbed"]:
+                    summary += f" [host interference: {host['worst_pct']:.0f} % of the CPUs]"
+                prog.point(study.describe_point(point), summary, study.cost_kind(point))
+        except BaseException:
+            kept.close(*sys.exc_info())
+            raise
+        if keep:
+            self.kept = kept
+        else:
+            kept.close()
+
+    def _build(self, key: str, topo: Any, cfg_r: Any) -> "_LabUp":
+        """Lab ``key`` built and its runner set up (the set-up recorded in
+        the provenance)."""
         from ..runtime.provenance import collect_provenance
         study, store = self.study, self.store
         lab_id = self.run_id if self.first_id else new_run_id()
         self.first_id = False
         _draw(topo, store.path, key)
         self.cost["labs"] += 1
-        with self.lab_factory(topo, run_id=lab_id, host_grants=self.host_grants) as lab:
+        stack = contextlib.ExitStack()
+        try:
+            lab = stack.enter_context(self.lab_factory(topo, run_id=lab_id,
+                                                       host_grants=self.host_grants))
             runner = study.runner(key, lab, cfg_r, store)
             info = runner.setup()
+            stack.callback(runner.finish)  # once set up, as the lab goes
             if isinstance(info, dict):  # set-up later labs reuse
                 self.cost["once_s"] += float(info.get("once_s") or 0.0)
             _provenance(store, collect_provenance(
                 lab, sysctls=study.sysctls,
                 extra={"config": self.cfg.model_dump(mode="json"), "started": self.started,
                        "study": study.name, "host_noise": self.noise}), key, info)
-            try:
-                for point in points:
-                    t_point = self.clock()
-                    m, raw, summary, host = measure_point(study, runner, point, cfg_r,
-                                                          self.busy)
-                    self.cost["points"] += 1
-                    self.cost["measured"] += 1 + int(host.get("reruns") or 0)
-                    self.cost["point_s"] += self.clock() - t_point
-                    store.append(point, m, raw=raw, host=host)
-                    if host["disturbed"]:
-                        summary += f" [host interference: {host['worst_pct']:.0f} % of the CPUs]"
-                    prog.point(study.describe_point(point), summary, study.cost_kind(point))
-            finally:
-                runner.finish()
+        except BaseException:
+            stack.__exit__(*sys.exc_info())
+            raise
+        return _LabUp(key, runner, stack)
+
+    def drop_kept(self) -> None:
+        """Tear down the lab kept up for a next round, if any."""
+        kept, self.kept = self.kept, None
+        if kept is not None:
+            kept.close()
 
     def next_round(self, r: int) -> Optional[str]:
         """After round ``r``: why sampling stops now (every claim decided, or

@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 
+from nslab.errors import LabError
 from nslab.store import stats
 from nslab.store.records import Record, RecordSchema, Strict
 from nslab.store.reporting import Claim, StudyReport
@@ -112,8 +113,14 @@ class FakeLab:
     class topology:
         name = "fake"
 
-    def __init__(self, *a, **k):
+    built = closed = 0
+    #: the labs built, in order: (topology, up) with up False once torn down
+    log: list = []
+
+    def __init__(self, topo=None, *a, **k):
         FakeLab.built += 1
+        self.entry = [topo, True]
+        FakeLab.log.append(self.entry)
 
     def __iter__(self):
         return iter(())
@@ -122,6 +129,8 @@ class FakeLab:
         return self
 
     def __exit__(self, *exc):
+        FakeLab.closed += 1
+        self.entry[1] = False
         return False
 
 
@@ -168,7 +177,8 @@ def make_study(*values):
 
 
 def run(tmp_path, study, cfg):
-    FakeLab.built = 0
+    FakeLab.built = FakeLab.closed = 0
+    FakeLab.log = []
     with contextlib.ExitStack():
         path = run_study(study, cfg, str(tmp_path), progress=False, lab_factory=FakeLab)
     store = ResultStore.open(path)
@@ -190,7 +200,8 @@ def test_rounds_go_on_while_undecided_and_stop_at_the_last(tmp_path):
                             Cfg(repeat=2, rounds=3, host_reruns=0))
     assert sampling == {"rounds": 3, "budget_s": None, "rounds_run": 3,
                         "stopped": "all 3 rounds measured"}
-    assert n == 6 and FakeLab.built == 3
+    # one lab, kept up from round to round, torn down at the end
+    assert n == 6 and FakeLab.built == 1 and FakeLab.closed == 1
     # the report of the run draws its intervals at 1 - 0.05/3
     # the run's report draws its intervals at 1 - 0.05/3, as its looks ask
     from nslab.run.study import report_of
@@ -202,6 +213,90 @@ def test_rounds_go_on_while_undecided_and_stop_at_the_last(tmp_path):
     finally:
         stats.mean = real_mean
     assert seen == [pytest.approx(1 - 0.05 / 3)] and rep.claims[0].verdict == "undecided"
+
+
+class P2(Strict):
+    lab: str
+    repeat: int
+
+
+def make_two_lab_study(values, keeps=True, fail_after=None):
+    """Two labs, x and y, undecided round after round; the runner of each
+    lab records what it measured and when it was finished."""
+    values, seen, finished = list(values), [], []
+
+    class R:
+        def __init__(self, key):
+            self.key = key
+
+        def setup(self):
+            return {}
+
+        def measure(self, point):
+            if fail_after is not None and len(seen) == fail_after:
+                raise LabError("the lab broke")
+            seen.append((self.key, point["repeat"], [e[0] for e in FakeLab.log if e[1]]))
+            return {"value": values.pop(0)}, [], "ok"
+
+        def finish(self):
+            finished.append(self.key)
+
+    class S(Study):
+        name = "fake2"
+        Config = Cfg
+        records = RecordSchema(Record[P2, M], version=1)
+        keeps_labs = keeps
+
+        def labs(self, cfg):
+            return {"x": "topo-x", "y": "topo-y"}
+
+        def lab_key(self, cfg, point):
+            return point["lab"]
+
+        def points(self, cfg):
+            return [{"lab": k, "repeat": r} for r in range(cfg.repeat) for k in ("x", "y")]
+
+        def runner(self, key, lab, cfg, store):
+            return R(key)
+
+        def report(self, run_dir):
+            with open(f"{run_dir}/records.jsonl") as f:
+                vals = [json.loads(line)["measurements"]["value"] for line in f]
+            chk = stats.judge(stats.mean(vals), 0.0, 1.0, "the band")
+            return StudyReport({}, [Claim("inside the band", f"n={len(vals)}", chk.verdict,
+                                          chk.why)])
+    return S(), seen, finished
+
+
+def test_the_lab_a_round_ends_on_starts_the_next_and_every_lab_goes_at_the_end(tmp_path):
+    """Round 1 measures on x, then y, and keeps y up; round 2 starts on y
+    (not built again), then builds x and keeps it; round 3 starts on x. One
+    lab is up at a time, and none is left at the end."""
+    study, seen, finished = make_two_lab_study([0.7, 1.3] * 6)
+    path, sampling, n = run(tmp_path, study, Cfg(repeat=1, rounds=3, host_reruns=0))
+    assert sampling["rounds_run"] == 3 and n == 6
+    assert [(k, r) for k, r, _ in seen] == [("x", 0), ("y", 0), ("y", 1), ("x", 1),
+                                            ("x", 2), ("y", 2)]
+    assert [up for _, _, up in seen] == [["topo-x"], ["topo-y"], ["topo-y"], ["topo-x"],
+                                         ["topo-x"], ["topo-y"]]
+    assert [e[0] for e in FakeLab.log] == ["topo-x", "topo-y", "topo-x", "topo-y"]
+    assert FakeLab.closed == FakeLab.built == 4 and not any(up for _, up in FakeLab.log)
+    assert finished == ["x", "y", "x", "y"]  # each runner once, as its lab goes
+
+
+def test_a_study_that_keeps_no_lab_builds_each_round_its_labs_again(tmp_path):
+    study, seen, finished = make_two_lab_study([0.7, 1.3] * 6, keeps=False)
+    run(tmp_path, study, Cfg(repeat=1, rounds=3, host_reruns=0))
+    assert [k for k, _, _ in seen] == ["x", "y"] * 3
+    assert FakeLab.built == FakeLab.closed == 6 and finished == ["x", "y"] * 3
+
+
+def test_a_kept_lab_goes_when_the_next_round_fails(tmp_path):
+    study, seen, finished = make_two_lab_study([0.7, 1.3] * 6, fail_after=3)
+    with pytest.raises(LabError, match="the lab broke"):
+        run(tmp_path, study, Cfg(repeat=1, rounds=3, host_reruns=0))
+    assert not any(up for _, up in FakeLab.log) and FakeLab.closed == FakeLab.built == 3
+    assert finished == ["x", "y", "x"]
 
 
 def test_a_budget_stops_the_rounds_before_one_it_cannot_hold(tmp_path):
