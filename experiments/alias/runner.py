@@ -89,6 +89,8 @@ class Sampler:
         self.node = node
         self.proc = node.popen(argv + (["--sender"] if sender else []), name="sampler",
                                stdin=subprocess.PIPE)
+        #: asked for samples it has not given yet
+        self.pending = False
 
     def ready(self) -> "Sampler":
         """Wait for its first line, which says it is ready to be asked."""
@@ -102,29 +104,59 @@ class Sampler:
         """Tell it when to sample (epoch seconds)."""
         stdin = self.proc.popen.stdin
         assert stdin is not None  # started with stdin=PIPE
-        stdin.write(" ".join(f"{t:.6f}" for t in instants) + "\n")
-        stdin.flush()
+        try:
+            stdin.write(" ".join(f"{t:.6f}" for t in instants) + "\n")
+            stdin.flush()
+        except OSError:  # it is gone (its end of the pipe closed)
+            raise LabError(f"the counter sampler in {self.node.name} ended: "
+                           f"{self._last_words()}") from None
+        self.pending = True
 
     def read(self, timeout: float) -> List[Sample]:
         """The samples it took at the instants last asked for."""
         out = self.proc.popen.stdout
         assert out is not None  # its output is piped
         ready, _, _ = select.select([out], [], [], max(0.0, timeout))
-        line = out.readline() if ready else ""
-        if not line.strip():
-            gone = self.proc.popen.poll() is not None
-            raise LabError(f"the counter sampler in {self.node.name} "
-                           + ("ended" if gone else f"gave no samples within {timeout:.0f} s"))
+        if not ready:
+            raise LabError(f"the counter sampler in {self.node.name} gave no samples "
+                           f"within {timeout:.0f} s")
+        line = out.readline()
+        if not line:  # the end of its output
+            raise LabError(f"the counter sampler in {self.node.name} ended: "
+                           f"{self._last_words()}")
+        self.pending = False
         return [from_sampler(x) for x in json.loads(line)["samples"]]
 
-    def close(self) -> None:
-        """End it (the end of its stdin), or stop it."""
+    def _last_words(self) -> str:
+        """Its exit status and the end of its stderr (it is stopped first)."""
+        self.proc.stop()
+        err = self.proc.popen.stderr
+        try:
+            tail = err.read()[-300:].strip() if err is not None else ""
+        except (OSError, ValueError):
+            tail = ""
+        return f"exit {self.proc.popen.returncode}" + (f": {tail}" if tail else "")
+
+    def end_input(self) -> None:
+        """Close its stdin, which ends it once it has answered what it was
+        asked; one asked and not read yet is stopped at once instead (it
+        would wait for its last instant)."""
+        if self.pending:
+            self.proc.stop()
+            return
         try:
             stdin = self.proc.popen.stdin
             if stdin is not None:
                 stdin.close()
-            self.proc.popen.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
+        except OSError:
+            self.proc.stop()
+
+    def close(self, wait: float = 5.0) -> None:
+        """End it (:meth:`end_input`), waiting up to ``wait`` s, then stop it."""
+        self.end_input()
+        try:
+            self.proc.popen.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
             self.proc.stop()
 
 
@@ -241,7 +273,7 @@ class AliasRunner:
             c0, c1 = ((s0, s1) if senders is None else
                       senders.read(timeout=start + dur - time.time() + 60))
         except LabError:
-            self._close_samplers()  # the next point starts its own
+            self._close_samplers()  # the run ends: its lab goes with it
             raise
         limited = limited_share(c0.limits, c1.limits)
         outputs, finished = [], 0
@@ -308,10 +340,14 @@ class AliasRunner:
         return self.samplers
 
     def _close_samplers(self) -> None:
-        for each in self.samplers or ():
-            if each is not None:
-                each.close()
+        """End every sampler at once, then wait for them together."""
+        running = [each for each in self.samplers or () if each is not None]
         self.samplers = None
+        for each in running:
+            each.end_input()
+        deadline = time.monotonic() + 5.0
+        for each in running:
+            each.close(wait=max(0.0, deadline - time.monotonic()))
 
     def finish(self) -> None:
         """Ends the samplers; every output is already in the run directory."""

@@ -4,10 +4,10 @@ Setup as in the posts: the server's ``eth1`` carries N aliases
 (``192.168.2.N label eth1:N``, added in one ``ip -batch``), one iperf2 server is
 bound to each alias, and N iperf2 clients run at once, client i to alias i.
 
-Measured right: the clients start together (a shared whole-second
-``--txstart-time``), and the primary figure is the payload the server's sockets
+Measured right: the clients start together (a shared ``--txstart-time``, to
+the millisecond), and the primary figure is the payload the server's sockets
 received over a fixed window inside the run (per socket, from one netlink dump
-taken in the node), cross-checked with the interface's rx byte counter. The
+taken in the node by a sampler that runs all along), cross-checked with the interface's rx byte counter. The
 posts' own figure, the sum of the clients' reported rates, is recorded beside
 it. A control variant (``parallel``) opens N connections to a single address
 (``iperf -P N``) to test the posts' explanation: more connections, not more
@@ -40,6 +40,17 @@ class AliasStudy(Study[AliasConfig]):
 
     def needs(self, cfg: AliasConfig) -> List[str]:
         return ["tool:iperf"]
+
+    def check_hosts(self, cfg: AliasConfig) -> None:
+        """The study's counter samplers take each point's instants on their
+        stdin, which a process on another host does not get (it failed at the
+        first point, after the build): refused across hosts, before anything
+        is built. Two boxes with a NIC between them: ``--uplink``."""
+        from nslab.errors import InputError
+        raise InputError("the alias study runs on one machine (its counter samplers are told "
+                         "each point's instants on their stdin, which a process on another "
+                         "host does not read): run it without --hosts, or across two boxes "
+                         "with --uplink")
 
     def labs(self, cfg: AliasConfig) -> Dict[str, Topology]:
         from nslab.topologies.alias import alias_client_uplink, alias_pair

@@ -201,11 +201,12 @@ class Study(Generic[ConfigT]):
     #: task wants, but shares the caches and the memory bus); False: it may
     #: run beside that guest
     alone: ClassVar[bool] = False
-    #: the lab a sampling round measured last stays up for the next round
-    #: when that round starts on it (its build, its set-up and, with BGP, its
-    #: convergence were paid again each round); False for a study whose
-    #: set-up belongs to its :meth:`session` (RFC 2544's CPU split, held
-    #: under its lock only while a round runs)
+    #: the lab a sampling round measured last stays up, while the claims are
+    #: judged, for the next round, which starts on it if it needs it (else it
+    #: goes first); it is not built, set up and (with BGP) converged again.
+    #: False for a study whose set-up belongs to its :meth:`session`, which
+    #: is held only while a round runs (RFC 2544's CPU split, under its lock):
+    #: each round then builds its labs again
     keeps_labs: ClassVar[bool] = True
 
     def needs(self, cfg: ConfigT) -> List[str]:
@@ -227,7 +228,7 @@ class Study(Generic[ConfigT]):
         raise NotImplementedError
 
     def session(self, cfg: ConfigT) -> ContextManager[Any]:
-        """Held around the whole run (e.g. a machine-wide lock)."""
+        """Held around each sampling round (e.g. a machine-wide lock)."""
         return contextlib.nullcontext()
 
     def runner(self, key: str, lab: LabLike, cfg: ConfigT, store: ResultStore) -> Runner:
@@ -420,7 +421,8 @@ class StudyRun:
     """One run of a study on this machine, in the steps :func:`run_study`
     takes once the store is open and the study runs here: each sampling
     round (:meth:`round`) measures the points it still needs, lab by lab
-    (:meth:`lab`: build it, set it up, measure its points, tear it down);
+    (:meth:`lab`: build it, set it up, measure its points, tear it down, or
+    keep the last one up for the next round: :attr:`Study.keeps_labs`);
     between rounds :meth:`next_round` judges the claims and says whether
     another round can change one, within the time budget. The sampling's
     outcome goes into the run's provenance."""
@@ -501,16 +503,14 @@ class StudyRun:
             if self.progress:
                 sys.stderr.write(line + "\n")
                 sys.stderr.flush()
-        prog = Progress(len(todo), enabled=self.progress, clock=self.clock,
-                        kinds=[study.cost_kind(p) for p in todo])
         mine = {key: [p for p in todo if study.lab_key(cfg_r, p) == key] for key in self.labs}
-        keys = [key for key in self.labs if mine[key]]
-        if self.kept is not None and self.kept.key in keys:  # the lab still up goes first
-            keys.remove(self.kept.key)
-            keys.insert(0, self.kept.key)
-        else:
+        keys = self._lab_order([key for key in self.labs if mine[key]])
+        if self.kept is None or self.kept.key != keys[0]:
             self.drop_kept()
         keep = study.keeps_labs and r + 1 < self.rounds
+        self.cost["rounds"] = self.cost.get("rounds", 0) + 1
+        prog = Progress(len(todo), enabled=self.progress, clock=self.clock,
+                        kinds=[study.cost_kind(p) for p in todo])
         try:
             with study.session(cfg_r):
                 for i, key in enumerate(keys):
@@ -518,6 +518,13 @@ class StudyRun:
                              keep=keep and i == len(keys) - 1)
         finally:
             prog.close()
+
+    def _lab_order(self, keys: List[str]) -> List[str]:
+        """``keys`` in the order a round measures them: the lab kept up from
+        the last round first (:attr:`Study.keeps_labs`), then reading order."""
+        if self.kept is not None and self.kept.key in keys:
+            return [self.kept.key] + [k for k in keys if k != self.kept.key]
+        return list(keys)
 
     def lab(self, key: str, topo: Any, points: List[Dict[str, Any]], cfg_r: Any,
             prog: Progress, keep: bool = False) -> None:
@@ -530,7 +537,7 @@ class StudyRun:
         kept, self.kept = self.kept, None
         if kept is None or kept.key != key:
             if kept is not None:
-                kept.close()
+                self._close(kept)
             kept = self._build(key, topo, cfg_r)
         try:
             for point in points:
@@ -545,12 +552,20 @@ class StudyRun:
                     summary += f" [host interference: {host['worst_pct']:.0f} % of the CPUs]"
                 prog.point(study.describe_point(point), summary, study.cost_kind(point))
         except BaseException:
-            kept.close(*sys.exc_info())
+            self._close(kept, *sys.exc_info())
             raise
         if keep:
             self.kept = kept
         else:
-            kept.close()
+            self._close(kept)
+
+    def _close(self, up: "_LabUp", *exc: Any) -> None:
+        """Tear ``up`` down, its time charged to the labs (:func:`round_cost`)."""
+        t = self.clock()
+        try:
+            up.close(*exc)
+        finally:
+            self.cost["lab_s"] = self.cost.get("lab_s", 0.0) + self.clock() - t
 
     def _build(self, key: str, topo: Any, cfg_r: Any) -> "_LabUp":
         """Lab ``key`` built and its runner set up (the set-up recorded in
@@ -561,6 +576,7 @@ class StudyRun:
         self.first_id = False
         _draw(topo, store.path, key)
         self.cost["labs"] += 1
+        t = self.clock()
         stack = contextlib.ExitStack()
         try:
             lab = stack.enter_context(self.lab_factory(topo, run_id=lab_id,
@@ -574,16 +590,18 @@ class StudyRun:
                 lab, sysctls=study.sysctls,
                 extra={"config": self.cfg.model_dump(mode="json"), "started": self.started,
                        "study": study.name, "host_noise": self.noise}), key, info)
+            return _LabUp(key, runner, stack)
         except BaseException:
             stack.__exit__(*sys.exc_info())
             raise
-        return _LabUp(key, runner, stack)
+        finally:
+            self.cost["lab_s"] = self.cost.get("lab_s", 0.0) + self.clock() - t
 
     def drop_kept(self) -> None:
         """Tear down the lab kept up for a next round, if any."""
         kept, self.kept = self.kept, None
         if kept is not None:
-            kept.close()
+            self._close(kept)
 
     def next_round(self, r: int) -> Optional[str]:
         """After round ``r``: why sampling stops now (every claim decided, or
@@ -600,8 +618,12 @@ class StudyRun:
         nxt_todo = study.needed(nxt, [p for p in study.points(nxt)
                                       if point_key(p) not in self.store.done_keys()],
                                 self.open_claims)
-        self.need = round_cost(self.cost, spent, len(nxt_todo),
-                               len({study.lab_key(nxt, p) for p in nxt_todo}),
+        keys = self._lab_order(sorted({study.lab_key(nxt, p) for p in nxt_todo},
+                                      key=list(self.labs).index))
+        # the lab kept up is not built again
+        builds = len(keys) - int(bool(keys) and self.kept is not None
+                                 and self.kept.key == keys[0])
+        self.need = round_cost(self.cost, spent, len(nxt_todo), builds,
                                once_each=self.busy.for_good)
         if self.budget is not None and spent + self.need > self.budget:
             return (f"the time budget ({self.budget:.0f} s) would not hold another "
@@ -694,11 +716,13 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
 
 def round_cost(cost: Dict[str, Any], spent: float, points: int, labs: int,
                once_each: bool = False) -> float:
-    """Seconds a round of ``points`` points on ``labs`` labs should take, from
-    what the rounds so far cost: the mean time of a point, and the rest of the
-    time spent (building labs, set-up, judging) per lab built, but for the
-    set-up measured once per run and reused by every later lab (``once_s``,
-    which a runner's ``setup()`` reports: the RFC 2544 calibration).
+    """Seconds a round of ``points`` points that builds ``labs`` labs should
+    take, from what the rounds so far cost: the mean time of a point, the mean
+    time of building, setting up and tearing down a lab (``lab_s`` over
+    ``labs``), but for the set-up measured once per run and reused by every
+    later lab (``once_s``, which a runner's ``setup()`` reports: the RFC 2544
+    calibration), and the rest (judging) per round (``rounds``). Without
+    ``lab_s``, the rest of the time spent, ``once_s`` apart, per lab built.
     ``once_each``: the next round measures each point once (the host is busy
     for good, :class:`BusyHost`), so a point costs one measurement (of
     ``measured``, re-runs included), not what points with re-runs cost."""
@@ -706,9 +730,15 @@ def round_cost(cost: Dict[str, Any], spent: float, points: int, labs: int,
         return spent
     per_point = cost["point_s"] / (max(cost["points"], int(cost.get("measured") or 0))
                                    if once_each else cost["points"])
-    per_lab = (max(0.0, spent - cost["point_s"] - float(cost.get("once_s") or 0.0))
-               / max(1, cost["labs"]))
-    return points * per_point + labs * per_lab
+    once = float(cost.get("once_s") or 0.0)
+    if "lab_s" not in cost:  # the rest, per lab built
+        return points * per_point + labs * (max(0.0, spent - cost["point_s"] - once)
+                                            / max(1, cost["labs"]))
+    # labs built (and torn down) apart from the rest (judging), which each round pays
+    per_lab = max(0.0, float(cost["lab_s"]) - once) / max(1, cost["labs"])
+    per_round = (max(0.0, spent - cost["point_s"] - float(cost["lab_s"]))
+                 / max(1, int(cost.get("rounds") or 1)))
+    return points * per_point + labs * per_lab + per_round
 
 
 def config_of_round(cfg: Any, r: int) -> Any:

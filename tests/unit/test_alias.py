@@ -437,3 +437,22 @@ def test_a_sampler_that_ended_says_so_instead_of_waiting():
     s.close()
     with pytest.raises(LabError, match="the counter sampler in here ended"):
         s.read(timeout=600)
+
+
+@pytest.mark.timed
+def test_a_sampler_asked_and_not_read_is_stopped_at_once():
+    """Ended mid-point (Ctrl-C, a failed spawn), a sampler waiting for its
+    last instant (here an hour away) is stopped, not waited for."""
+    import time
+
+    from nslab.experiments.alias.runner import start_samplers
+    (s,) = start_samplers((_HereNode(), "lo", False))
+    s.ask([time.time() + 3600])
+    t0 = time.monotonic()
+    s.close()
+    assert time.monotonic() - t0 < 4.0 and s.proc.popen.returncode is not None
+
+
+def test_the_alias_study_is_refused_across_hosts_before_anything_is_built():
+    with pytest.raises(InputError, match="the alias study runs on one machine .* --uplink"):
+        AliasStudy().check_hosts(AliasConfig.preset("quick"))

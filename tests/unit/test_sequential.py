@@ -150,6 +150,14 @@ class Values:
         pass
 
 
+def band_report(run_dir):
+    """One claim: the mean of the values stored lies inside [0, 1]."""
+    with open(f"{run_dir}/records.jsonl") as f:
+        vals = [json.loads(line)["measurements"]["value"] for line in f]
+    chk = stats.judge(stats.mean(vals), 0.0, 1.0, "the band")
+    return StudyReport({}, [Claim("inside the band", f"n={len(vals)}", chk.verdict, chk.why)])
+
+
 def make_study(*values):
     values = Values(values)
 
@@ -168,11 +176,7 @@ def make_study(*values):
             return values
 
         def report(self, run_dir):
-            with open(f"{run_dir}/records.jsonl") as f:
-                vals = [json.loads(line)["measurements"]["value"] for line in f]
-            chk = stats.judge(stats.mean(vals), 0.0, 1.0, "the band")
-            return StudyReport({}, [Claim("inside the band", f"n={len(vals)}", chk.verdict,
-                                          chk.why)])
+            return band_report(run_dir)
     return S()
 
 
@@ -260,11 +264,7 @@ def make_two_lab_study(values, keeps=True, fail_after=None):
             return R(key)
 
         def report(self, run_dir):
-            with open(f"{run_dir}/records.jsonl") as f:
-                vals = [json.loads(line)["measurements"]["value"] for line in f]
-            chk = stats.judge(stats.mean(vals), 0.0, 1.0, "the band")
-            return StudyReport({}, [Claim("inside the band", f"n={len(vals)}", chk.verdict,
-                                          chk.why)])
+            return band_report(run_dir)
     return S(), seen, finished
 
 
@@ -364,6 +364,34 @@ def test_the_next_rounds_cost_is_its_points_and_labs_at_the_rates_so_far():
     assert round_cost(cost, 60.0, 0, 0) == 0.0
     # nothing measured yet: the round so far is the estimate
     assert round_cost({"points": 0, "point_s": 0.0, "labs": 1}, 5.0, 3, 1) == 5.0
+
+
+def test_a_round_is_charged_the_labs_it_builds_and_the_judging_each_round_pays():
+    from nslab.run.study import round_cost
+    # 2 rounds: 10 points took 40 s of 70 s; building and tearing down 2 labs
+    # 20 s, of which 4 s a set-up made once; judging the other 10 s
+    cost = {"points": 10, "point_s": 40.0, "labs": 2, "lab_s": 20.0, "once_s": 4.0,
+            "rounds": 2}
+    assert round_cost(cost, 70.0, 3, 1) == pytest.approx(3 * 4.0 + 8.0 + 5.0)
+    # on the lab kept up: no build
+    assert round_cost(cost, 70.0, 3, 0) == pytest.approx(3 * 4.0 + 5.0)
+
+
+def test_the_next_rounds_estimate_leaves_out_the_lab_kept_up(tmp_path, monkeypatch):
+    """One lab, kept up from round to round: the estimate of the next round
+    is charged no build."""
+    import nslab.run.study as st
+    asked = []
+    real = st.round_cost
+    monkeypatch.setattr(st, "round_cost", lambda cost, spent, points, labs, once_each=False:
+                        asked.append(labs) or real(cost, spent, points, labs, once_each))
+    run(tmp_path, make_study(0.7, 1.3, 0.8, 1.2, 0.9, 1.1), Cfg(repeat=2, rounds=3,
+                                                                host_reruns=0))
+    assert asked == [0, 0] and FakeLab.built == 1
+    study, seen, finished = make_two_lab_study([0.7, 1.3] * 6)
+    asked.clear()
+    run(tmp_path / "two", study, Cfg(repeat=1, rounds=3, host_reruns=0))
+    assert asked == [1, 1]  # of x and y, one is kept up
 
 
 def test_a_round_multiplies_the_repeat_field():
