@@ -256,15 +256,17 @@ def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]]
     console.print(t)
     pt = Table(title=f"pacing below the ceiling ({rows[0]['frame']} B; slots: a batch per "
                      "slot; frames spaced: each frame waits in the kernel until due)")
-    for col in ("path", "target", "sent", "rate error", "batch", "gap mean us", "gap sd us",
-                "gap max us", "gaps >= 100 us", "lost"):
+    # gap mean: between frames n and n + 1 that both arrived; per frame: the
+    # window's span over every frame sent in it (the two part where frames are lost)
+    for col in ("path", "target", "sent", "rate error", "batch", "gap mean us", "per frame us",
+                "gap sd us", "gap max us", "gaps >= 100 us", "lost"):
         pt.add_column(col, justify="right")
     for p in pacing:
         gp = p["gap_us"]
         name = f"{p['mode']} (frames spaced)" if p.get("path") == "live-spaced" else str(p["mode"])
         pt.add_row(name, f"{p['target_pps']:,.0f}", f"{p['sent_pps']:,.0f}",
                    f"{p['rate_error_pct']:+.3f} %", str(p["batch"]), f"{gp['avg']:.2f}",
-                   f"{gp['stdev']:.2f}", f"{gp['max']:.1f}", str(gp["long"] if "long" in gp else "-"),
+                   f"{gp['per_frame']:.2f}" if "per_frame" in gp else "-", f"{gp['stdev']:.2f}", f"{gp['max']:.1f}", str(gp["long"] if "long" in gp else "-"),
                    f"{p['lost']} ({float(p.get('lost_pct', 0)):.3f} %)")
     console.print(pt)
     if not anchor:

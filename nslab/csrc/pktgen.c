@@ -875,6 +875,11 @@ struct rstats {
      * sent one after the other (a hole of lost frames is no send gap) */
     uint64_t last_ts, gaps, glong;   /* glong: gaps of XL_LONG_GAP_NS or more */
     double gsum, gsq, gmax;
+    /* the window's first and latest send times and their frames' seq: the
+     * mean gap over every frame sent in between, lost ones included (a hole
+     * of frames lost while the sender caught up at twice the rate would
+     * otherwise leave the successive gaps' mean above the pacing) */
+    uint64_t first_ts, first_seq, last_ts_seq;
 };
 
 /* Every latency of the window in a histogram (the user-space sinks): 0.1 us
@@ -931,7 +936,9 @@ static inline void account(struct rstats *s, const uint8_t *payload, uint64_t t,
             if (g > s->gmax) s->gmax = g;
             if (ts - s->last_ts >= XL_LONG_GAP_NS) s->glong++;
         }
+        if (!s->last_ts) { s->first_ts = ts; s->first_seq = seq; }
         s->last_ts = ts;
+        s->last_ts_seq = seq;
     }
     double us = ((double)t - (double)ts) / 1000.0;
     s->in_window++;
@@ -946,6 +953,8 @@ static void report_recv(const char *path, const struct rstats *s) {
     double var = s->in_window ? s->sq / s->in_window - avg * avg : 0;
     double gavg = s->gaps ? s->gsum / s->gaps : 0;
     double gvar = s->gaps ? s->gsq / s->gaps - gavg * gavg : 0;
+    double span = s->first_ts && s->last_ts_seq > s->first_seq
+                      ? (double)(s->last_ts - s->first_ts) / 1000.0 / (double)(s->last_ts_seq - s->first_seq) : 0;
     /* quantiles only where every latency went into the histogram (not the XDP sink) */
     char q[96] = "";
     if (hist_n && hist_n == s->in_window)
@@ -953,11 +962,11 @@ static void report_recv(const char *path, const struct rstats *s) {
     printf("{\"mode\": \"recv\", \"path\": \"%s\", \"received\": %llu, \"in_window\": %llu, \"max_seq\": %llu, "
            "\"reordered\": %llu, \"latency_us\": {\"min\": %.3f, \"avg\": %.3f, \"max\": %.3f, "
            "\"stdev\": %.3f%s}, \"send_gap_us\": {\"n\": %llu, \"avg\": %.3f, \"stdev\": %.3f, "
-           "\"max\": %.3f, \"long\": %llu}}\n", path, (unsigned long long)s->received, (unsigned long long)s->in_window,
+           "\"max\": %.3f, \"long\": %llu, \"per_frame\": %.3f}}\n", path, (unsigned long long)s->received, (unsigned long long)s->in_window,
            (unsigned long long)s->max_seq, (unsigned long long)s->reordered,
            s->in_window ? s->mn : 0, avg, s->mx, var > 0 ? sqrt(var) : 0, q,
            (unsigned long long)s->gaps, gavg, gvar > 0 ? sqrt(gvar) : 0, s->gmax,
-           (unsigned long long)s->glong);
+           (unsigned long long)s->glong, span);
 }
 
 static int recv_udp(const struct args *a) {
@@ -1090,7 +1099,8 @@ static int recv_xdp(const struct args *a) {
                        .mn = c.in_window ? c.lat_min / 1e3 : 0, .mx = c.lat_max / 1e3,
                        .gaps = c.gaps, .gsum = c.gap_sum / 1e3,
                        .gsq = (double)c.gap_sq16 * 256.0 / 1e6, .gmax = c.gap_max / 1e3,
-                       .glong = c.gap_long};
+                       .glong = c.gap_long, .first_ts = c.first_ts, .first_seq = c.first_seq,
+                       .last_ts = c.last_ts, .last_ts_seq = c.last_ts_seq};
     char path[32];
     snprintf(path, sizeof path, "xdp-%s", how);
     report_recv(path, &s);

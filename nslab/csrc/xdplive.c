@@ -146,7 +146,7 @@ static int prog_load(struct prog *p, char *why, size_t whylen) {
 
 /* ---- the generator ------------------------------------------------------------------ */
 #define PAYLOAD 42   /* Ethernet 14 + IPv4 20 + UDP 8: seq at +0, send time at +8 */
-enum { L_DROP, L_PASS, L_NOREORD, L_NOMAX, L_LATOK, L_NOMIN, L_NOLMAX, L_NOLONG };
+enum { L_DROP, L_PASS, L_NOREORD, L_NOMAX, L_LATOK, L_NOMIN, L_NOLMAX, L_NOLONG, L_LATER };
 enum { L_NOW = L_NOREORD, L_TARGET, L_SPIN, L_DUE, L_NOLAG, L_STAMP };
 
 int xl_gen_open(struct xl_gen *g, int ifindex, const uint8_t *tmpl, uint32_t len, char *why, size_t whylen) {
@@ -346,7 +346,12 @@ int xl_sink_open(struct xl_sink *s, int ifindex, int port, const char **mode_out
     emit(&p, LDX(BPF_DW, R1, R6, S(last_ts)));
     jump(&p, J_REG(BPF_JGE, R1, R9), L_DROP);
     emit(&p, STX(BPF_DW, R6, R9, S(last_ts)));
-    jump(&p, J_IMM(BPF_JEQ, R1, 0), L_DROP);
+    emit(&p, STX(BPF_DW, R6, R8, S(last_ts_seq)));
+    jump(&p, J_IMM(BPF_JNE, R1, 0), L_LATER);
+    emit(&p, STX(BPF_DW, R6, R9, S(first_ts)));          /* the window's first send time */
+    emit(&p, STX(BPF_DW, R6, R8, S(first_seq)));
+    jump(&p, J_IMM(BPF_JA, R0, 0), L_DROP);
+    label(&p, L_LATER);
     emit(&p, ALU_IMM(BPF_ADD, R7, 1));
     jump(&p, J_REG(BPF_JNE, R7, R8), L_DROP);
     emit(&p, MOV_REG(R7, R9));

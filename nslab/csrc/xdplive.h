@@ -33,6 +33,9 @@ struct xdp_sink_stats {
     uint64_t last_ts, gaps, gap_sum, gap_sq16, gap_max;  /* between seq n and n + 1 */
     uint64_t lat_mask;       /* latency of frames whose seq & lat_mask is 0 (a sample) */
     uint64_t gap_long;       /* gaps of XL_LONG_GAP_NS or more */
+    /* the window's first and latest send times and their frames' seq: the mean
+     * send gap over every frame sent between them, holes of lost frames included */
+    uint64_t first_ts, first_seq, last_ts_seq;
 };
 
 /* A send gap this long or longer is counted apart: where a batch ended, or
