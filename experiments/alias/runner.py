@@ -79,6 +79,11 @@ def from_sampler(raw: Dict[str, Any]) -> Sample:
                   float(raw["t_end"]) - float(raw["t_start"]), limits)
 
 
+#: How long a counter sampler may take to say it is ready (a Python process in
+#: the node: 0.43-0.54 s here, idle; a busy host's is slower, not wrong).
+READY_S = 60.0
+
+
 class Sampler:
     """The in-node counter sampler (:mod:`nslab.traffic.sampler`), started
     once and asked for each point's samples in turn."""
@@ -92,12 +97,19 @@ class Sampler:
         #: asked for samples it has not given yet
         self.pending = False
 
-    def ready(self) -> "Sampler":
-        """Wait for its first line, which says it is ready to be asked."""
-        line = self.proc.readline()
+    def ready(self, timeout: float = READY_S) -> "Sampler":
+        """Wait up to ``timeout`` s for its first line, which says it is ready
+        to be asked; a sampler that ends or stays silent is stopped and named."""
+        out = self.proc.popen.stdout
+        assert out is not None  # its output is piped
+        if not select.select([out], [], [], timeout)[0]:
+            self.proc.stop()
+            raise LabError(f"the counter sampler in {self.node.name} did not say it was ready "
+                           f"within {timeout:.0f} s")
+        line = out.readline()
         if "ready" not in line:
             raise LabError(f"the counter sampler in {self.node.name} did not start: "
-                           f"{self.proc.wait(timeout=10).stderr.strip()[-300:]}")
+                           f"{self._last_words()}")
         return self
 
     def ask(self, instants: Sequence[float]) -> None:
@@ -160,12 +172,12 @@ class Sampler:
             self.proc.stop()
 
 
-def start_samplers(*where: Tuple[LabNode, str, bool]) -> List[Sampler]:
+def start_samplers(*where: Tuple[LabNode, str, bool], timeout: float = READY_S) -> List[Sampler]:
     """Samplers on ``(node, interface, sender)``, started together and each
-    ready to be asked."""
+    ready to be asked (each given up to ``timeout`` s to say so)."""
     started = [Sampler(node, iface, sender=sender) for node, iface, sender in where]
     try:
-        return [s.ready() for s in started]
+        return [s.ready(timeout) for s in started]
     except BaseException:
         for s in started:
             s.proc.stop()

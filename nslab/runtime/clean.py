@@ -30,7 +30,7 @@ from .restore import printable_text, run_restore
 from .sshcontrol import control_dirs, remove_control_dir
 from ..errors import InputError, LabError
 from ..model.naming import ALIAS_PREFIX, NS_RE, RUN_RE, STATE_DIR, check_state_dir
-from .proc import kill_pids, pids_with_tag, process_name, run, same_process
+from .proc import kill_pids, pids_with_tag, process_name, run, same_process, tagged_pids
 from ..model import bounded
 from ..model.topo import Topology
 from ..model import render
@@ -195,8 +195,10 @@ def run_is_live(journal: Optional[dict]) -> bool:
     return same_process(journal.get("pid"), journal.get("pid_start"))
 
 
-def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
-    """Find tagged objects of every run (or of ``run_id``)."""
+def discover(run_id: Optional[str] = None,
+             tagged: Optional[Dict[int, str]] = None) -> Dict[str, Inventory]:
+    """Find tagged objects of every run (or of ``run_id``); ``tagged``: the
+    tagged processes under this root if already scanned (:func:`tagged_pids`)."""
     runs: Dict[str, Inventory] = {}
 
     def inv(rid: str) -> Inventory:
@@ -242,7 +244,7 @@ def discover(run_id: Optional[str] = None) -> Dict[str, Inventory]:
         for rid, objs in ext.discover(run_id).items():
             if RUN_RE.fullmatch(rid) and want(rid):
                 inv(rid).extra.setdefault(name, []).extend(objs)
-    for pid, rid in pids_with_tag(run_id).items():
+    for pid, rid in (pids_with_tag(run_id) if tagged is None else tagged).items():
         if RUN_RE.fullmatch(rid):
             inv(rid).pids.append(pid)
     for rid, dirs in control_dirs(run_id).items():
@@ -396,9 +398,10 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
     # nslab: the Debian 13 tier's shares this machine's PIDs and links) keeps
     # its journal in that root's /run: only its own clean can tell it crashed
     elsewhere: Dict[str, int] = {}
-    for pid, rid in sorted(pids_with_tag(run_id, elsewhere=True).items()):
+    here, there = tagged_pids(run_id)  # one scan of the processes for both
+    for pid, rid in sorted(there.items()):
         elsewhere.setdefault(rid, pid)
-    for rid, inv in sorted(discover(run_id).items()):
+    for rid, inv in sorted(discover(run_id, here).items()):
         if inv.empty:
             continue
         # a namespace (in this root's /run/netns) or a process of its own here

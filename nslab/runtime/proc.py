@@ -343,8 +343,14 @@ def pids_with_tag(run_id: Optional[str] = None, elsewhere: bool = False) -> Dict
     its own ``/run``, a chroot): its runs and their journals are that system's,
     and only that system's ``nslab clean`` can tell them live.
     """
+    return tagged_pids(run_id)[1 if elsewhere else 0]
+
+
+def tagged_pids(run_id: Optional[str] = None) -> Tuple[Dict[int, str], Dict[int, str]]:
+    """Both sets of :func:`pids_with_tag` from one scan of the processes:
+    those under this root directory, and those under another."""
     import psutil
-    found: Dict[int, str] = {}
+    found: Tuple[Dict[int, str], Dict[int, str]] = ({}, {})
     me, here, root = os.getpid(), pid_namespace(), root_dir()
     for proc in psutil.process_iter(["environ"]):
         if proc.pid == me:
@@ -355,8 +361,8 @@ def pids_with_tag(run_id: Optional[str] = None, elsewhere: bool = False) -> Dict
                 or pid_namespace(proc.pid) != here:
             continue
         theirs = root_dir(proc.pid)
-        if theirs is not None and (root is not None and theirs != root) == elsewhere:
-            found[proc.pid] = rid
+        if theirs is not None:
+            found[1 if root is not None and theirs != root else 0][proc.pid] = rid
     return found
 
 

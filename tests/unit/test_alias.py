@@ -414,7 +414,7 @@ def test_one_sampler_serves_point_after_point_and_ends_with_its_input():
     import time
 
     from nslab.experiments.alias.runner import start_samplers
-    (s,) = start_samplers((_HereNode(), "lo", False))
+    (s,) = start_samplers((_HereNode(), "lo", False), timeout=600)
     try:
         for _ in range(3):
             t = time.time()
@@ -433,7 +433,7 @@ def test_a_sampler_that_ended_says_so_instead_of_waiting():
 
     from nslab.errors import LabError
     from nslab.experiments.alias.runner import start_samplers
-    (s,) = start_samplers((_HereNode(), "lo", True))
+    (s,) = start_samplers((_HereNode(), "lo", True), timeout=600)
     s.close()
     with pytest.raises(LabError, match="the counter sampler in here ended"):
         s.read(timeout=600)
@@ -446,11 +446,29 @@ def test_a_sampler_asked_and_not_read_is_stopped_at_once():
     import time
 
     from nslab.experiments.alias.runner import start_samplers
-    (s,) = start_samplers((_HereNode(), "lo", False))
+    (s,) = start_samplers((_HereNode(), "lo", False), timeout=600)
     s.ask([time.time() + 3600])
     t0 = time.monotonic()
     s.close()
     assert time.monotonic() - t0 < 4.0 and s.proc.popen.returncode is not None
+
+
+class _SilentNode(_HereNode):
+    """A node whose sampler never says it is ready (it sleeps)."""
+
+    def popen(self, argv, **kw):
+        return super().popen(["sleep", "60"], **kw)
+
+
+def test_a_sampler_that_never_says_ready_is_stopped_and_named():
+    from nslab.errors import LabError
+    from nslab.experiments.alias.runner import start_samplers
+    with pytest.raises(LabError, match="the counter sampler in here did not say it was ready "
+                                       "within 0 s"):
+        start_samplers((_SilentNode(), "lo", False), timeout=0.2)
+    import psutil
+    assert not [p for p in psutil.process_iter(["cmdline", "ppid"])
+                if p.info["cmdline"] == ["sleep", "60"] and p.info["ppid"] == os.getpid()]
 
 
 def test_the_alias_study_is_refused_across_hosts_before_anything_is_built():

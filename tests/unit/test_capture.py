@@ -776,6 +776,7 @@ def state(tmp_path, tmp_path_factory, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tmp")))
     monkeypatch.setattr(clean, "run", lambda argv, check=False, **kw: Result(argv, 0, "", ""))
     monkeypatch.setattr(clean, "pids_with_tag", lambda run_id=None, elsewhere=False: {})
+    monkeypatch.setattr(clean, "tagged_pids", lambda run_id=None: ({}, {}))
     monkeypatch.setattr(extension, "registered", lambda: {})
     return tmp_path
 
