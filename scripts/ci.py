@@ -21,12 +21,12 @@ The order, and what runs beside what:
    seconds for a CPU here);
 4. the stock-kernel guests, one per kernel, side by side, then the FRR
    flows' guest alone;
-5. the two boxes with real NIC drivers, at the SCHED_IDLE policy; once both
+5. the two boxes with real NIC drivers, at the SCHED_IDLE policy; once the
    boxes' flows across the wire have ended (they measure rates in the
    guests), the rest of the Debian 13 tier (its timed unit tests, then its
-   integration and smoke tests) runs beside what the pair runs last, the
-   lab across both boxes (it waits on BGP's timers, with minutes to
-   converge): wire_done.
+   integration and smoke tests) runs beside what the pair runs last (each
+   box's crash and clean, the lab across both boxes, which asserts no
+   rate): wire_done.
 
 Each part records its time and JUnit XML (scripts/tiers.py); the last lines
 are one table of every part and the ten slowest tests. Exit status: non-zero
@@ -85,15 +85,20 @@ def pytest(name: str, *args: str, background: bool = False) -> int:
 
 
 def wire_done(out: str, since: float, boxes: subprocess.Popen) -> None:
-    """Return once both boxes have written their part across the wire (the RFC 2544
-    trial and the alias sweep, which measure rates in the guests), or the
-    two-box tier has ended. What the pair runs after that, the lab across both
-    boxes, waits on BGP's timers and has minutes to converge, so the Debian 13
-    labs can run beside it: its guests run at the SCHED_IDLE policy and take
-    only the CPU time those labs leave."""
-    parts = [os.path.join(out, "two-boxes", f"{p}.json") for p in ("client", "server")]
+    """Return once nothing more crosses the wire between the two boxes (the RFC
+    2544 trial and the alias sweep measure rates in the guests): box A says so
+    (tests/vm/pair_box.py, ``wire-quiet``) before both boxes crash and clean
+    their labs, or both have written their part; or the two-box tier has
+    ended. What the pair runs after that (the crash and clean, the lab across
+    both boxes) asserts no rate, so the Debian 13 labs can run beside it: its
+    guests run at the SCHED_IDLE policy and take only the CPU time those labs
+    leave."""
+    two = os.path.join(out, "two-boxes")
+    parts = [os.path.join(two, f"{p}.json") for p in ("client", "server")]
+    quiet = os.path.join(two, "wire-quiet")
     while boxes.poll() is None:
-        if all(os.path.exists(p) and os.path.getmtime(p) >= since for p in parts):
+        if (os.path.exists(quiet) and os.path.getmtime(quiet) >= since) or \
+                all(os.path.exists(p) and os.path.getmtime(p) >= since for p in parts):
             say("the two boxes' flows across the wire have ended")
             return
         time.sleep(2)

@@ -36,6 +36,7 @@ that failed with its message. Exit status: non-zero if any part failed.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import subprocess
 import sys
@@ -282,9 +283,11 @@ def vcpus_of(spec: str, kernel: str) -> int:
     return 1
 
 
+@functools.lru_cache(maxsize=None)
 def selected_files(marks: str) -> list:
     """The test modules (under tests/integration and tests/smoke) that hold a
-    test marked ``marks``, found by collecting on this machine."""
+    test marked ``marks``, found by collecting on this machine (once per
+    ``marks``: a collection takes seconds, and the guests start after it)."""
     res = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", marks,
                           "-p", "no:cacheprovider", "tests/integration", "tests/smoke"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
