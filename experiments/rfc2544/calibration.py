@@ -15,7 +15,7 @@ from nslab.traffic.interference import account
 
 from .bed import napi_on
 from .model import (baseline_of, nominal_fps, calibration_next, calibration_saturated,
-                    calibration_step, calibration_still_says_more)
+                    calibration_step, calibration_still_says_more, tester_clock_offset)
 from .trials import PORT, TrialBed
 
 log = logging.getLogger(__name__)
@@ -118,15 +118,24 @@ class Calibration(TrialBed):
         out: Dict[str, Any] = {"fps": nominal_fps(self.scale), "frame": 64}
         for mode in ("idle", "awake"):
             with self.keep_awake(mode == "awake"):
-                out[f"{mode}_us"] = [self._bed_trial() for _ in range(trials)]
+                out[f"{mode}_us"] = [self._bed_trial(i) for i in range(trials)]
+        if self.layout.shared:  # as the DUT's trials at a fixed load
+            out["tester_clock_offsets_pct"] = [
+                round(100 * tester_clock_offset(out["fps"], max(0.5, self.cfg.trial), i,
+                                                self.tick_s), 4) for i in range(trials)]
         return out
 
-    def _bed_trial(self) -> float:
+    def _bed_trial(self, nth: int = 0) -> float:
+        """One trial of the bed alone; on the virtual bed its tester's clock is
+        offset as the ``nth`` trial at a fixed load's (:meth:`TrialBed.trial`)."""
         seconds = max(0.5, self.cfg.trial)
+        fps = nominal_fps(self.scale)
+        if self.layout.shared:
+            fps *= 1 + tester_clock_offset(fps, seconds, nth, self.tick_s)
         sink = self._start_sink(seconds + 5, 0.1, iface="bed1")
         gen = self.spawn(self.gen, [
             self.pg, "send", "--dst", "10.254.0.2", "--port", str(PORT), "--size", "64",
-            "--rate", f"{nominal_fps(self.scale):g}", "--duration", f"{seconds + 0.1:.3f}",
+            "--rate", f"{fps:.3f}", "--duration", f"{seconds + 0.1:.3f}",
             *self.gen_args("bed0", self._bed_mac), *self.layout.tester_args("send")],
             name="pktgen-send")
         res = gen.wait(timeout=seconds + 30)

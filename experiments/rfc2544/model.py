@@ -21,6 +21,36 @@ def nominal_fps(scale: float = 1.0) -> float:
     return NOMINAL_FPS * scale
 
 
+#: The virtual bed's guest kernel's tick where its config does not say
+#: (:func:`.virtual.kernel_hz`): Debian's amd64 kernels (bookworm's 6.1,
+#: trixie's 6.12) are built with CONFIG_HZ=250.
+GUEST_TICK_S = 1 / 250
+#: The largest offset of the tester's clock from the DUT's (a share of the rate).
+MAX_CLOCK_OFFSET = 0.01
+
+
+def tester_clock_offset(fps: float, seconds: float, nth: int,
+                        tick_s: float = GUEST_TICK_S) -> float:
+    """The virtual bed's tester clock against its DUT's, as a share of the
+    rate, for the ``nth`` trial (from 0) at one load of ``fps`` over a window
+    of ``seconds``, on a guest kernel whose tick is ``tick_s``.
+
+    Two boxes run on two oscillators: a tester's frames drift against the
+    DUT's timer tick. The virtual bed's tester and DUT run on one clock, so a
+    load whose frame period and the tick's are multiples of one another
+    (1,000 fps against a 4 ms tick) meets the tick at one phase for the whole
+    trial, and its figures take one of two values by where that phase fell
+    (the router's occupancy at 1,000 fps: 27.8 or 28.2 %). Offset by this
+    share, the frames drift by one frame period (or one tick, the shorter)
+    over the window, meeting the tick at every phase once; the sign
+    alternates from trial to trial at one load, so the load's mean rate is
+    the one asked. At most :data:`MAX_CLOCK_OFFSET`."""
+    if fps <= 0 or seconds <= 0:
+        return 0.0
+    size = min(min(1.0 / fps, tick_s) / seconds, MAX_CLOCK_OFFSET)
+    return size if nth % 2 == 0 else -size
+
+
 def theory_table(link_bps: float, sizes: List[int]) -> List[Tuple[int, float, float]]:
     """(frame size, max frames/s, max bit/s of frames) on a link of ``link_bps``."""
     return [(s, frame_rate(link_bps, s), frame_rate(link_bps, s) * s * 8) for s in sizes]

@@ -111,6 +111,11 @@ class Trial(Strict):
     #: from when each read came back (None: older runs, whose rates used
     #: ``window_s``)
     counter_windows_s: Optional[Dict[str, float]] = None
+    #: the virtual bed's trials at a fixed load: the rate the generator was
+    #: asked, target_fps offset by the tester's clock against the DUT's (per
+    #: cent; None: no offset, or older runs)
+    asked_fps: Optional[float] = None
+    tester_clock_offset_pct: Optional[float] = None
 
 
 class Probe(Strict):

@@ -11,7 +11,7 @@ from nslab.model.shaping import frame_rate, parse_rate
 from nslab.store.reporting import StudyReport, load_run, render_study, study_report
 
 from .claims import bed_scale, claims
-from .records import SCHEMA, RfcRecord
+from .records import SCHEMA, RfcRecord, Trials
 from .tables import DUT_ORDER, back_to_back_rows, by_test, intrinsic, table3, trials_of
 
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
@@ -35,10 +35,18 @@ def write_report(run_dir: str) -> StudyReport:
                             throughput=throughput, latency=latency,
                             table3={d: table3(recs, d) for d in duts}, b2b=back_to_back_rows(recs),
                             paper=pub["table3_bridge_overload_64B"], claims=found,
-                            intrinsic=intrinsic(recs), vbed=prov.get("virtual_bed"))
+                            intrinsic=intrinsic(recs), vbed=prov.get("virtual_bed"),
+                            clock_offset=clock_offset(recs))
     return study_report(run_dir, md, "RFC 2544 study", found,
                         (lambda: plot(run_dir, recs, duts, pub, line_bps, scale)) if recs else None,
                         body)
+
+
+def clock_offset(recs: List[RfcRecord]) -> bool:
+    """Did the tester's clock run apart from the DUT's in some trial at a fixed
+    load (the virtual bed's, since records kept its offset)?"""
+    return any(t.tester_clock_offset_pct for r in recs if isinstance(r.measurements, Trials)
+               for t in r.measurements.trials)
 
 
 def plot(run_dir: str, recs: List[RfcRecord], duts: List[str], pub: Dict[str, Any],

@@ -136,14 +136,14 @@ class Rfc2544Runner(Tests, Calibration):
                            "no intrinsic cost measured: " + ("; ".join(bad) or "?"))
         if test == "latency":
             with self.keep_awake(self.cfg.keep_awake):
-                trials = [self.trial(size, nominal_fps(self.scale))
+                trials = [self.trial(size, nominal_fps(self.scale), drift=True)
                           for _ in range(self.cfg.latency_trials)]
-            trials.append(self.trial(size, 0.9 * self.line_fps(size)))
+            trials.append(self.trial(size, 0.9 * self.line_fps(size), drift=True))
             m = {"trials": trials}
             return m, [], (f"latency avg {trials[0]['latency_us']['avg']:.0f} us at "
                            f"{nominal_fps(self.scale):g} fps, "
                            f"{trials[-1]['latency_us']['avg']:.0f} us at 90 % of line")
-        trials = [self.trial(size, fps) for fps in self.loads(size)]
+        trials = [self.trial(size, fps, drift=True) for fps in self.loads(size)]
         worst = max(trials, key=lambda t: t["loss_pct"])
         return {"trials": trials}, [], (f"{len(trials)} loads; worst loss {worst['loss_pct']:.1f} % "
                                         f"at {worst['target_fps']:.0f} fps")

@@ -179,13 +179,13 @@ class Tests(TrialBed):
             trials = []
             for fps in loads:
                 for _ in range(self.cfg.cost_trials):
-                    m = self.trial(size, fps, seconds=max(1.0, self.cfg.trial))
+                    m = self.trial(size, fps, seconds=max(1.0, self.cfg.trial), drift=True)
                     if not m["us_per_packet"] and not m["invalid"]:
                         # The cost test must forward and show the DUT's work
                         # above its idle baseline: once more, else say why.
                         log.info("cost trial at %.0f fps: %s; measuring it again", fps,
                                  cost_unmeasured(m))
-                        m = self.trial(size, fps, seconds=max(1.0, self.cfg.trial))
+                        m = self.trial(size, fps, seconds=max(1.0, self.cfg.trial), drift=True)
                         if not m["us_per_packet"]:
                             m["invalid"] = list(m["invalid"]) + [cost_unmeasured(m)]
                     trials.append(m)

@@ -34,7 +34,8 @@ from nslab.traffic.speed import SpeedWatch
 
 from .bed import layout_here, napi_on
 from .config import Rfc2544Config
-from .model import disturbed, drain_done, loads, trial_invalid
+from .model import (GUEST_TICK_S, disturbed, drain_done, loads, tester_clock_offset,
+                    trial_invalid)
 
 if TYPE_CHECKING:  # pragma: no cover
     from nslab.runtime.lab import Lab
@@ -132,6 +133,14 @@ class TrialBed:
         self.watch: Any = _DutThreads(self) if self.layout.shared else Watch(self.layout.cpus)
         self.speed: Any = _SteadyClock() if self.layout.shared else SpeedWatch(self.layout.cpus)
         self._excluded_streak = 0
+        #: trials so far at each fixed load, (frame, fps): the sign of the next
+        #: one's tester clock offset
+        self._at_load: Dict[Tuple[int, float], int] = {}
+        #: the guest kernel's tick on the virtual bed (its CONFIG_HZ, as the host
+        #: read it into the run's provenance)
+        hz = ((store.provenance().get("virtual_bed") or {}).get("kernel_hz")
+              if self.layout.shared and store is not None else None)
+        self.tick_s = 1.0 / float(hz) if hz else GUEST_TICK_S
         self.baseline_ok = True
         #: the throughput searches' dithers (:func:`~.model.rate_search`): seeded
         #: on the virtual bed, whose trials repeat themselves, so that a run
@@ -285,8 +294,8 @@ class TrialBed:
         return p
 
     def trial(self, size: int, fps: float, seconds: Optional[float] = None,
-              tag: str = "", stands: Optional[Callable[[Dict[str, Any]], bool]] = None
-              ) -> Dict[str, Any]:
+              tag: str = "", stands: Optional[Callable[[Dict[str, Any]], bool]] = None,
+              drift: bool = False) -> Dict[str, Any]:
         """Offer ``fps`` frames/s of ``size`` bytes for warm-up + trial; count
         everything. A trial during which other tasks took more than
         ``interference_pct`` of the DUT's or the generator's CPU (or the host
@@ -294,14 +303,24 @@ class TrialBed:
         still disturbed, it is kept with that reason among its ``invalid``
         ones, so no figure comes from it. ``stands``: an outcome that holds
         however the host disturbed the trial (a search's pass): such a trial
-        is not measured again, and is marked ``stands``."""
+        is not measured again, and is marked ``stands``. ``drift`` (a trial
+        at a fixed load): on the virtual bed the tester's clock runs apart from
+        the DUT's (:func:`~.model.tester_clock_offset`), as two boxes' do;
+        the record keeps the load asked as ``target_fps``, the rate the
+        generator was given as ``asked_fps``."""
+        offset = 0.0
+        if drift and self.layout.shared:
+            key = (size, round(fps, 3))
+            nth = self._at_load[key] = self._at_load.get(key, -1) + 1
+            offset = tester_clock_offset(fps, seconds or self.cfg.trial, nth, self.tick_s)
+        asked = fps * (1 + offset)
         reruns = 0
         # After PERSISTENT excluded trials in a row the host is busy for good:
         # no more re-runs (each would triple a trial's time for nothing) until
         # a trial comes out clean again.
         allowed = 0 if self._excluded_streak >= PERSISTENT else self.cfg.interference_reruns
         while True:
-            m = self._trial_once(size, fps, seconds)
+            m = self._trial_once(size, asked, seconds)
             why = self._disturbed(m)
             held = why is not None and stands is not None and stands(m)
             if why is None or held or reruns >= allowed:
@@ -310,6 +329,9 @@ class TrialBed:
             log.info("trial at %.0f fps: %s; measuring it again (%d of %d)", fps, why, reruns,
                      allowed)
         m["interference_reruns"] = reruns
+        if offset:
+            m.update(target_fps=fps, asked_fps=round(asked, 3),
+                     tester_clock_offset_pct=round(100 * offset, 4))
         if why is None:
             self._excluded_streak = 0
         else:

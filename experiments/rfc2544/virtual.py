@@ -97,6 +97,22 @@ def deadline_s(cfg: Any) -> float:
     return 4 * float(budget) + 300 if budget else 6 * 3600.0
 
 
+def kernel_hz(vmlinuz: str) -> Optional[int]:
+    """``CONFIG_HZ`` of the kernel ``vmlinuz``, from the ``config-<release>``
+    beside it (None: no such file or line). Its tick is what the tester's
+    clock drifts against (:func:`.model.tester_clock_offset`)."""
+    from nslab.hosts import vm
+    path = os.path.join(os.path.dirname(vmlinuz), f"config-{vm.kernel_release(vmlinuz)}")
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("CONFIG_HZ="):
+                    return int(line.split("=", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def describe(cfg: Any, kernel: str) -> Dict[str, Any]:
     """The virtual bed, as a run's provenance keeps it and its report says it."""
     from nslab.hosts import vm
@@ -104,7 +120,7 @@ def describe(cfg: Any, kernel: str) -> Dict[str, Any]:
             "icount_shift": cfg.vcpu_shift,
             "instructions_per_s": instructions_per_s(cfg.vcpu_shift),
             "vcpus": 1, "memory": MEMORY, "kernel": vm.kernel_release(kernel),
-            "scale": cfg.virtual_scale,
+            "kernel_hz": kernel_hz(kernel), "scale": cfg.virtual_scale,
             "layout": "generator, sink and the sink's NAPI thread at SCHED_FIFO 50; the DUT's "
                       "receive work in its ingress NAPI thread at the normal priority"}
 

@@ -427,3 +427,53 @@ def test_a_points_throughput_is_the_mean_of_its_searches_left_in():
     assert m["searches_fps"][3] == 1000.0  # what was measured stays as it was
     # the mean, 3,451, is under 90 % of the ceiling (3,456), the median was not
     assert m["generator_limited"] is False
+
+
+def test_the_virtual_beds_tester_clock_drifts_one_period_per_trial_and_alternates():
+    from nslab.experiments.rfc2544.model import GUEST_TICK_S, MAX_CLOCK_OFFSET, tester_clock_offset
+    # 1,000 fps against a 4 ms tick: one frame period (1 ms) over a 0.5 s window
+    assert tester_clock_offset(1000, 0.5, 0) == pytest.approx(0.002)
+    assert tester_clock_offset(1000, 0.5, 1) == pytest.approx(-0.002)
+    # 50 fps: its period (20 ms) is five ticks; one tick over the window
+    assert tester_clock_offset(50, 0.5, 2) == pytest.approx(GUEST_TICK_S / 0.5)
+    assert tester_clock_offset(50, 0.1, 0) == MAX_CLOCK_OFFSET  # capped
+    assert tester_clock_offset(0, 0.5, 0) == tester_clock_offset(1000, 0, 0) == 0.0
+    # frames at 1,000 (1 + d) fps meet a tick every phase of a frame period
+    # once over the window: the offsets of frame times from the tick grid span it
+    d = tester_clock_offset(1000, 0.5, 0)
+    phases = sorted(((k / (1000 * (1 + d))) % 0.001) for k in range(500))
+    assert phases[0] < 0.00001 and phases[-1] > 0.00099
+    assert max(b - a for a, b in zip(phases, phases[1:])) < 0.00001
+    # 50 fps (a period of five ticks): its 25 frames meet the tick 0.16-0.19 ms apart
+    d = tester_clock_offset(50, 0.5, 0)
+    phases = sorted(((k / (50 * (1 + d))) % GUEST_TICK_S) for k in range(25))
+    gaps = [b - a for a, b in zip(phases, phases[1:])] + [GUEST_TICK_S - phases[-1] + phases[0]]
+    assert max(gaps) < 0.0002
+
+
+def test_a_fixed_loads_trials_on_the_virtual_bed_alternate_their_clock_and_keep_the_load():
+    from nslab.experiments.rfc2544.bed import REAL, SHARED
+    from nslab.experiments.rfc2544.config import Rfc2544Config
+    from nslab.experiments.rfc2544.runner import Rfc2544Runner
+
+    class Runner(Rfc2544Runner):
+        def __init__(self, layout):
+            self.cfg = Rfc2544Config.preset("quick")
+            self.layout, self._excluded_streak, self._at_load, self.asked = layout, 0, {}, []
+            self.tick_s = 0.004
+
+        def _trial_once(self, size, fps, seconds=None):
+            self.asked.append(fps)
+            return {"target_fps": fps, "loss_pct": 0.0, "invalid": [], "interference": {
+                "dut": {"other_pct": 0.0, "slowdown_pct": 0.0, "top": []},
+                "gen": {"other_pct": 0.0, "slowdown_pct": 0.0, "top": []}}}
+
+    r = Runner(SHARED)
+    got = [r.trial(64, 1000.0, drift=True) for _ in range(2)] + [r.trial(64, 2000.0, drift=True)]
+    assert r.asked == pytest.approx([1002.0, 998.0, 2002.0])
+    assert [m["target_fps"] for m in got] == [1000.0, 1000.0, 2000.0]
+    assert [m["tester_clock_offset_pct"] for m in got] == [0.2, -0.2, 0.1]
+    r.trial(64, 3000.0)  # a search's probe: the rate asked
+    assert r.asked[-1] == 3000.0
+    real = Runner(REAL)  # the real bed: two boxes' clocks of its own
+    assert "asked_fps" not in real.trial(64, 1000.0, drift=True) and real.asked == [1000.0]

@@ -155,6 +155,37 @@ def test_the_report_says_what_the_virtual_bed_is_and_is_not(tmp_path):
     assert rep.claims
 
 
+def test_the_report_says_the_testers_clock_ran_apart_only_where_a_trial_was_offset(tmp_path):
+    from nslab.experiments.rfc2544.report import write_report
+    run, prov = _virtual_run(tmp_path)
+    write_report(str(run))
+    assert "tester's clock runs apart" not in open(run / "report.md").read()  # an older run
+    lines = []
+    for line in open(run / "records.jsonl"):
+        rec = json.loads(line)
+        for t in (rec["measurements"].get("trials") or []) if rec.get("kind") == "point" else []:
+            t.update(asked_fps=round(t["target_fps"] * 1.002, 3), tester_clock_offset_pct=0.2)
+        lines.append(json.dumps(rec))
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    prov["virtual_bed"]["kernel_hz"] = 250
+    (run / "provenance.json").write_text(json.dumps(prov))
+    write_report(str(run))
+    md = open(run / "report.md").read()
+    assert ("the tester's clock runs apart from the DUT's, as two boxes' oscillators do (by one "
+            "frame period or one tick of the guest's kernel (250 Hz)") in md
+
+
+def test_the_guest_kernels_tick_is_read_from_the_config_beside_it(tmp_path):
+    from nslab.experiments.rfc2544.virtual import kernel_hz
+    boot = tmp_path / "boot"
+    boot.mkdir()
+    (boot / "vmlinuz-6.1.0-57-amd64").write_bytes(b"")
+    assert kernel_hz(str(boot / "vmlinuz-6.1.0-57-amd64")) is None  # no config beside it
+    (boot / "config-6.1.0-57-amd64").write_text("# CONFIG_HZ_100 is not set\nCONFIG_HZ_250=y\n"
+                                                "CONFIG_HZ=250\n")
+    assert kernel_hz(str(boot / "vmlinuz-6.1.0-57-amd64")) == 250
+
+
 def test_the_paper_is_set_beside_the_virtual_bed_at_its_scale(tmp_path):
     from nslab.experiments.rfc2544.claims import claims
     from nslab.store.published import load_published
