@@ -223,7 +223,7 @@ def dead_capture(lab_dir):
 def test_nslab_clean_puts_back_what_a_killed_capture_left_off_on_a_live_lab(lab_dir,
                                                                             monkeypatch):
     eth = FakeEthtool(monkeypatch)
-    monkeypatch.setattr(clean, "discover", lambda run_id=None: {
+    monkeypatch.setattr(clean, "discover", lambda run_id=None, tagged=None: {
         "nl0a0b": clean.Inventory("nl0a0b", namespaces=["nl0a0b-h1"], journal=live())})
     dead_capture(lab_dir)
     assert clean.clean(dry_run=True)["nl0a0b"] == [
