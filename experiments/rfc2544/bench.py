@@ -266,7 +266,8 @@ def _print_tables(rows: List[Dict[str, object]], pacing: List[Dict[str, object]]
         name = f"{p['mode']} (frames spaced)" if p.get("path") == "live-spaced" else str(p["mode"])
         pt.add_row(name, f"{p['target_pps']:,.0f}", f"{p['sent_pps']:,.0f}",
                    f"{p['rate_error_pct']:+.3f} %", str(p["batch"]), f"{gp['avg']:.2f}",
-                   f"{gp['per_frame']:.2f}" if "per_frame" in gp else "-", f"{gp['stdev']:.2f}", f"{gp['max']:.1f}", str(gp["long"] if "long" in gp else "-"),
+                   f"{gp['per_frame']:.2f}" if "per_frame" in gp else "-",
+                   f"{gp['stdev']:.2f}", f"{gp['max']:.1f}", str(gp["long"] if "long" in gp else "-"),
                    f"{p['lost']} ({float(p.get('lost_pct', 0)):.3f} %)")
     console.print(pt)
     if not anchor:

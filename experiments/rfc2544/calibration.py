@@ -116,22 +116,26 @@ class Calibration(TrialBed):
             self._bed_mac = mac["address"]
             self._bed_path = True
         out: Dict[str, Any] = {"fps": nominal_fps(self.scale), "frame": 64}
+        # on the virtual bed the tester's clock is offset as at a fixed load's
+        # trials (TrialBed.trial), the nth trial of each mode as the nth there
+        offsets = [tester_clock_offset(out["fps"], self._bed_seconds(), i, self.tick_s)
+                   if self.layout.shared else 0.0 for i in range(trials)]
         for mode in ("idle", "awake"):
             with self.keep_awake(mode == "awake"):
-                out[f"{mode}_us"] = [self._bed_trial(i) for i in range(trials)]
-        if self.layout.shared:  # as the DUT's trials at a fixed load
-            out["tester_clock_offsets_pct"] = [
-                round(100 * tester_clock_offset(out["fps"], max(0.5, self.cfg.trial), i,
-                                                self.tick_s), 4) for i in range(trials)]
+                out[f"{mode}_us"] = [self._bed_trial(o) for o in offsets]
+        if self.layout.shared:
+            out["tester_clock_offsets_pct"] = [round(100 * o, 4) for o in offsets]
         return out
 
-    def _bed_trial(self, nth: int = 0) -> float:
-        """One trial of the bed alone; on the virtual bed its tester's clock is
-        offset as the ``nth`` trial at a fixed load's (:meth:`TrialBed.trial`)."""
-        seconds = max(0.5, self.cfg.trial)
-        fps = nominal_fps(self.scale)
-        if self.layout.shared:
-            fps *= 1 + tester_clock_offset(fps, seconds, nth, self.tick_s)
+    def _bed_seconds(self) -> float:
+        """The window of a trial of the bed alone."""
+        return max(0.5, self.cfg.trial)
+
+    def _bed_trial(self, offset: float = 0.0) -> float:
+        """One trial of the bed alone, the tester's clock ``offset`` (a share
+        of the rate) from the DUT's."""
+        seconds = self._bed_seconds()
+        fps = nominal_fps(self.scale) * (1 + offset)
         sink = self._start_sink(seconds + 5, 0.1, iface="bed1")
         gen = self.spawn(self.gen, [
             self.pg, "send", "--dst", "10.254.0.2", "--port", str(PORT), "--size", "64",
