@@ -2,6 +2,7 @@
 format, a written comparison, the claims, and the plot (PNG + SVG)."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import statistics
@@ -136,41 +137,29 @@ def ends_points(records: List[AliasRecord], top: int) -> List[Dict[str, Any]]:
         | {r.params.n for r in records if r.params.mode == "alias" and r.params.n >= top})]
 
 
+OVERHEAD = "Linux IP aliasing adds no measurable overhead"
+RISES = "Throughput rises with the number of aliases (posts: +7.6 %, +7.8 %)"
+SUMMED = "The posts' rise comes from how iperf's reports were summed"
+CONTROL = "The rise comes from more TCP connections, not from the aliases"
+
+
 def claims(records: List[AliasRecord], summary: Summary,
            iperf: str = "of unknown version",
            pub: Optional[Dict[str, Any]] = None) -> List[Claim]:
     """The posts' claims, each with an interval and a verdict (Welch t over the
     repeats; equivalence by two one-sided tests). ``iperf`` is the version
     that produced the clients' reports (the rows that read them name it);
-    ``pub``, the published data, gives the posts' own figures."""
-    from nslab.store.stats import difference, equivalence, judge, relative_difference
-    src = "seeds 000, 001"
+    ``pub``, the published data, gives the posts' own figures. A claim on
+    the receiver's figure that the undisturbed points leave undecided is
+    judged again with the disturbed ones in, between their two bounds
+    (:func:`bracketed`)."""
     posts = published_rise(pub)
-    overhead = "Linux IP aliasing adds no measurable overhead"
-    rises = "Throughput rises with the number of aliases (posts: +7.6 %, +7.8 %)"
-    summed = "The posts' rise comes from how iperf's reports were summed"
-    no_ends = f"no valid point at N<={SMALL_N} or at the largest N"
     rec = samples(records, "alias", "receiver_bps")
-    groups = small_and_large(rec)
-    out: List[Claim] = []
-    ends: Optional[List[Dict[str, Any]]] = None
-    if groups is None:
-        # No valid point at one end of the range: the claims stay, undecided
-        # (every point serves them again).
-        out += [Claim(overhead, "nothing to compare", "undecided", no_ends, src, posts),
-                Claim(rises, "nothing to compare", "undecided", no_ends, src, posts)]
-    else:
-        small, large, top = groups
-        ends = ends_points(records, top)
-        base = f"N<={SMALL_N} ({len(small)} values) vs N={top} ({len(large)})"
-        rise = relative_difference(large, small)
-        chk = judge(rise, -OVERHEAD_MARGIN, math.inf, "a loss of at most", 100, " %", need=MORE)
-        out.append(Claim(overhead,
-                         f"receiver throughput {base}: {rise.fmt(100, 1, ' %', sign=True)}",
-                         chk.verdict, chk.why, src, posts, ends))
-        chk = judge(rise, RISE_MARGIN, math.inf, "a rise of at least", 100, " %", need=MORE)
-        out.append(Claim(rises, f"at the receiver, {base}: {rise.fmt(100, 1, ' %', sign=True)}",
-                         chk.verdict, chk.why, src, posts, ends))
+    par = samples(records, "parallel", "receiver_bps")
+    measured_n = {r.params.n for r in records if r.params.mode in ("alias", "parallel")}
+    found = receiver_claims(records, rec, par, measured_n, iperf, posts)
+    found = bracketed(records, found, measured_n, iperf, posts)
+    out = [found[OVERHEAD], found[RISES]]
     # The posts' own method: the clients' summed reports over the receiver's figure.
     excess: Dict[int, List[float]] = {}
     for r in records:
@@ -179,34 +168,71 @@ def claims(records: List[AliasRecord], summary: Summary,
                 r.measurements.clients_sum_bps / r.measurements.receiver_bps - 1)
     eg = small_and_large(excess)
     if eg is not None:
+        from nslab.store.stats import difference, judge
         d = difference(eg[1], eg[0])
         chk = judge(d, 0.0, math.inf, "an excess that grows with N, i.e. above", 100, " points",
                     need=MORE)
         # its own top: the largest N with a receiver figure to divide by
         own = ends_points(records, eg[2])
-        out.append(Claim(summed,
+        out.append(Claim(SUMMED,
                          f"clients' sum over the receiver's figure, N={eg[2]} minus "
                          f"N<={SMALL_N}: {d.fmt(100, 2, ' points', sign=True)} (clients' "
                          f"reports from iperf {iperf})", chk.verdict, chk.why,
                          "seeds 000, 001 (the posts' method)", reads=own))
     elif any(r.params.mode == "alias" for r in records):
         # measured, but nothing to compare at one end: the claim stays, undecided
-        out.append(Claim(summed, "nothing to compare", "undecided",
-                         no_ends if groups is None else
+        groups = small_and_large(rec)
+        out.append(Claim(SUMMED, "nothing to compare", "undecided",
+                         NO_ENDS if groups is None else
                          f"no receiver figure to divide by at N<={SMALL_N} or at the largest N",
-                         "seeds 000, 001 (the posts' method)", reads=ends))
-    par = samples(records, "parallel", "receiver_bps")
+                         "seeds 000, 001 (the posts' method)",
+                         reads=None if groups is None else ends_points(records, groups[2])))
+    if CONTROL in found:
+        out.append(found[CONTROL])
+    from nslab.store.reporting import note_interference
+    return note_interference(out, records)
+
+
+NO_ENDS = f"no valid point at N<={SMALL_N} or at the largest N"
+
+
+def receiver_claims(records: List[AliasRecord], rec: Dict[int, List[float]],
+                    par: Dict[int, List[float]], measured_n: Any, iperf: str,
+                    posts: str) -> Dict[str, Claim]:
+    """The claims on the receiver's figure, by name: no overhead and the rise
+    (N <= 16 against the largest N of ``rec``, the aliases' figures per N),
+    and the control (``par``, -P N's, against ``rec`` at the largest N both
+    have; left out when the control was not run)."""
+    from nslab.store.stats import equivalence, judge, relative_difference
+    src = "seeds 000, 001"
+    out: Dict[str, Claim] = {}
+    groups = small_and_large(rec)
+    if groups is None:
+        # No valid point at one end of the range: the claims stay, undecided
+        # (every point serves them again).
+        out[OVERHEAD] = Claim(OVERHEAD, "nothing to compare", "undecided", NO_ENDS, src, posts)
+        out[RISES] = Claim(RISES, "nothing to compare", "undecided", NO_ENDS, src, posts)
+    else:
+        small, large, top = groups
+        ends = ends_points(records, top)
+        base = f"N<={SMALL_N} ({len(small)} values) vs N={top} ({len(large)})"
+        rise = relative_difference(large, small)
+        chk = judge(rise, -OVERHEAD_MARGIN, math.inf, "a loss of at most", 100, " %", need=MORE)
+        out[OVERHEAD] = Claim(OVERHEAD,
+                              f"receiver throughput {base}: {rise.fmt(100, 1, ' %', sign=True)}",
+                              chk.verdict, chk.why, src, posts, ends)
+        chk = judge(rise, RISE_MARGIN, math.inf, "a rise of at least", 100, " %", need=MORE)
+        out[RISES] = Claim(RISES, f"at the receiver, {base}: {rise.fmt(100, 1, ' %', sign=True)}",
+                           chk.verdict, chk.why, src, posts, ends)
     common = sorted(set(par) & set(rec))
-    control = "The rise comes from more TCP connections, not from the aliases"
-    measured_n = {r.params.n for r in records if r.params.mode in ("alias", "parallel")}
     if not common and any(r.params.mode == "parallel" for r in records):
         # the control ran, but no N has valid points in both modes: the claim
         # stays, undecided, and reads the top of the range again
         top_n = max(measured_n)
-        out.append(Claim(control, f"no N with valid points of both modes (largest: {top_n})",
-                         "undecided", "every point of one mode at every N was left out",
-                         "seed 001 (J. J. Ciarlante's explanation)",
-                         reads=[{"mode": m, "n": top_n} for m in ("parallel", "alias")]))
+        out[CONTROL] = Claim(CONTROL, f"no N with valid points of both modes (largest: {top_n})",
+                             "undecided", "every point of one mode at every N was left out",
+                             "seed 001 (J. J. Ciarlante's explanation)",
+                             reads=[{"mode": m, "n": top_n} for m in ("parallel", "alias")])
     if common:
         n = common[-1]
         verdict, est = equivalence(par[n], rec[n], ALIKE_MARGIN)
@@ -219,18 +245,80 @@ def claims(records: List[AliasRecord], summary: Summary,
         else:
             why = f"n={est.n}: no interval from one sample; {MORE}"
         pcs = samples(records, "parallel", "clients_sum_bps").get(n)
-        out.append(Claim(control,
-                         f"N={n}: -P {n} to one address vs one connection per alias, at the "
-                         f"receiver: {est.fmt(100, 1, ' %', sign=True)}" +
-                         (f"; iperf {iperf}'s own SUM for -P {n}: "
-                          f"{statistics.median(pcs) / 1e6:.0f} Mbit/s (median; this reading "
-                          f"depends on iperf's version: {SUM_BY_VERSION})" if pcs else ""),
-                         verdict, why, "seed 001 (J. J. Ciarlante's explanation)",
-                         # N and any larger N none of whose points was valid
-                         reads=[{"mode": m, "n": k} for k in sorted(measured_n) if k >= n
-                                for m in ("parallel", "alias")]))
-    from nslab.store.reporting import note_interference
-    return note_interference(out, records)
+        out[CONTROL] = Claim(
+            CONTROL, f"N={n}: -P {n} to one address vs one connection per alias, at the "
+            f"receiver: {est.fmt(100, 1, ' %', sign=True)}" +
+            (f"; iperf {iperf}'s own SUM for -P {n}: "
+             f"{statistics.median(pcs) / 1e6:.0f} Mbit/s (median; this reading "
+             f"depends on iperf's version: {SUM_BY_VERSION})" if pcs else ""),
+            verdict, why, "seed 001 (J. J. Ciarlante's explanation)",
+            # N and any larger N none of whose points was valid
+            reads=[{"mode": m, "n": k} for k in sorted(measured_n) if k >= n
+                   for m in ("parallel", "alias")])
+    return out
+
+
+def disturbed_bounds(records: List[AliasRecord], mode: str
+                     ) -> Dict[int, List[Tuple[float, float]]]:
+    """Per N above the small-N plateau, the receiver figure of each point of
+    ``mode`` the host disturbed (and no fidelity check failed) as two bounds
+    on what it would have read undisturbed: what it read (a busy host only
+    takes CPU from the lab, so it can only have lowered a figure the shaped
+    link sets) and the link's goodput ceiling (which no reading passes; the
+    highest reading of the run stands for it where a window's edges let one
+    pass it by a little). Points without a ceiling (older runs) give none."""
+    from nslab.store.records import disturbed
+    top = max([r.measurements.receiver_bps for r in records if valid(r)] or [0.0])
+    out: Dict[int, List[Tuple[float, float]]] = {}
+    for r in records:
+        m = r.measurements
+        if (r.params.mode == mode and r.params.n > SMALL_N and disturbed(r)
+                and not m.invalid and m.link_ceiling_bps):
+            v = float(m.receiver_bps)
+            out.setdefault(r.params.n, []).append((v, max(v, float(m.link_ceiling_bps), top)))
+    return out
+
+
+def bracketed(records: List[AliasRecord], found: Dict[str, Claim], measured_n: Any,
+              iperf: str, posts: str) -> Dict[str, Claim]:
+    """``found`` with each claim on the receiver's figure that the undisturbed
+    points leave undecided judged again with the disturbed points above the
+    small-N plateau in (:func:`disturbed_bounds`): once with the aliases'
+    at their lower bound and -P N's at their upper, once the other way
+    round, the two extremes of a rise or of -P N against the aliases. Where
+    both give one verdict, an undisturbed run would have given it too, and
+    the claim takes it, saying how many disturbed points it took in."""
+    low_a, low_p = disturbed_bounds(records, "alias"), disturbed_bounds(records, "parallel")
+    if not (low_a or low_p) or all(c.verdict != "undecided" for c in found.values()):
+        return found
+    rec = samples(records, "alias", "receiver_bps")
+    par = samples(records, "parallel", "receiver_bps")
+
+    def joined(base: Dict[int, List[float]], extra: Dict[int, List[Tuple[float, float]]],
+               end: int) -> Dict[int, List[float]]:
+        out = {n: list(v) for n, v in base.items()}
+        for n, pairs in extra.items():
+            out.setdefault(n, []).extend(p[end] for p in pairs)
+        return out
+
+    ends = [receiver_claims(records, joined(rec, low_a, a), joined(par, low_p, 1 - a),
+                            measured_n, iperf, posts) for a in (0, 1)]
+    k = sum(len(v) for v in low_a.values()) + sum(len(v) for v in low_p.values())
+    out = dict(found)
+    for name, claim in found.items():
+        lo, hi = ends[0].get(name), ends[1].get(name)
+        if (claim.verdict != "undecided" or lo is None or hi is None
+                or lo.verdict == "undecided" or lo.verdict != hi.verdict):
+            continue
+        main, _, rest = lo.measured.partition("; iperf")
+        out[name] = dataclasses.replace(
+            lo, measured=f"{main} with the disturbed points as they read; "
+            f"{hi.measured.partition('; iperf')[0].rsplit(': ', 1)[-1]} with them at the "
+            f"link's ceiling" + (f"; iperf{rest}" if rest else ""),
+            why=f"{lo.why}, and with the disturbed points at the link's ceiling too; with "
+            f"{k} point(s) the host disturbed, each between what it read (a busy host only "
+            "lowers a figure the shaped link sets) and the link's ceiling")
+    return out
 
 
 def sender_limits(records: List[Any]) -> Optional[Dict[str, Any]]:

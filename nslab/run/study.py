@@ -681,7 +681,9 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
     can move one way only, which a study may keep. Studies that account and
     re-run each trial themselves (RFC 2544: ``Study.reruns_points`` False)
     only record it."""
-    from ..traffic.interference import Watch, account, others_share, top_others, worst
+    from ..traffic.interference import (Watch, account, bed_wait_share, displaced_share,
+                                        others_share, top_bed_waits, top_others,
+                                        worst)
     ncpus = os.cpu_count() or 1
     watch = Watch(range(ncpus))
     threshold = float(getattr(cfg, "host_pct", 10.0))
@@ -695,18 +697,22 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
         m, raw, summary = runner.measure(point)
         b = watch.snapshot()
         share = others_share(a, b, ncpus)
-        if share <= threshold or tries >= allowed:
+        waited = bed_wait_share(a, b, ncpus)
+        if displaced_share(share, waited) <= threshold or tries >= allowed:
             break
         tries += 1
-        log.info("%s: other tasks took %.0f %% of the CPUs: measuring it again (%d of %d)",
-                 study.describe_point(point), share, tries, allowed)
+        log.info("%s: other tasks took %.0f %% of the CPUs while the lab waited for one "
+                 "%.0f %% of their time: measuring it again (%d of %d)",
+                 study.describe_point(point), share, waited, tries, allowed)
     found = account(a, b, watch.cpus)
     cpu, _ = worst(found)
     host = {"other_pct": {str(c): round(v.other_pct, 2) for c, v in found.items()},
-            "worst_cpu": cpu, "worst_pct": round(share, 2),
+            "worst_cpu": cpu, "worst_pct": round(share, 2), "bed_wait_pct": round(waited, 2),
             "source": "task scan: share of all CPUs", "reruns": tries,
-            "disturbed": share > threshold and study.reruns_points, "threshold_pct": threshold,
-            "top": [[name, round(ms, 1)] for name, ms in top_others(a, b)]}
+            "disturbed": displaced_share(share, waited) > threshold and study.reruns_points,
+            "threshold_pct": threshold,
+            "top": [[name, round(ms, 1)] for name, ms in top_others(a, b)],
+            "bed_waits": [[name, round(ms, 1)] for name, ms in top_bed_waits(a, b)]}
     if held_back and host["disturbed"]:
         host["busy_for_good"] = True
     if busy is not None and study.reruns_points:

@@ -81,12 +81,17 @@ class HostLoad(Strict):
     other_pct: Dict[str, float]
     worst_cpu: Optional[int]
     worst_pct: float
+    #: the lab's own tasks' wait for a CPU, as a share of all CPUs (None:
+    #: records from before it was measured, judged on ``worst_pct`` alone)
+    bed_wait_pct: Optional[float] = None
     source: str
     reruns: int = 0
     disturbed: bool = False
     threshold_pct: float
     #: the other tasks that ran most: [name, ms], largest first
     top: List[Tuple[str, float]] = []
+    #: the lab's own threads that waited longest for a CPU: [name, ms]
+    bed_waits: List[Tuple[str, float]] = []
     #: disturbed, and not measured again: the host had stayed busy through the
     #: re-runs of the points before (:class:`nslab.run.study.BusyHost`)
     busy_for_good: bool = False

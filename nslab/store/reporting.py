@@ -89,12 +89,16 @@ def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
     if not hit:
         return claims
     worst = max(hit, key=lambda h: h.worst_pct)
+    waits = [h.bed_wait_pct for h in hit if h.bed_wait_pct is not None]
     who = named(worst.top)
     held = sum(1 for h in hit if getattr(h, "busy_for_good", False))
     again = (f"measured again, but {held} once the host had stayed busy through the re-runs "
              "before them" if held else "measured again")
+    # records from before the lab's wait was measured were judged on others' share alone
+    wait = (f", and the lab's own tasks waited for a CPU up to {max(waits):.0f} % of "
+            "the CPUs' time (summed over its tasks)," if waits else "")
     note = (f"host interference: other tasks took up to {worst.worst_pct:.0f} % of "
-            f"the CPUs during {len(hit)} of {len(records)} points ({again}, then left out"
+            f"the CPUs{wait} during {len(hit)} of {len(records)} points ({again}, then left out"
             f"{'; at worst ' + who if who else ''})")
     most = 2 * len(hit) >= len(records)
     return [dataclasses.replace(c, why=f"{c.why}; {note}",

@@ -179,14 +179,11 @@ class Watch:
                 except (OSError, ValueError):
                     continue
                 is_bed = pid in bed
-                comm = ""
-                idle = False
+                comm = (_read(f"{self.proc}/{pid}/task/{t}/comm") or "").strip()
                 if not is_bed:
-                    comm = (_read(f"{self.proc}/{pid}/task/{t}/comm") or "").strip()
                     is_bed = comm.startswith(BED_KTHREAD_PREFIXES) or (
                         (_read(f"{self.proc}/{pid}/comm") or "").strip() == "ovs-vswitchd")
-                    idle = not is_bed and sched_policy(
-                        _read(f"{self.proc}/{pid}/task/{t}/stat") or "") == SCHED_IDLE
+                idle = sched_policy(_read(f"{self.proc}/{pid}/task/{t}/stat") or "") == SCHED_IDLE
                 snap.tasks[tid] = Task(times, allowed, is_bed, comm, idle)
         return snap
 
@@ -275,6 +272,41 @@ def others_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
         return 0.0
     other = sum(run for t, run, _ in _deltas(a, b) if not t.bed and not t.idle)
     return 100.0 * other / 1e9 / (window * ncpus)
+
+
+def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
+    """The bed's own tasks' wait for a CPU (runnable, not running), summed over
+    them, as a share (percent) of all ``ncpus`` CPUs over the window.
+
+    Whatever other tasks did, they delayed the bed by no more than this: a
+    task kept from a CPU it wanted is counted as waiting from the moment it
+    is runnable until it runs. It counts the bed's waits for its own tasks
+    too (on an idle host), so it is an upper bound on the delay other tasks
+    caused, as :func:`others_share` is another; a study judges the smaller
+    (:func:`displaced_share`). A thread of the ``SCHED_IDLE`` policy waits
+    by design whenever anything else runs (the virtual RFC 2544 bed's QEMU
+    beside the other studies): its wait delays nothing measured, and is not
+    counted."""
+    window = b.t - a.t
+    if window <= 0 or ncpus <= 0:
+        return 0.0
+    wait = sum(w for t, _, w in _deltas(a, b) if t.bed and not t.idle)
+    return 100.0 * wait / 1e9 / (window * ncpus)
+
+
+def displaced_share(others_pct: float, bed_wait_pct: float) -> float:
+    """The most CPU time (percent of all CPUs) other tasks can have taken
+    from the bed: no more than they ran (``others_pct``), and no more than the
+    bed waited for a CPU (``bed_wait_pct``). Other tasks that ran only where
+    the bed did not want to run took nothing from it."""
+    return min(others_pct, bed_wait_pct)
+
+
+def top_bed_waits(a: Snapshot, b: Snapshot, n: int = 3) -> Tuple[Tuple[str, float], ...]:
+    """The lab's own threads that waited longest for a CPU between two
+    snapshots (:func:`top_tasks`, over their waits)."""
+    return top_tasks([(t.name or "?", wait) for t, _, wait in _deltas(a, b)
+                      if t.bed and not t.idle and wait], n)
 
 
 def top_others(a: Snapshot, b: Snapshot, n: int = 3) -> Tuple[Tuple[str, float], ...]:

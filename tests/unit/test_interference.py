@@ -106,6 +106,27 @@ def test_a_thread_born_inside_the_window_counts_from_zero_and_each_once_in_the_s
     assert others_share(a, a, 2) == 0.0
 
 
+def test_the_lab_s_own_wait_bounds_what_other_tasks_took_from_it():
+    """The bed's threads' wait for a CPU, summed, over all CPUs: a thread born
+    inside the window counts from zero; other tasks' waits are not the lab's."""
+    from nslab.traffic.interference import bed_wait_share, displaced_share, top_bed_waits
+    a = Snapshot(0.0, {1: task(100, {1}, bed=True, wait_ms=10), 2: task(50, {0, 1}, wait_ms=5)})
+    b = Snapshot(2.0, {1: task(500, {1}, bed=True, wait_ms=50), 2: task(950, {0, 1}, wait_ms=900),
+                       3: task(10, {0}, bed=True, wait_ms=40)})
+    # (40 + 40) ms of 4 CPU-seconds; the hog's own 895 ms of waiting is not the lab's
+    assert bed_wait_share(a, b, 2) == pytest.approx(2.0)
+    assert bed_wait_share(a, a, 2) == 0.0
+    # the hog ran 900 ms of the 4 CPU-seconds (22.5 %), but the lab waited 2 %
+    assert others_share(a, b, 2) == pytest.approx(22.5)
+    assert displaced_share(22.5, 2.0) == 2.0 and displaced_share(3.0, 40.0) == 3.0
+    # the lab's SCHED_IDLE thread (the virtual RFC 2544 bed's QEMU beside the
+    # other studies) waits whenever anything runs: by design, not counted
+    a.tasks[4] = Task(SchedTimes(0, 0), frozenset({0, 1}), True, "qemu", idle=True)
+    b.tasks[4] = Task(SchedTimes(10**9, 2 * 10**9), frozenset({0, 1}), True, "qemu", idle=True)
+    assert bed_wait_share(a, b, 2) == pytest.approx(2.0)
+    assert [n for n, _ in top_bed_waits(a, b)] == ["?"]
+
+
 def test_a_trial_is_disturbed_above_the_threshold_on_either_cpu_dut_first():
     quiet = {"dut": {"other_pct": 1.0}, "gen": {"other_pct": 2.0}}
     assert disturbed(quiet, 5.0) is None and disturbed(None, 5.0) is None

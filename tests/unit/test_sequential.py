@@ -407,6 +407,8 @@ def test_a_point_disturbed_by_other_tasks_is_measured_again_then_marked(monkeypa
     shares = iter([40.0, 3.0, 40.0, 40.0])  # others' share of all CPUs per measurement
     monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
     monkeypatch.setattr(interference, "others_share", lambda a, b, n: next(shares))
+    # the lab waited for a CPU half the time: others' share decides
+    monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n: 50.0)
     study = make_study(1.0, 2.0, 3.0, 4.0)
     runner = study.runner("x", None, None, None)
     m, _, _, host = measure_point(study, runner, {"repeat": 0}, Cfg(host_reruns=1))
@@ -416,6 +418,28 @@ def test_a_point_disturbed_by_other_tasks_is_measured_again_then_marked(monkeypa
     m, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=1))
     assert m == {"value": 4.0} and host["reruns"] == 1 and host["disturbed"]
     assert host["worst_pct"] == 40.0 and host["threshold_pct"] == 10.0
+
+
+def test_other_tasks_that_took_no_time_the_lab_wanted_leave_a_point_undisturbed(monkeypatch):
+    """Other tasks ran 40 % of the CPUs, but the lab's own tasks waited for a
+    CPU 2 % of the time: they can have taken no more than that from it, so
+    the point is kept, measured once, with both shares recorded. Where the
+    lab waited longer than the threshold, others' share decides again."""
+    from nslab.traffic import interference
+    from nslab.traffic.interference import Snapshot
+    from nslab.run.study import measure_point
+    waits = iter([2.0, 30.0, 30.0])
+    monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n: 40.0)
+    monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n: next(waits))
+    study = make_study(1.0, 2.0, 3.0)
+    runner = study.runner("x", None, None, None)
+    m, _, _, host = measure_point(study, runner, {"repeat": 0}, Cfg(host_reruns=1))
+    assert m == {"value": 1.0} and host["reruns"] == 0 and not host["disturbed"]
+    assert host["worst_pct"] == 40.0 and host["bed_wait_pct"] == 2.0
+    m, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=1))
+    assert m == {"value": 3.0} and host["reruns"] == 1 and host["disturbed"]
+    assert host["bed_wait_pct"] == 30.0
 
 
 def test_set_up_measured_once_per_run_is_not_charged_to_the_next_round():
@@ -437,6 +461,7 @@ def test_after_three_points_stayed_disturbed_through_their_reruns_none_is_rerun(
     shares = iter([40.0] * 6 + [40.0] + [3.0] + [40.0, 40.0])
     monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
     monkeypatch.setattr(interference, "others_share", lambda a, b, n: next(shares))
+    monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n: 50.0)
     study = make_study(*[float(i) for i in range(10)])
     runner = study.runner("x", None, None, None)
     busy = BusyHost()
