@@ -198,11 +198,12 @@ NO_ENDS = f"no valid point at N<={SMALL_N} or at the largest N"
 
 def receiver_claims(records: List[AliasRecord], rec: Dict[int, List[float]],
                     par: Dict[int, List[float]], measured_n: Any, iperf: str,
-                    posts: str) -> Dict[str, Claim]:
+                    posts: str, sides: Optional[Dict[str, float]] = None) -> Dict[str, Claim]:
     """The claims on the receiver's figure, by name: no overhead and the rise
     (N <= 16 against the largest N of ``rec``, the aliases' figures per N),
     and the control (``par``, -P N's, against ``rec`` at the largest N both
-    have; left out when the control was not run)."""
+    have; left out when the control was not run). ``sides``, if given,
+    receives the control's estimate (-P N's over the aliases', less one)."""
     from nslab.store.stats import equivalence, judge, relative_difference
     src = "seeds 000, 001"
     out: Dict[str, Claim] = {}
@@ -236,6 +237,8 @@ def receiver_claims(records: List[AliasRecord], rec: Dict[int, List[float]],
     if common:
         n = common[-1]
         verdict, est = equivalence(par[n], rec[n], ALIKE_MARGIN)
+        if sides is not None:
+            sides[CONTROL] = est.value
         if est.ci is not None:
             lvl = f"{est.ci.level * 100:.0f} %"
             why = {"agrees": f"the {lvl} interval lies inside", "disagrees": f"the {lvl} "
@@ -258,66 +261,88 @@ def receiver_claims(records: List[AliasRecord], rec: Dict[int, List[float]],
     return out
 
 
-def disturbed_bounds(records: List[AliasRecord], mode: str
-                     ) -> Dict[int, List[Tuple[float, float]]]:
-    """Per N above the small-N plateau, the receiver figure of each point of
-    ``mode`` the host disturbed (and no fidelity check failed) as two bounds
-    on what it would have read undisturbed: what it read (a busy host only
-    takes CPU from the lab, so it can only have lowered a figure the shaped
-    link sets) and the link's goodput ceiling (which no reading passes; the
-    highest reading of the run stands for it where a window's edges let one
-    pass it by a little). Points without a ceiling (older runs) give none."""
+#: At most this many disturbed points are bracketed: every choice of their
+#: two bounds is judged (2 ** this many), beyond it the claims stay undecided.
+MAX_BRACKETED = 12
+
+
+def disturbed_bounds(records: List[AliasRecord], mode: str, n: int) -> List[Tuple[float, float]]:
+    """The receiver figure of each point of ``mode`` at ``n`` that the host
+    disturbed (and no fidelity check failed) as two bounds on what it would
+    have read undisturbed. Below: the lowest rate its bytes allow over its
+    window, each end of which the sampler may have read up to one sample's
+    time late (``sample_s``) -- a busy host only takes CPU from the lab, so
+    it can only have lowered a rate the shaped link sets. Above: the link's
+    goodput ceiling, read as late (no undisturbed reading passes it by more),
+    or the run's highest undisturbed reading, or what it read, whichever is
+    highest. Points without a ceiling (older runs) give none."""
     from nslab.store.records import disturbed
     top = max([r.measurements.receiver_bps for r in records if valid(r)] or [0.0])
-    out: Dict[int, List[Tuple[float, float]]] = {}
+    out: List[Tuple[float, float]] = []
     for r in records:
         m = r.measurements
-        if (r.params.mode == mode and r.params.n > SMALL_N and disturbed(r)
-                and not m.invalid and m.link_ceiling_bps):
-            v = float(m.receiver_bps)
-            out.setdefault(r.params.n, []).append((v, max(v, float(m.link_ceiling_bps), top)))
+        if (r.params.mode == mode and r.params.n == n and disturbed(r) and not m.invalid
+                and m.link_ceiling_bps and m.window_s and m.sample_s is not None
+                and m.window_s > m.sample_s):
+            v, w, late = float(m.receiver_bps), float(m.window_s), float(m.sample_s)
+            out.append((v * w / (w + late),
+                        max(v * w / (w - late), float(m.link_ceiling_bps) * w / (w - late), top)))
     return out
 
 
 def bracketed(records: List[AliasRecord], found: Dict[str, Claim], measured_n: Any,
               iperf: str, posts: str) -> Dict[str, Claim]:
     """``found`` with each claim on the receiver's figure that the undisturbed
-    points leave undecided judged again with the disturbed points above the
-    small-N plateau in (:func:`disturbed_bounds`): once with the aliases'
-    at their lower bound and -P N's at their upper, once the other way
-    round, the two extremes of a rise or of -P N against the aliases. Where
-    both give one verdict, an undisturbed run would have given it too, and
-    the claim takes it, saying how many disturbed points it took in."""
-    low_a, low_p = disturbed_bounds(records, "alias"), disturbed_bounds(records, "parallel")
-    if not (low_a or low_p) or all(c.verdict != "undecided" for c in found.values()):
+    points leave undecided judged again with the disturbed points at the
+    largest N in, each anywhere between its two bounds
+    (:func:`disturbed_bounds`): every choice of lower or upper bound for
+    each (a t interval's upper end is convex in the values, its lower end
+    concave, so over the box of values both are at their extremes at a
+    corner). Where every choice gives one verdict (a "disagrees" of the
+    control on one side of it), an undisturbed run would have given it too,
+    and the claim takes it, saying how many disturbed points it took in."""
+    import itertools
+    if not measured_n or all(c.verdict != "undecided" for c in found.values()):
+        return found
+    top_n = max(measured_n)
+    pts = [(mode, b) for mode in ("alias", "parallel")
+           for b in disturbed_bounds(records, mode, top_n)]
+    if not pts or len(pts) > MAX_BRACKETED:
         return found
     rec = samples(records, "alias", "receiver_bps")
     par = samples(records, "parallel", "receiver_bps")
-
-    def joined(base: Dict[int, List[float]], extra: Dict[int, List[Tuple[float, float]]],
-               end: int) -> Dict[int, List[float]]:
-        out = {n: list(v) for n, v in base.items()}
-        for n, pairs in extra.items():
-            out.setdefault(n, []).extend(p[end] for p in pairs)
-        return out
-
-    ends = [receiver_claims(records, joined(rec, low_a, a), joined(par, low_p, 1 - a),
-                            measured_n, iperf, posts) for a in (0, 1)]
-    k = sum(len(v) for v in low_a.values()) + sum(len(v) for v in low_p.values())
+    corners: List[Dict[str, Claim]] = []
+    signs = set()
+    for choice in itertools.product((0, 1), repeat=len(pts)):
+        got = {"alias": {n: list(v) for n, v in rec.items()},
+               "parallel": {n: list(v) for n, v in par.items()}}
+        for (mode, bounds), end in zip(pts, choice):
+            got[mode].setdefault(top_n, []).append(bounds[end])
+        sides: Dict[str, float] = {}
+        corners.append(receiver_claims(records, got["alias"], got["parallel"], measured_n,
+                                       iperf, posts, sides))
+        if CONTROL in sides:
+            signs.add(sides[CONTROL] > 0)
     out = dict(found)
     for name, claim in found.items():
-        lo, hi = ends[0].get(name), ends[1].get(name)
-        if (claim.verdict != "undecided" or lo is None or hi is None
-                or lo.verdict == "undecided" or lo.verdict != hi.verdict):
+        seen = [c.get(name) for c in corners]
+        if claim.verdict != "undecided" or any(c is None for c in seen):
             continue
+        verdicts = {c.verdict for c in seen if c is not None}
+        if len(verdicts) != 1 or "undecided" in verdicts:
+            continue
+        if name == CONTROL and verdicts == {"disagrees"} and len(signs) != 1:
+            continue  # outside +-2 %, but not on one side at every corner
+        lo, hi = seen[0], seen[-1]
+        assert lo is not None and hi is not None
         main, _, rest = lo.measured.partition("; iperf")
         out[name] = dataclasses.replace(
-            lo, measured=f"{main} with the disturbed points as they read; "
-            f"{hi.measured.partition('; iperf')[0].rsplit(': ', 1)[-1]} with them at the "
-            f"link's ceiling" + (f"; iperf{rest}" if rest else ""),
-            why=f"{lo.why}, and with the disturbed points at the link's ceiling too; with "
-            f"{k} point(s) the host disturbed, each between what it read (a busy host only "
-            "lowers a figure the shaped link sets) and the link's ceiling")
+            lo, measured=f"{main} with the disturbed points at their lower bounds; "
+            f"{hi.measured.partition('; iperf')[0].rsplit(': ', 1)[-1]} at their upper bounds"
+            + (f"; iperf{rest}" if rest else ""),
+            why=f"{lo.why}, at every choice of bounds for the {len(pts)} point(s) at N={top_n} "
+            "the host disturbed (each between the lowest rate its bytes allow, a busy host "
+            "only lowering a rate the shaped link sets, and the link's ceiling)")
     return out
 
 

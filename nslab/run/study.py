@@ -104,7 +104,8 @@ class StudyConfig(BaseModel):
         "5 % of the time in all")
     host_pct: Annotated[float, Field(gt=0, le=100)] = Field(
         10.0, description="a point during which other tasks took more than this share "
-        "(percent) of any CPU is measured again, and left out of the verdicts if it stays so")
+        "(percent) of the CPUs, and the lab's own threads waited for a CPU more than it too, "
+        "is measured again, and left out of the verdicts if it stays so")
     host_reruns: Annotated[int, Field(ge=0, le=5)] = Field(
         1, description="times a point disturbed by other tasks is measured again")
     budget_s: Optional[Annotated[float, Field(gt=0, le=86400)]] = Field(
@@ -636,10 +637,15 @@ class StudyRun:
 
 #: Points in a row that stayed disturbed through their re-runs after which the
 #: host is taken as busy for good: a disturbed point is no longer measured
-#: again until one comes out undisturbed (as RFC 2544's trials are not,
+#: again in this run (as RFC 2544's trials are not,
 #: :data:`nslab.experiments.rfc2544.trials.PERSISTENT`). Beside a roaming
 #: noisy neighbour here, 23 of 23 re-runs stayed disturbed and doubled each
-#: study's time, so that its budget held one sampling round.
+#: study's time, so that its budget held one sampling round. Only a re-run
+#: that came out undisturbed breaks the row: a point measured once and
+#: undisturbed says nothing of the others (beside the same neighbour the
+#: alias study's points at N=1 came out undisturbed between every two at
+#: N=254 that did not, and its re-runs, all in vain, took its budget's
+#: second round).
 BUSY_IN_A_ROW = 3
 
 
@@ -651,20 +657,20 @@ class BusyHost:
 
     @property
     def for_good(self) -> bool:
-        """The last :data:`BUSY_IN_A_ROW` points re-run stayed disturbed, and
-        none has come out undisturbed since."""
+        """:data:`BUSY_IN_A_ROW` points re-run in a row stayed disturbed."""
         return self.in_a_row >= BUSY_IN_A_ROW
 
     def after(self, tries: int, disturbed: bool) -> None:
         """A point was measured ``1 + tries`` times, and ended ``disturbed`` or not."""
+        if not tries or self.for_good:
+            return  # not re-run: it says nothing of whether re-runs pay
         if not disturbed:
             self.in_a_row = 0
-        elif tries:
-            self.in_a_row += 1
-            if self.for_good:
-                log.info("the host stayed busy through %d points' re-runs in a row: disturbed "
-                         "points are not measured again until one comes out undisturbed",
-                         self.in_a_row)
+            return
+        self.in_a_row += 1
+        if self.for_good:
+            log.info("the host stayed busy through %d points' re-runs in a row: disturbed "
+                     "points are not measured again in this run", self.in_a_row)
 
 
 def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
@@ -674,14 +680,20 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
     (:mod:`nslab.traffic.interference`): other tasks' run time as a share of all
     CPUs together (each task once: the lab's own tasks are not pinned, so
     they share every CPU with them), and per CPU (an upper bound, for the
-    record). Over the configuration's ``host_pct``, the point is measured
+    record); and the lab's own threads' wait for a CPU, summed, those that
+    ended inside the point included (:mod:`nslab.traffic.exits`), as a share
+    of all CPUs. Other tasks took no more from the lab than the smaller of
+    the two; where the ended threads are not known, others' share alone is
+    judged. Over the configuration's ``host_pct``, the point is measured
     again, up to ``host_reruns`` times (none while ``busy`` says the host is
     busy for good: :class:`BusyHost`); still over, the record says
     ``disturbed`` and reports leave it out, but for the outcomes a busy host
     can move one way only, which a study may keep. Studies that account and
     re-run each trial themselves (RFC 2544: ``Study.reruns_points`` False)
     only record it."""
-    from ..traffic.interference import (Watch, account, bed_wait_share, displaced_share,
+    from ..traffic.exits import Exits
+    from ..traffic.interference import (Watch, account, bed_wait_share, counts_waits,
+                                        displaced_share,
                                         others_share, top_bed_waits, top_others,
                                         worst)
     ncpus = os.cpu_count() or 1
@@ -693,26 +705,35 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
         allowed = 0
     tries = 0
     while True:
-        a = watch.snapshot()
-        m, raw, summary = runner.measure(point)
-        b = watch.snapshot()
+        with Exits() as exits:
+            a = watch.snapshot()
+            m, raw, summary = runner.measure(point)
+            b = watch.snapshot()
+            ended = exits.drain()
         share = others_share(a, b, ncpus)
-        waited = bed_wait_share(a, b, ncpus)
-        if displaced_share(share, waited) <= threshold or tries >= allowed:
+        # None: the threads that ended inside the point are not known (no
+        # taskstats here, or some were lost): others' share alone decides
+        waited = (None if ended is None or not counts_waits(a, b) else
+                  bed_wait_share(a, b, ncpus, ended, watch.root_parent))
+        judged = share if waited is None else displaced_share(share, waited)
+        if judged <= threshold or tries >= allowed:
             break
         tries += 1
-        log.info("%s: other tasks took %.0f %% of the CPUs while the lab waited for one "
-                 "%.0f %% of their time: measuring it again (%d of %d)",
-                 study.describe_point(point), share, waited, tries, allowed)
+        log.info("%s: other tasks took %.0f %% of the CPUs (the lab waited for one %s): "
+                 "measuring it again (%d of %d)", study.describe_point(point), share,
+                 "for an unknown time" if waited is None else f"{waited:.0f} % of their time",
+                 tries, allowed)
     found = account(a, b, watch.cpus)
     cpu, _ = worst(found)
     host = {"other_pct": {str(c): round(v.other_pct, 2) for c, v in found.items()},
-            "worst_cpu": cpu, "worst_pct": round(share, 2), "bed_wait_pct": round(waited, 2),
+            "worst_cpu": cpu, "worst_pct": round(share, 2),
+            "bed_wait_pct": None if waited is None else round(waited, 2),
             "source": "task scan: share of all CPUs", "reruns": tries,
-            "disturbed": displaced_share(share, waited) > threshold and study.reruns_points,
+            "disturbed": judged > threshold and study.reruns_points,
             "threshold_pct": threshold,
             "top": [[name, round(ms, 1)] for name, ms in top_others(a, b)],
-            "bed_waits": [[name, round(ms, 1)] for name, ms in top_bed_waits(a, b)]}
+            "bed_waits": [[name, round(ms, 1)] for name, ms in
+                          top_bed_waits(a, b, ended or (), watch.root_parent)]}
     if held_back and host["disturbed"]:
         host["busy_for_good"] = True
     if busy is not None and study.reruns_points:

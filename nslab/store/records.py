@@ -75,7 +75,8 @@ class Strict(BaseModel):
 class HostLoad(Strict):
     """Host interference while a point was measured (:mod:`nslab.traffic.interference`):
     other tasks' share of each CPU (an upper bound each), ``worst_pct`` their
-    share of all CPUs together (the figure judged), and whether the point
+    share of all CPUs together, ``bed_wait_pct`` the lab's own threads' wait
+    for a CPU (the smaller of the two is judged), and whether the point
     stayed over the study's threshold after its re-runs."""
 
     other_pct: Dict[str, float]
@@ -116,9 +117,11 @@ Upgrade = Callable[[Dict[str, Any]], Dict[str, Any]]
 
 
 def disturbed(rec: Any) -> bool:
-    """Was this point measured while other tasks took more of a CPU than its
-    study allows, even after its re-runs (``host.disturbed``)? Reports leave
-    such points out of their verdicts."""
+    """Was this point measured while other tasks took more of the CPUs than its
+    study allows, and the lab's own threads waited for one more than that
+    too, even after its re-runs (``host.disturbed``)? Reports leave such
+    points out of their verdicts (but for outcomes a busy host moves one way
+    only)."""
     host = getattr(rec, "host", None)
     return bool(host is not None and host.disturbed)
 

@@ -33,7 +33,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
+
+if TYPE_CHECKING:
+    from .exits import Ended
 
 PROC = "/proc"
 
@@ -130,6 +133,15 @@ def _children(proc: str) -> Dict[int, List[int]]:
     return kids
 
 
+def parent_of(pid: int, proc: str = PROC) -> int:
+    """A process's parent pid (0 when it cannot be read)."""
+    text = _read(f"{proc}/{pid}/stat") or ""
+    try:
+        return int(text.rsplit(")", 1)[1].split()[1])
+    except (IndexError, ValueError):
+        return 0
+
+
 def descendants(root: int, proc: str = PROC) -> Set[int]:
     """``root`` and every process below it."""
     kids = _children(proc)
@@ -155,6 +167,9 @@ class Watch:
         self.bed_pids = set(bed_pids)
         self.proc = proc
         self.root_pid = os.getpid() if root_pid is None else root_pid
+        #: the root's parent: a thread of the root's names it as its parent
+        #: when it exits (:func:`ended_wait_ns`)
+        self.root_parent = parent_of(self.root_pid, self.proc)
 
     def snapshot(self) -> Snapshot:
         snap = Snapshot(time.monotonic())
@@ -274,9 +289,44 @@ def others_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
     return 100.0 * other / 1e9 / (window * ncpus)
 
 
-def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
+def ended_wait_ns(a: Snapshot, ended: Iterable["Ended"], root_parent: int = 0) -> int:
+    """The bed's wait for a CPU, in ns, in the threads that ended inside the
+    window (:class:`nslab.traffic.exits.Exits`): a thread the first snapshot
+    saw counts from there, one born inside the window from its start; a
+    thread the first snapshot knew as another's, or whose process's parent
+    it knew as another's (but for ``root_parent``, the parent of this
+    process, whose own threads name it), is not the bed's; one of nobody
+    known counts as the bed's (an upper bound stays one); a ``SCHED_IDLE``
+    thread waits by design and is not counted."""
+    return sum(ns for _, ns in ended_waits(a, ended, root_parent))
+
+
+def ended_waits(a: Snapshot, ended: Iterable["Ended"], root_parent: int = 0
+                ) -> List[Tuple[str, int]]:
+    """(name, ns waited inside the window) of each ended thread
+    :func:`ended_wait_ns` counts as the bed's."""
+    out: List[Tuple[str, int]] = []
+    for e in ended:
+        if e.policy == SCHED_IDLE:
+            continue
+        known = a.tasks.get(e.tid)
+        if known is not None:
+            if known.bed and not known.idle:
+                out.append((e.name, max(0, e.wait_ns - known.times.wait_ns)))
+            continue
+        parent = a.tasks.get(e.ppid)
+        if parent is not None and not parent.bed and e.ppid != root_parent:
+            continue
+        out.append((e.name, e.wait_ns))
+    return out
+
+
+def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int, ended: Iterable["Ended"] = (),
+                   root_parent: int = 0) -> float:
     """The bed's own tasks' wait for a CPU (runnable, not running), summed over
-    them, as a share (percent) of all ``ncpus`` CPUs over the window.
+    them, as a share (percent) of all ``ncpus`` CPUs over the window: the
+    threads alive at its end from their schedstat, those that ended inside it
+    from the kernel's report of their exit (``ended``: :func:`ended_wait_ns`).
 
     Whatever other tasks did, they delayed the bed by no more than this: a
     task kept from a CPU it wanted is counted as waiting from the moment it
@@ -291,7 +341,19 @@ def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
     if window <= 0 or ncpus <= 0:
         return 0.0
     wait = sum(w for t, _, w in _deltas(a, b) if t.bed and not t.idle)
+    wait += ended_wait_ns(a, ended, root_parent)
     return 100.0 * wait / 1e9 / (window * ncpus)
+
+
+def counts_waits(a: Snapshot, b: Snapshot) -> bool:
+    """Whether this kernel counts threads' waits: a kernel that keeps
+    ``schedstat`` but counts waits only with delay accounting on (before
+    5.14, without ``CONFIG_SCHEDSTATS``) shows every wait as 0. Here, the
+    bed's threads ran for a tenth of a second between the snapshots and
+    not one of them waited at all; on a kernel that counts, a bed that
+    busy has waited somewhere."""
+    moved = [(run, wait) for t, run, wait in _deltas(a, b) if t.bed]
+    return any(wait for _, wait in moved) or sum(run for run, _ in moved) < 100_000_000
 
 
 def displaced_share(others_pct: float, bed_wait_pct: float) -> float:
@@ -302,11 +364,14 @@ def displaced_share(others_pct: float, bed_wait_pct: float) -> float:
     return min(others_pct, bed_wait_pct)
 
 
-def top_bed_waits(a: Snapshot, b: Snapshot, n: int = 3) -> Tuple[Tuple[str, float], ...]:
+def top_bed_waits(a: Snapshot, b: Snapshot, ended: Iterable["Ended"] = (),
+                  root_parent: int = 0, n: int = 3) -> Tuple[Tuple[str, float], ...]:
     """The lab's own threads that waited longest for a CPU between two
-    snapshots (:func:`top_tasks`, over their waits)."""
+    snapshots, those that ended in between included (:func:`top_tasks`,
+    over their waits)."""
     return top_tasks([(t.name or "?", wait) for t, _, wait in _deltas(a, b)
-                      if t.bed and not t.idle and wait], n)
+                      if t.bed and not t.idle and wait]
+                     + [(name, ns) for name, ns in ended_waits(a, ended, root_parent) if ns], n)
 
 
 def top_others(a: Snapshot, b: Snapshot, n: int = 3) -> Tuple[Tuple[str, float], ...]:

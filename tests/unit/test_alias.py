@@ -479,15 +479,15 @@ def test_the_alias_study_is_refused_across_hosts_before_anything_is_built():
 def _noisy(tmp_path, change=None):
     """The claims of a quick run measured beside a roaming noisy neighbour
     (``nslab bench verdicts --noise roaming --only alias``, this VM,
-    2026-12-01): every alias point at N=254 disturbed (its 254 clients wait
-    for a CPU among themselves, so the lab's own wait does not clear it),
-    the rest not; ``change(record)`` edits each record first."""
+    2026-12-01, two rounds): every point at N=254 disturbed (its 254 senders
+    wait for a CPU among themselves, so the lab's own wait does not clear
+    it), those at N=1 not; ``change(record)`` edits each record first."""
     import json
 
     from nslab.experiments.alias.report import claims
     from nslab.store.records import disturbed
     from nslab.store.reporting import load_run
-    run = tmp_path / "alias" / "nl0a9f"
+    run = tmp_path / "alias" / "nl59e4"
     shutil.copytree(data("alias_noisy_run"), run)
     recs = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
     for rec in recs:
@@ -496,7 +496,7 @@ def _noisy(tmp_path, change=None):
     (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     stored = load_run(str(run), SCHEMA, "alias")
     hit = {(r.params.mode, r.params.n) for r in stored.records if disturbed(r)}
-    assert hit == {("alias", 254)}
+    assert hit == {("alias", 254), ("parallel", 254)}
     found = claims(stored.records, summarize(stored.records), "2.1.8", stored.published)
     return {c.claim.split(" (")[0]: c for c in found}
 
@@ -513,9 +513,10 @@ def test_disturbed_points_at_the_top_decide_between_what_they_read_and_the_ceili
     control = found["The rise comes from more TCP connections, not from the aliases"]
     assert control.verdict == "agrees"
     for c in (found["Linux IP aliasing adds no measurable overhead"], control):
-        assert "with 6 point(s) the host disturbed, each between what it read" in c.why, c.why
-        assert "with the disturbed points as they read; " in c.measured
-        assert c.measured.count("with them at the link's ceiling") == 1, c.measured
+        assert "at every choice of bounds for the 12 point(s) at N=254 the host disturbed" \
+            in c.why, c.why
+        assert "with the disturbed points at their lower bounds; " in c.measured
+        assert c.measured.count("at their upper bounds") == 1, c.measured
     summed = found["The posts' rise comes from how iperf's reports were summed"]
     assert summed.verdict == "undecided" and "host interference" in summed.why
     assert "the lab's own tasks waited for a CPU up to" in summed.why
@@ -547,3 +548,43 @@ def test_without_the_link_s_ceiling_disturbed_points_stay_out(tmp_path):
         rec["measurements"]["link_ceiling_bps"] = None
     found = _noisy(tmp_path, drop)
     assert all(c.verdict == "undecided" for c in found.values()), found
+
+
+def test_a_disturbed_point_at_the_plateau_stays_out_and_a_decided_claim_stays(tmp_path):
+    """A disturbed point at N <= 16 is not bracketed (a busy host's lowering
+    it would raise the rise): with every N=1 point disturbed too, no
+    overhead and the rise have nothing to compare (the control, both of
+    whose sides are at N=254, still brackets). And a claim the undisturbed points decide keeps their
+    verdict: with every point undisturbed, the claims read as they do
+    without any disturbance, no bounds in their rows."""
+    def plateau(rec):
+        rec["host"]["disturbed"] = True
+    found = _noisy_all(tmp_path / "a", plateau)
+    for name in ("Linux IP aliasing adds no measurable overhead",
+                 "Throughput rises with the number of aliases"):
+        assert found[name].verdict == "undecided" and found[name].measured == \
+            "nothing to compare", found[name]
+
+    def quiet(rec):
+        rec["host"]["disturbed"] = False
+    found = _noisy_all(tmp_path / "b", quiet)
+    for name in ("Linux IP aliasing adds no measurable overhead",
+                 "The rise comes from more TCP connections, not from the aliases"):
+        assert found[name].verdict == "agrees" and "bounds" not in found[name].measured
+
+
+def _noisy_all(tmp_path, change):
+    """As :func:`_noisy`, with no check of which points were disturbed."""
+    import json
+
+    from nslab.experiments.alias.report import claims
+    from nslab.store.reporting import load_run
+    run = tmp_path / "alias" / "nl59e4"
+    shutil.copytree(data("alias_noisy_run"), run)
+    recs = [json.loads(x) for x in (run / "records.jsonl").read_text().splitlines()]
+    for rec in recs:
+        change(rec)
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    stored = load_run(str(run), SCHEMA, "alias")
+    found = claims(stored.records, summarize(stored.records), "2.1.8", stored.published)
+    return {c.claim.split(" (")[0]: c for c in found}

@@ -127,6 +127,46 @@ def test_the_lab_s_own_wait_bounds_what_other_tasks_took_from_it():
     assert [n for n, _ in top_bed_waits(a, b)] == ["?"]
 
 
+def test_threads_that_ended_inside_the_window_count_where_they_were_the_lab_s():
+    """The kernel's report of each thread that ended (taskstats, captured on
+    this kernel): a lab thread the first snapshot saw counts from there, one
+    born inside the window from its start; another's thread, a child of
+    another's process, and a SCHED_IDLE thread do not; a thread of this very
+    process names this process's parent, and counts; one of nobody known
+    counts (an upper bound stays one)."""
+    from nslab.traffic.exits import Ended, parse
+    from nslab.traffic.interference import bed_wait_share, ended_wait_ns, top_bed_waits
+    from tests.conftest import data
+    with open(data("taskstats/exits-linux-6.18.bin"), "rb") as f:
+        raw = f.read()
+    chunks, off = [], 0
+    while off < len(raw):
+        n = int.from_bytes(raw[off:off + 4], "little")
+        chunks.append(raw[off + 4:off + 4 + n])
+        off += 4 + n
+    got = [e for c in chunks for e in parse(c)]
+    assert got == [Ended(22970, 22965, 0, 101801, "sh"), Ended(22971, 22964, 0, 0, "python")]
+    a = Snapshot(0.0, {10: task(0, {0}, bed=True, wait_ms=4),      # the lab's, seen at a
+                       20: task(0, {0}, wait_ms=1),                # another's
+                       30: task(0, {0}),                           # another's process
+                       40: task(0, {0}, bed=True)})                # the lab's process
+    ms = 1_000_000
+    ended = [Ended(10, 99, 0, 10 * ms, "iperf"),   # 10 - 4 ms inside the window
+             Ended(20, 1, 0, 50 * ms, "hog"),      # another's thread
+             Ended(31, 30, 0, 70 * ms, "make"),    # a child of another's process
+             Ended(41, 40, 0, 3 * ms, "iperf"),    # born and ended: the lab's
+             Ended(42, 40, 5, 90 * ms, "qemu"),    # SCHED_IDLE
+             Ended(43, 7, 0, 2 * ms, "nslab"),     # this process's thread: names its parent
+             Ended(44, 555, 0, 1 * ms, "?")]       # nobody known: counted
+    assert ended_wait_ns(a, ended, root_parent=7) == (6 + 3 + 2 + 1) * ms
+    b = Snapshot(2.0, {10: task(0, {0}, bed=True),
+                       40: task(0, {0}, bed=True, wait_ms=8, name="nslab")})
+    # 8 ms alive at the end, 12 ms ended: 20 ms of 4 CPU-seconds
+    assert bed_wait_share(a, b, 2, ended, 7) == pytest.approx(0.5)
+    # by name, the live and the ended together: nslab 8 + 2 ms, iperf 6 + 3
+    assert top_bed_waits(a, b, ended, 7) == (("nslab", 10.0), ("iperf", 9.0), ("?", 1.0))
+
+
 def test_a_trial_is_disturbed_above_the_threshold_on_either_cpu_dut_first():
     quiet = {"dut": {"other_pct": 1.0}, "gen": {"other_pct": 2.0}}
     assert disturbed(quiet, 5.0) is None and disturbed(None, 5.0) is None
