@@ -261,14 +261,17 @@ def receiver_claims(records: List[AliasRecord], rec: Dict[int, List[float]],
     return out
 
 
-#: At most this many disturbed points are bracketed: every choice of their
-#: two bounds is judged (2 ** this many), beyond it the claims stay undecided.
+#: At most this many disturbed points are bracketed, the first measured:
+#: every choice of their two bounds is judged (2 ** this many); later ones
+#: stay out, as every disturbed point did before.
 MAX_BRACKETED = 12
 
 
-def disturbed_bounds(records: List[AliasRecord], mode: str, n: int) -> List[Tuple[float, float]]:
-    """The receiver figure of each point of ``mode`` at ``n`` that the host
-    disturbed (and no fidelity check failed) as two bounds on what it would
+def disturbed_bounds(records: List[AliasRecord], n: int
+                     ) -> List[Tuple[str, Tuple[float, float]]]:
+    """The mode and receiver figure of each point at ``n`` that the host
+    disturbed (and no fidelity check failed), in the order measured, the
+    figure as two bounds on what it would
     have read undisturbed. Below: the lowest rate its bytes allow over its
     window, each end of which the sampler may have read up to one sample's
     time late (``sample_s``) -- a busy host only takes CPU from the lab, so
@@ -278,15 +281,16 @@ def disturbed_bounds(records: List[AliasRecord], mode: str, n: int) -> List[Tupl
     highest. Points without a ceiling (older runs) give none."""
     from nslab.store.records import disturbed
     top = max([r.measurements.receiver_bps for r in records if valid(r)] or [0.0])
-    out: List[Tuple[float, float]] = []
-    for r in records:
+    out: List[Tuple[str, Tuple[float, float]]] = []
+    for r in sorted(records, key=lambda r: r.time):
         m = r.measurements
-        if (r.params.mode == mode and r.params.n == n and disturbed(r) and not m.invalid
+        if (r.params.mode in ("alias", "parallel") and r.params.n == n and disturbed(r)
+                and not m.invalid
                 and m.link_ceiling_bps and m.window_s and m.sample_s is not None
                 and m.window_s > m.sample_s):
             v, w, late = float(m.receiver_bps), float(m.window_s), float(m.sample_s)
-            out.append((v * w / (w + late),
-                        max(v * w / (w - late), float(m.link_ceiling_bps) * w / (w - late), top)))
+            out.append((r.params.mode, (v * w / (w + late), max(
+                v * w / (w - late), float(m.link_ceiling_bps) * w / (w - late), top))))
     return out
 
 
@@ -294,8 +298,8 @@ def bracketed(records: List[AliasRecord], found: Dict[str, Claim], measured_n: A
               iperf: str, posts: str) -> Dict[str, Claim]:
     """``found`` with each claim on the receiver's figure that the undisturbed
     points leave undecided judged again with the disturbed points at the
-    largest N in, each anywhere between its two bounds
-    (:func:`disturbed_bounds`): every choice of lower or upper bound for
+    largest N in (the first :data:`MAX_BRACKETED` measured), each anywhere
+    between its two bounds (:func:`disturbed_bounds`): every choice of lower or upper bound for
     each (a t interval's upper end is convex in the values, its lower end
     concave, so over the box of values both are at their extremes at a
     corner). Where every choice gives one verdict (a "disagrees" of the
@@ -305,10 +309,12 @@ def bracketed(records: List[AliasRecord], found: Dict[str, Claim], measured_n: A
     if not measured_n or all(c.verdict != "undecided" for c in found.values()):
         return found
     top_n = max(measured_n)
-    pts = [(mode, b) for mode in ("alias", "parallel")
-           for b in disturbed_bounds(records, mode, top_n)]
-    if not pts or len(pts) > MAX_BRACKETED:
+    every = disturbed_bounds(records, top_n)
+    pts = every[:MAX_BRACKETED]
+    if not pts:
         return found
+    later = (f"; the {len(every) - len(pts)} measured after them left out (at most "
+             f"{MAX_BRACKETED} are bracketed)" if len(every) > len(pts) else "")
     rec = samples(records, "alias", "receiver_bps")
     par = samples(records, "parallel", "receiver_bps")
     corners: List[Dict[str, Claim]] = []
@@ -342,7 +348,7 @@ def bracketed(records: List[AliasRecord], found: Dict[str, Claim], measured_n: A
             + (f"; iperf{rest}" if rest else ""),
             why=f"{lo.why}, at every choice of bounds for the {len(pts)} point(s) at N={top_n} "
             "the host disturbed (each between the lowest rate its bytes allow, a busy host "
-            "only lowering a rate the shaped link sets, and the link's ceiling)")
+            f"only lowering a rate the shaped link sets, and the link's ceiling){later}")
     return out
 
 

@@ -668,7 +668,7 @@ class BusyHost:
             self.in_a_row = 0
             return
         self.in_a_row += 1
-        if self.for_good:
+        if self.in_a_row == BUSY_IN_A_ROW:
             log.info("the host stayed busy through %d points' re-runs in a row: disturbed "
                      "points are not measured again in this run", self.in_a_row)
 

@@ -102,13 +102,17 @@ class Exits:
     def __enter__(self) -> "Exits":
         try:
             from pyroute2 import TaskStats
-            ts = TaskStats()
+            from pyroute2.netlink.exceptions import NetlinkError
+        except ImportError as exc:
+            self.why = f"no taskstats exit listener: {exc}"
+            return self
+        try:
+            self._ts = ts = TaskStats()
             ts.bind()
             ts.register_mask(self._mask)
-            self._ts = ts
             self._sock = socket.fromfd(ts.fileno(), socket.AF_NETLINK, socket.SOCK_RAW)
             self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
-        except Exception as exc:  # no taskstats, not root, no pyroute2 support
+        except (OSError, NetlinkError) as exc:  # no taskstats family, not root
             self.why = f"no taskstats exit listener: {exc}"
             log.debug("%s", self.why)
             self._close()
@@ -122,9 +126,11 @@ class Exits:
             self._sock.close()
             self._sock = None
         if self._ts is not None:
+            from pyroute2.netlink.exceptions import NetlinkError
             try:
-                self._ts.deregister_mask(self._mask)
-            except Exception:  # closing anyway
+                if not self.why:  # registered
+                    self._ts.deregister_mask(self._mask)
+            except (OSError, NetlinkError):  # closing anyway
                 pass
             self._ts.close()
             self._ts = None

@@ -386,8 +386,14 @@ def accounting_source() -> str:
     if not os.path.exists(f"{PROC}/self/schedstat"):
         return ("nothing: this kernel has no /proc/<pid>/schedstat (CONFIG_SCHED_INFO), so "
                 "trials are not checked for other tasks")
+    from .exits import Exits
+    with Exits() as exits:
+        ended = ("the threads that end inside a point from the kernel's taskstats" if not
+                 exits.why else f"the threads that end inside a point not seen ({exits.why}), "
+                 "so other tasks' share alone decides")
     return ("every thread's /proc/<pid>/task/<tid>/schedstat at both ends of a trial (other "
-            "tasks counted on every CPU they may run on: an upper bound per CPU)")
+            "tasks counted on every CPU they may run on: an upper bound per CPU); the lab's "
+            f"own wait for a CPU with {ended}")
 
 
 def worst(found: Mapping[int, CpuInterference]) -> Tuple[Optional[int], float]:
