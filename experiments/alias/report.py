@@ -299,12 +299,13 @@ def bracketed(records: List[AliasRecord], found: Dict[str, Claim], measured_n: A
     """``found`` with each claim on the receiver's figure that the undisturbed
     points leave undecided judged again with the disturbed points at the
     largest N in (the first :data:`MAX_BRACKETED` measured), each anywhere
-    between its two bounds (:func:`disturbed_bounds`): every choice of lower or upper bound for
-    each (a t interval's upper end is convex in the values, its lower end
-    concave, so over the box of values both are at their extremes at a
-    corner). Where every choice gives one verdict (a "disagrees" of the
-    control on one side of it), an undisturbed run would have given it too,
-    and the claim takes it, saying how many disturbed points it took in."""
+    between its two bounds (:func:`disturbed_bounds`): every choice of lower
+    or upper bound for each (with a fixed t quantile a t interval's upper end
+    is convex in the values and its lower end concave, so over the box of
+    values both are at their extremes at a corner; Welch's degrees of
+    freedom move the quantile a little between corners). Where every choice
+    gives one verdict (a "disagrees" of the control on one side of it), the
+    claim takes it, saying how many disturbed points it took in."""
     import itertools
     if not measured_n or all(c.verdict != "undecided" for c in found.values()):
         return found

@@ -710,10 +710,10 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
             m, raw, summary = runner.measure(point)
             b = watch.snapshot()
             ended = exits.drain()
-        share = others_share(a, b, ncpus)
+        share = others_share(a, b, ncpus, ended or (), watch.root_parent)
         # None: the threads that ended inside the point are not known (no
         # taskstats here, or some were lost): others' share alone decides
-        waited = (None if ended is None or not counts_waits(a, b) else
+        waited = (None if ended is None or not counts_waits(a, b, ended) else
                   bed_wait_share(a, b, ncpus, ended, watch.root_parent))
         judged = share if waited is None else displaced_share(share, waited)
         if judged <= threshold or tries >= allowed:

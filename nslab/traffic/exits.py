@@ -21,54 +21,103 @@ from __future__ import annotations
 
 import errno
 import logging
-import select
 import socket
+import struct
+import threading
 from dataclasses import dataclass
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 log = logging.getLogger(__name__)
 
-#: The listener's receive buffer: about 40,000 exits of ~400 bytes between
-#: two reads (a point of 254 iperf clients ends some 1,000 threads).
+#: The listener's receive buffer (the kernel doubles it, and charges each
+#: 596-byte message more than its size): some thousands of exits between
+#: two reads, where a point of 254 iperf clients ends about 1,000 threads;
+#: past it the kernel drops exits and says so (``lost``).
 RCVBUF = 16 << 20
 SO_RCVBUFFORCE = 33
 
 
 @dataclass(frozen=True)
 class Ended:
-    """One thread that exited: its id, its process's parent, its scheduling
-    policy, how long it waited for a CPU over its life, and its name."""
+    """One thread that exited: its id, its process (thread group; None from a
+    kernel before taskstats version 13), its process's parent, its
+    scheduling policy, how long it waited for a CPU and ran over its life
+    (ns), and its name."""
 
     tid: int
     ppid: int
     policy: int
     wait_ns: int
     name: str
+    tgid: Optional[int] = None
+    run_ns: int = 0
 
 
-def parse(data: bytes) -> List[Ended]:
+#: netlink and taskstats numbers (linux/netlink.h, linux/taskstats.h)
+NLMSG_ERROR = 2
+TASKSTATS_TYPE_PID = 1
+TASKSTATS_TYPE_STATS = 3
+TASKSTATS_TYPE_AGGR_PID = 4
+#: offsets in ``struct taskstats`` (stable: fields are only ever appended)
+OFF = {"version": 0, "cpu_delay_total": 24, "cpu_run_virtual_total": 72, "ac_comm": 80,
+       "ac_sched": 112, "ac_ppid": 132, "ac_tgid": 368}
+
+
+def _attrs(data: bytes, off: int, end: int) -> Dict[int, Tuple[int, int]]:
+    """Netlink attributes in ``data[off:end]``: type -> (payload start, end)."""
+    out: Dict[int, Tuple[int, int]] = {}
+    while off + 4 <= end:
+        length, kind = struct.unpack_from("<HH", data, off)
+        if length < 4 or off + length > end:
+            break
+        out[kind & 0x3FFF] = (off + 4, off + length)
+        off += (length + 3) & ~3
+    return out
+
+
+def parse(data: bytes, family: Optional[int] = None) -> List[Ended]:
     """The threads one taskstats datagram reports (a datagram may hold several
     netlink messages; a thread group's last exit also carries the group's
-    totals, which are left out: its threads are reported one by one)."""
-    from pyroute2.netlink.taskstats import taskstatsmsg
+    totals, which are left out: its threads are reported one by one). The
+    record is read at its fixed offsets, whatever fields a newer kernel
+    appends. ``family``: the TASKSTATS family's id, to skip other messages.
+    Raises ValueError on a netlink error (a registration the kernel refused)
+    or a record too short to read."""
     out: List[Ended] = []
     off = 0
     while off + 16 <= len(data):
-        length = int.from_bytes(data[off:off + 4], "little")
+        length, kind = struct.unpack_from("<IH", data, off)
         if length < 16 or off + length > len(data):
             break
-        msg = taskstatsmsg(data[off:off + length])
-        msg.decode()
-        agg = msg.get_attr("TASKSTATS_TYPE_AGGR_PID")
-        if agg is not None:
-            st = agg.get_attr("TASKSTATS_TYPE_STATS")
-            tid = agg.get_attr("TASKSTATS_TYPE_PID")
-            if st is not None and tid is not None:
-                name = bytes(st["ac_comm"]).split(b"\0", 1)[0].decode("ascii", "replace")
-                out.append(Ended(int(tid), int(st["ac_ppid"]), int(st["ac_sched"]),
-                                 int(st["cpu_delay_total"]), name))
+        if kind == NLMSG_ERROR:
+            err = struct.unpack_from("<i", data, off + 16)[0] if length >= 20 else 0
+            if err:
+                raise ValueError(f"netlink error {-err}")
+        elif family is None or kind == family:
+            top = _attrs(data, off + 20, off + length)  # after the genetlink header
+            if TASKSTATS_TYPE_AGGR_PID in top:
+                inner = _attrs(data, *top[TASKSTATS_TYPE_AGGR_PID])
+                if TASKSTATS_TYPE_PID in inner and TASKSTATS_TYPE_STATS in inner:
+                    out.append(_record(data, inner[TASKSTATS_TYPE_PID][0],
+                                       *inner[TASKSTATS_TYPE_STATS]))
         off += (length + 3) & ~3
     return out
+
+
+def _record(data: bytes, pid_at: int, st: int, end: int) -> Ended:
+    if end - st < OFF["ac_ppid"] + 4:
+        raise ValueError(f"a taskstats record of {end - st} bytes")
+    version = struct.unpack_from("<H", data, st)[0]
+    comm = data[st + OFF["ac_comm"]:st + OFF["ac_comm"] + 32].split(b"\0", 1)[0]
+    tgid = (struct.unpack_from("<I", data, st + OFF["ac_tgid"])[0]
+            if version >= 13 and end - st >= OFF["ac_tgid"] + 4 else None)
+    return Ended(tid=struct.unpack_from("<I", data, pid_at)[0],
+                 ppid=struct.unpack_from("<I", data, st + OFF["ac_ppid"])[0],
+                 policy=data[st + OFF["ac_sched"]],
+                 wait_ns=struct.unpack_from("<Q", data, st + OFF["cpu_delay_total"])[0],
+                 name=comm.decode("ascii", "replace"), tgid=tgid,
+                 # the scheduler's own run time (sum_exec_runtime), not the ticks'
+                 run_ns=struct.unpack_from("<Q", data, st + OFF["cpu_run_virtual_total"])[0])
 
 
 def online_cpus(path: str = "/sys/devices/system/cpu/online") -> str:
@@ -86,15 +135,22 @@ class Exits:
 
         with Exits() as exits:
             ...                      # the window
-            ended = exits.drain()    # None: not available, or some were lost
-    """
+            ended = exits.drain()    # None: not available, or not a bound
+
+    The kernel does not answer a registration (pyroute2 sends it without
+    asking for one), and refuses it in some namespaces; so the listener
+    starts and ends a thread of its own once registered (its canary), and
+    counts only if that exit reached it."""
 
     def __init__(self) -> None:
         self._ts: Any = None
         self._sock: Optional[socket.socket] = None
+        self._family: Optional[int] = None
+        self._registered = False
         self._mask = online_cpus()
         self._ended: List[Ended] = []
-        #: some exits were not received (the buffer overflowed)
+        self._canary = 0
+        #: some exits were not received, or a message could not be read
         self.lost = False
         #: why there is no listener (empty: there is one)
         self.why = ""
@@ -109,10 +165,16 @@ class Exits:
         try:
             self._ts = ts = TaskStats()
             ts.bind()
-            ts.register_mask(self._mask)
+            self._family = int(ts.prid)
             self._sock = socket.fromfd(ts.fileno(), socket.AF_NETLINK, socket.SOCK_RAW)
             self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
-        except (OSError, NetlinkError) as exc:  # no taskstats family, not root
+            ts.register_mask(self._mask)
+            self._registered = True
+            canary = threading.Thread(target=lambda: None, name="nslab-exits")
+            canary.start()
+            canary.join()
+            self._canary = canary.native_id or 0
+        except (OSError, NetlinkError, ValueError) as exc:  # no taskstats family, not root
             self.why = f"no taskstats exit listener: {exc}"
             log.debug("%s", self.why)
             self._close()
@@ -128,25 +190,40 @@ class Exits:
         if self._ts is not None:
             from pyroute2.netlink.exceptions import NetlinkError
             try:
-                if not self.why:  # registered
+                if self._registered:
                     self._ts.deregister_mask(self._mask)
             except (OSError, NetlinkError):  # closing anyway
                 pass
             self._ts.close()
             self._ts = None
+            self._registered = False
 
     def drain(self) -> Optional[List[Ended]]:
-        """Every thread reported ended since the listener opened, or None when
-        there is no listener or some exits were lost."""
+        """Every thread reported ended since the listener opened (its canary
+        left out), or None when there is no listener, its canary's exit never
+        came (the kernel refused the registration), or some exits were lost
+        or could not be read."""
         if self._sock is None:
             return None
-        while select.select([self._sock], [], [], 0)[0]:
+        while True:
             try:
-                data = self._sock.recv(1 << 16)
+                data = self._sock.recv(1 << 16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                break
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:  # the kernel dropped some: not a bound
                     self.lost = True
                     continue
-                raise
-            self._ended.extend(parse(data))
-        return None if self.lost else list(self._ended)
+                self.lost = True
+                self.why = f"taskstats listener: {exc}"
+                break
+            try:
+                self._ended.extend(parse(data, self._family))
+            except (ValueError, struct.error) as exc:
+                self.lost = True
+                self.why = f"taskstats listener: {exc}"
+        if self.lost or not any(e.tid == self._canary for e in self._ended):
+            if not self.lost:
+                self.why = "taskstats listener: its own thread's exit never came"
+            return None
+        return [e for e in self._ended if e.tid != self._canary]

@@ -278,47 +278,72 @@ def top_tasks(runs: Iterable[Tuple[str, int]], n: int = 3) -> Tuple[Tuple[str, f
 
 
 
-def others_share(a: Snapshot, b: Snapshot, ncpus: int) -> float:
+def others_share(a: Snapshot, b: Snapshot, ncpus: int, ended: Iterable["Ended"] = (),
+                 root_parent: int = 0) -> float:
     """Other tasks' run time, each counted once, as a share (percent) of all
     ``ncpus`` CPUs over the window: the figure for a study whose tasks are
-    not pinned (they run wherever the scheduler puts them)."""
+    not pinned (they run wherever the scheduler puts them). ``ended``: the
+    threads that ended inside the window, whose run time the second
+    snapshot no longer shows (:func:`ended_others_run_ns`)."""
     window = b.t - a.t
     if window <= 0 or ncpus <= 0:
         return 0.0
     other = sum(run for t, run, _ in _deltas(a, b) if not t.bed and not t.idle)
+    other += ended_others_run_ns(a, ended, root_parent)
     return 100.0 * other / 1e9 / (window * ncpus)
 
 
 def ended_wait_ns(a: Snapshot, ended: Iterable["Ended"], root_parent: int = 0) -> int:
     """The bed's wait for a CPU, in ns, in the threads that ended inside the
-    window (:class:`nslab.traffic.exits.Exits`): a thread the first snapshot
-    saw counts from there, one born inside the window from its start; a
-    thread the first snapshot knew as another's, or whose process's parent
-    it knew as another's (but for ``root_parent``, the parent of this
-    process, whose own threads name it), is not the bed's; one of nobody
-    known counts as the bed's (an upper bound stays one); a ``SCHED_IDLE``
-    thread waits by design and is not counted."""
+    window (:class:`nslab.traffic.exits.Exits`; :func:`ended_is_bed`): a
+    thread the first snapshot saw counts from there, one born inside the
+    window from its start; a ``SCHED_IDLE`` thread waits by design and is
+    not counted."""
     return sum(ns for _, ns in ended_waits(a, ended, root_parent))
+
+
+def ended_is_bed(a: Snapshot, e: "Ended", root_parent: int = 0) -> Optional[bool]:
+    """Whose a thread that ended inside the window was: the bed's (True),
+    another's (False), or of the ``SCHED_IDLE`` policy (None: neither). A
+    thread the first snapshot saw is what it saw; one born since is its
+    process's (its thread group's leader, as the first snapshot saw it),
+    or, a process itself born since, its parent's as the first snapshot saw
+    it (but for ``root_parent``, the parent of the bed's root, which the
+    root's threads name on a kernel that does not report thread groups);
+    one of nobody known counts as the bed's (an upper bound stays one)."""
+    if e.policy == SCHED_IDLE:
+        return None
+    for tid in (e.tid, e.tgid):
+        known = a.tasks.get(tid) if tid is not None else None
+        if known is not None:
+            return None if known.idle else known.bed
+    parent = a.tasks.get(e.ppid)
+    if parent is not None and not parent.bed and e.ppid != root_parent:
+        return False
+    return True
 
 
 def ended_waits(a: Snapshot, ended: Iterable["Ended"], root_parent: int = 0
                 ) -> List[Tuple[str, int]]:
-    """(name, ns waited inside the window) of each ended thread
-    :func:`ended_wait_ns` counts as the bed's."""
+    """(name, ns waited inside the window) of each ended thread that was the
+    bed's (:func:`ended_is_bed`)."""
     out: List[Tuple[str, int]] = []
     for e in ended:
-        if e.policy == SCHED_IDLE:
-            continue
-        known = a.tasks.get(e.tid)
-        if known is not None:
-            if known.bed and not known.idle:
-                out.append((e.name, max(0, e.wait_ns - known.times.wait_ns)))
-            continue
-        parent = a.tasks.get(e.ppid)
-        if parent is not None and not parent.bed and e.ppid != root_parent:
-            continue
-        out.append((e.name, e.wait_ns))
+        if ended_is_bed(a, e, root_parent):
+            known = a.tasks.get(e.tid)
+            out.append((e.name, max(0, e.wait_ns - (known.times.wait_ns if known else 0))))
     return out
+
+
+def ended_others_run_ns(a: Snapshot, ended: Iterable["Ended"], root_parent: int = 0) -> int:
+    """Other tasks' run time, in ns, inside the window, in their threads
+    that ended there (:func:`ended_is_bed`)."""
+    total = 0
+    for e in ended:
+        if ended_is_bed(a, e, root_parent) is False:
+            known = a.tasks.get(e.tid)
+            total += max(0, e.run_ns - (known.times.run_ns if known else 0))
+    return total
 
 
 def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int, ended: Iterable["Ended"] = (),
@@ -345,14 +370,15 @@ def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int, ended: Iterable["Ended"
     return 100.0 * wait / 1e9 / (window * ncpus)
 
 
-def counts_waits(a: Snapshot, b: Snapshot) -> bool:
+def counts_waits(a: Snapshot, b: Snapshot, ended: Iterable["Ended"] = ()) -> bool:
     """Whether this kernel counts threads' waits: a kernel that keeps
     ``schedstat`` but counts waits only with delay accounting on (before
-    5.14, without ``CONFIG_SCHEDSTATS``) shows every wait as 0. Here, the
-    bed's threads ran for a tenth of a second between the snapshots and
-    not one of them waited at all; on a kernel that counts, a bed that
-    busy has waited somewhere."""
+    5.14, without ``CONFIG_SCHEDSTATS``) shows every wait as 0. It does not
+    where the bed's threads (those that ended inside the window too) ran
+    for a tenth of a second and not one of them waited at all; on a kernel
+    that counts, a bed that busy has waited somewhere."""
     moved = [(run, wait) for t, run, wait in _deltas(a, b) if t.bed]
+    moved += [(e.run_ns, e.wait_ns) for e in ended if ended_is_bed(a, e)]
     return any(wait for _, wait in moved) or sum(run for run, _ in moved) < 100_000_000
 
 

@@ -36,7 +36,8 @@ from typing import Dict, List
 from nslab.traffic import counters
 
 
-#: The sampler's real-time priority (low: the kernel's own threads stay above it).
+#: The sampler's real-time priority: above every ordinary task, below the
+#: kernel's threaded interrupts (``SCHED_FIFO`` 50).
 FIFO = 10
 
 

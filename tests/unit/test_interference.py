@@ -127,15 +127,10 @@ def test_the_lab_s_own_wait_bounds_what_other_tasks_took_from_it():
     assert [n for n, _ in top_bed_waits(a, b)] == ["?"]
 
 
-def test_threads_that_ended_inside_the_window_count_where_they_were_the_lab_s():
-    """The kernel's report of each thread that ended (taskstats, captured on
-    this kernel): a lab thread the first snapshot saw counts from there, one
-    born inside the window from its start; another's thread, a child of
-    another's process, and a SCHED_IDLE thread do not; a thread of this very
-    process names this process's parent, and counts; one of nobody known
-    counts (an upper bound stays one)."""
-    from nslab.traffic.exits import Ended, parse
-    from nslab.traffic.interference import bed_wait_share, ended_wait_ns, top_bed_waits
+def _captured_exits():
+    """The two exits captured on this kernel (6.18, taskstats version 16): a
+    shell child of the capturing process, and a thread of that process."""
+    from nslab.traffic.exits import parse
     from tests.conftest import data
     with open(data("taskstats/exits-linux-6.18.bin"), "rb") as f:
         raw = f.read()
@@ -144,27 +139,66 @@ def test_threads_that_ended_inside_the_window_count_where_they_were_the_lab_s():
         n = int.from_bytes(raw[off:off + 4], "little")
         chunks.append(raw[off + 4:off + 4 + n])
         off += 4 + n
-    got = [e for c in chunks for e in parse(c)]
-    assert got == [Ended(22970, 22965, 0, 101801, "sh"), Ended(22971, 22964, 0, 0, "python")]
+    return chunks, [e for c in chunks for e in parse(c)]
+
+
+def test_a_captured_exit_is_read_at_the_record_s_fixed_offsets():
+    """Each exit's thread, process, parent, policy, wait and run time, read
+    where struct taskstats keeps them whatever a newer kernel appends; two
+    messages in one datagram are both read; a netlink error (a registration
+    the kernel refused) raises; other families' messages are skipped."""
+    import struct
+
+    from nslab.traffic.exits import Ended, parse
+    chunks, got = _captured_exits()
+    assert got == [Ended(22970, 22965, 0, 101801, "sh", tgid=22970, run_ns=310571),
+                   Ended(22971, 22964, 0, 0, "python", tgid=22965, run_ns=96138)]
+    assert parse(chunks[0] + chunks[1]) == got  # 596 bytes each: aligned
+    family = struct.unpack_from("<H", chunks[0], 4)[0]
+    assert parse(chunks[0], family) == got[:1] and parse(chunks[0], family + 1) == []
+    error = struct.pack("<IHHII", 36, 2, 0, 0, 0) + struct.pack("<i", -22) + bytes(16)
+    with pytest.raises(ValueError, match="netlink error 22"):
+        parse(error)
+
+
+def test_threads_that_ended_inside_the_window_count_where_they_were_the_lab_s():
+    """A lab thread the first snapshot saw counts from there; one born inside
+    the window is its process's (the lab's, or another's); a process born
+    and gone inside it is its parent's; a SCHED_IDLE thread is no one's;
+    one of nobody known counts as the lab's (an upper bound stays one).
+    Other tasks' ended threads add their run time to others' share."""
+    from nslab.traffic.exits import Ended
+    from nslab.traffic.interference import (bed_wait_share, ended_is_bed, ended_wait_ns,
+                                            top_bed_waits)
     a = Snapshot(0.0, {10: task(0, {0}, bed=True, wait_ms=4),      # the lab's, seen at a
-                       20: task(0, {0}, wait_ms=1),                # another's
+                       20: task(30, {0}, wait_ms=1),               # another's
                        30: task(0, {0}),                           # another's process
-                       40: task(0, {0}, bed=True)})                # the lab's process
+                       40: task(0, {0}, bed=True),                 # the lab's process
+                       7: task(0, {0})})                           # the lab root's parent
     ms = 1_000_000
-    ended = [Ended(10, 99, 0, 10 * ms, "iperf"),   # 10 - 4 ms inside the window
-             Ended(20, 1, 0, 50 * ms, "hog"),      # another's thread
-             Ended(31, 30, 0, 70 * ms, "make"),    # a child of another's process
-             Ended(41, 40, 0, 3 * ms, "iperf"),    # born and ended: the lab's
-             Ended(42, 40, 5, 90 * ms, "qemu"),    # SCHED_IDLE
-             Ended(43, 7, 0, 2 * ms, "nslab"),     # this process's thread: names its parent
-             Ended(44, 555, 0, 1 * ms, "?")]       # nobody known: counted
-    assert ended_wait_ns(a, ended, root_parent=7) == (6 + 3 + 2 + 1) * ms
+    ended = [Ended(10, 99, 0, 10 * ms, "iperf", tgid=10),           # 10 - 4 ms in the window
+             Ended(20, 1, 0, 50 * ms, "hog", tgid=20, run_ns=80 * ms),   # another's thread
+             Ended(21, 1, 0, 9 * ms, "hog", tgid=20, run_ns=20 * ms),    # born in another's
+             Ended(31, 30, 0, 70 * ms, "make", tgid=31),            # a child of another's
+             Ended(41, 7, 0, 3 * ms, "iperf", tgid=40),             # born in the lab's
+             Ended(42, 40, 5, 90 * ms, "qemu", tgid=42),            # SCHED_IDLE
+             Ended(43, 40, 0, 2 * ms, "nslab", tgid=43),            # a child of the lab's
+             Ended(44, 555, 0, 1 * ms, "?", tgid=44)]               # nobody known: counted
+    assert [ended_is_bed(a, e) for e in ended] == [True, False, False, False, True, None,
+                                                   True, True]
+    assert ended_wait_ns(a, ended) == (6 + 3 + 2 + 1) * ms
+    # a kernel that does not report thread groups: the root's own thread
+    # names the root's parent, which root_parent says is not another's
+    old = Ended(45, 7, 0, 5 * ms, "nslab")
+    assert ended_is_bed(a, old) is False and ended_is_bed(a, old, root_parent=7) is True
     b = Snapshot(2.0, {10: task(0, {0}, bed=True),
                        40: task(0, {0}, bed=True, wait_ms=8, name="nslab")})
     # 8 ms alive at the end, 12 ms ended: 20 ms of 4 CPU-seconds
-    assert bed_wait_share(a, b, 2, ended, 7) == pytest.approx(0.5)
+    assert bed_wait_share(a, b, 2, ended) == pytest.approx(0.5)
     # by name, the live and the ended together: nslab 8 + 2 ms, iperf 6 + 3
-    assert top_bed_waits(a, b, ended, 7) == (("nslab", 10.0), ("iperf", 9.0), ("?", 1.0))
+    assert top_bed_waits(a, b, ended) == (("nslab", 10.0), ("iperf", 9.0), ("?", 1.0))
+    # the hog's ended threads ran 80 - 30 and 20 ms, the make child none: 70 ms of 4 s
+    assert others_share(a, b, 2, ended) == pytest.approx(1.75)
 
 
 def test_a_trial_is_disturbed_above_the_threshold_on_either_cpu_dut_first():

@@ -401,14 +401,15 @@ def test_a_round_multiplies_the_repeat_field():
 
 
 def test_a_point_disturbed_by_other_tasks_is_measured_again_then_marked(monkeypatch):
-    from nslab.traffic import interference
+    from nslab.traffic import exits, interference
     from nslab.traffic.interference import Snapshot
     from nslab.run.study import measure_point
     shares = iter([40.0, 3.0, 40.0, 40.0])  # others' share of all CPUs per measurement
     monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
-    monkeypatch.setattr(interference, "others_share", lambda a, b, n: next(shares))
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n, *_: next(shares))
     # the lab waited for a CPU half the time: others' share decides
     monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n, *_: 50.0)
+    monkeypatch.setattr(exits.Exits, "drain", lambda self: [])  # root or not
     study = make_study(1.0, 2.0, 3.0, 4.0)
     runner = study.runner("x", None, None, None)
     m, _, _, host = measure_point(study, runner, {"repeat": 0}, Cfg(host_reruns=1))
@@ -430,7 +431,7 @@ def test_other_tasks_that_took_no_time_the_lab_wanted_leave_a_point_undisturbed(
     from nslab.run.study import measure_point
     waits = iter([2.0, 30.0, 30.0])
     monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
-    monkeypatch.setattr(interference, "others_share", lambda a, b, n: 40.0)
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n, *_: 40.0)
     monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n, *_: next(waits))
     monkeypatch.setattr(exits.Exits, "drain", lambda self: [])  # every ended thread known
     study = make_study(1.0, 2.0, 3.0, 4.0)
@@ -462,13 +463,14 @@ def test_after_three_points_stayed_disturbed_through_their_reruns_none_is_rerun(
     measured once and says why, and an undisturbed point measured once does
     not end it. Before, a re-run that came out undisturbed breaks the row."""
     from nslab.run.study import BUSY_IN_A_ROW, BusyHost, measure_point
-    from nslab.traffic import interference
+    from nslab.traffic import exits, interference
     from nslab.traffic.interference import Snapshot
     assert BUSY_IN_A_ROW == 3
     shares = iter([40.0] * 6 + [40.0] + [3.0] + [40.0, 40.0])
     monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
-    monkeypatch.setattr(interference, "others_share", lambda a, b, n: next(shares))
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n, *_: next(shares))
     monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n, *_: 50.0)
+    monkeypatch.setattr(exits.Exits, "drain", lambda self: [])  # root or not
     study = make_study(*[float(i) for i in range(10)])
     runner = study.runner("x", None, None, None)
     busy = BusyHost()
