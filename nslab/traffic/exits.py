@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import errno
 import logging
+import select
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -52,6 +54,9 @@ class Ended:
     tgid: Optional[int] = None
     run_ns: int = 0
 
+
+#: How long :meth:`Exits.drain` waits for its canary's exit (s).
+CANARY_S = 1.0
 
 #: netlink and taskstats numbers (linux/netlink.h, linux/taskstats.h)
 NLMSG_ERROR = 2
@@ -205,11 +210,18 @@ class Exits:
         or could not be read."""
         if self._sock is None:
             return None
+        # A thread's join returns before the kernel's exit of it: the canary's
+        # exit may still be on its way; wait for it, a second at most.
+        deadline = time.monotonic() + CANARY_S
         while True:
             try:
                 data = self._sock.recv(1 << 16, socket.MSG_DONTWAIT)
             except BlockingIOError:
-                break
+                if (any(e.tid == self._canary for e in self._ended)
+                        or time.monotonic() >= deadline):
+                    break
+                select.select([self._sock], [], [], 0.01)
+                continue
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:  # the kernel dropped some: not a bound
                     self.lost = True

@@ -5,6 +5,7 @@ so the lab's wait counts the point's short-lived clients
 import os
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -20,7 +21,15 @@ def test_a_child_and_a_thread_that_end_inside_the_window_are_reported():
         t = threading.Thread(target=lambda: sum(range(100_000)), name="nslab-exit-t")
         t.start()
         t.join()
-        ended = exits.drain()
+        # join returns before the kernel's exit of the thread: its report
+        # follows within moments (a process's comes before its parent reaps it)
+        deadline = time.monotonic() + 2
+        while True:
+            ended = exits.drain()
+            if ended is None or any(e.tid == t.native_id for e in ended) or \
+                    time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
     assert ended is not None and not exits.lost, exits.why
     # the shell: a process of its own, this process its parent, and it ran
     sh = [e for e in ended if e.ppid == os.getpid() and e.name == "sh"]
