@@ -502,7 +502,8 @@ class PresetSpec(StrictModel):
     rounds: Optional[Annotated[StrictInt, Field(ge=1, le=10)]] = Field(
         None, description="sample to a decision: up to this many rounds of every point")
     budget_s: Optional[Annotated[float, Field(gt=0, le=86400)]] = Field(
-        None, description="no further round starts after this many seconds of measuring")
+        None, description="no further round starts after this many seconds of measuring "
+        "(what a busy host took is given back, up to half)")
     sweep: Dict[str, List[Scalar]] = Field(default_factory=dict)
 
 

@@ -14,8 +14,9 @@ stays one). Where the kernel has no taskstats, the caller is not root, or the
 listener's buffer overflowed (``lost``), it says so, and the caller counts the
 lab's wait as unknown.
 
-The messages are netlink datagrams of the ``TASKSTATS`` generic family,
-decoded by pyroute2 (:func:`parse`).
+The messages are netlink datagrams of the ``TASKSTATS`` generic family
+(pyroute2 opens the socket and registers), read at ``struct taskstats``'
+fixed offsets (:func:`parse`).
 """
 from __future__ import annotations
 
@@ -52,7 +53,11 @@ class Ended:
     wait_ns: int
     name: str
     tgid: Optional[int] = None
+    #: the scheduler's run time as the exit report gives it: up to its last
+    #: tick or switch (the stint it exits in is not folded in yet)
     run_ns: int = 0
+    #: wall time from its start to its exit (ns, to the microsecond)
+    elapsed_ns: int = 0
 
 
 #: How long :meth:`Exits.drain` waits for its canary's exit (s).
@@ -65,16 +70,17 @@ TASKSTATS_TYPE_STATS = 3
 TASKSTATS_TYPE_AGGR_PID = 4
 #: offsets in ``struct taskstats`` (stable: fields are only ever appended)
 OFF = {"version": 0, "cpu_delay_total": 24, "cpu_run_virtual_total": 72, "ac_comm": 80,
-       "ac_sched": 112, "ac_ppid": 132, "ac_tgid": 368}
+       "ac_sched": 112, "ac_ppid": 132, "ac_etime": 144, "ac_tgid": 368}
 
 
 def _attrs(data: bytes, off: int, end: int) -> Dict[int, Tuple[int, int]]:
-    """Netlink attributes in ``data[off:end]``: type -> (payload start, end)."""
+    """Netlink attributes in ``data[off:end]``: type -> (payload start, end).
+    Raises ValueError on an attribute that does not fit."""
     out: Dict[int, Tuple[int, int]] = {}
     while off + 4 <= end:
         length, kind = struct.unpack_from("<HH", data, off)
         if length < 4 or off + length > end:
-            break
+            raise ValueError(f"a netlink attribute of {length} bytes at {off} of {end}")
         out[kind & 0x3FFF] = (off + 4, off + length)
         off += (length + 3) & ~3
     return out
@@ -86,14 +92,17 @@ def parse(data: bytes, family: Optional[int] = None) -> List[Ended]:
     totals, which are left out: its threads are reported one by one). The
     record is read at its fixed offsets, whatever fields a newer kernel
     appends. ``family``: the TASKSTATS family's id, to skip other messages.
-    Raises ValueError on a netlink error (a registration the kernel refused)
-    or a record too short to read."""
+    Raises ValueError on a netlink error (a registration the kernel refused),
+    a message or attribute that does not fit, an exit without its thread or
+    record, or a record too short to read: the caller counts exits as lost."""
     out: List[Ended] = []
     off = 0
-    while off + 16 <= len(data):
+    while off < len(data):
+        if off + 16 > len(data):
+            raise ValueError(f"{len(data) - off} bytes after the last netlink message")
         length, kind = struct.unpack_from("<IH", data, off)
         if length < 16 or off + length > len(data):
-            break
+            raise ValueError(f"a netlink message of {length} bytes at {off} of {len(data)}")
         if kind == NLMSG_ERROR:
             err = struct.unpack_from("<i", data, off + 16)[0] if length >= 20 else 0
             if err:
@@ -102,15 +111,16 @@ def parse(data: bytes, family: Optional[int] = None) -> List[Ended]:
             top = _attrs(data, off + 20, off + length)  # after the genetlink header
             if TASKSTATS_TYPE_AGGR_PID in top:
                 inner = _attrs(data, *top[TASKSTATS_TYPE_AGGR_PID])
-                if TASKSTATS_TYPE_PID in inner and TASKSTATS_TYPE_STATS in inner:
-                    out.append(_record(data, inner[TASKSTATS_TYPE_PID][0],
-                                       *inner[TASKSTATS_TYPE_STATS]))
+                if TASKSTATS_TYPE_PID not in inner or TASKSTATS_TYPE_STATS not in inner:
+                    raise ValueError("an exit without its thread id or its record")
+                out.append(_record(data, inner[TASKSTATS_TYPE_PID][0],
+                                   *inner[TASKSTATS_TYPE_STATS]))
         off += (length + 3) & ~3
     return out
 
 
 def _record(data: bytes, pid_at: int, st: int, end: int) -> Ended:
-    if end - st < OFF["ac_ppid"] + 4:
+    if end - st < OFF["ac_etime"] + 8:
         raise ValueError(f"a taskstats record of {end - st} bytes")
     version = struct.unpack_from("<H", data, st)[0]
     comm = data[st + OFF["ac_comm"]:st + OFF["ac_comm"] + 32].split(b"\0", 1)[0]
@@ -122,7 +132,8 @@ def _record(data: bytes, pid_at: int, st: int, end: int) -> Ended:
                  wait_ns=struct.unpack_from("<Q", data, st + OFF["cpu_delay_total"])[0],
                  name=comm.decode("ascii", "replace"), tgid=tgid,
                  # the scheduler's own run time (sum_exec_runtime), not the ticks'
-                 run_ns=struct.unpack_from("<Q", data, st + OFF["cpu_run_virtual_total"])[0])
+                 run_ns=struct.unpack_from("<Q", data, st + OFF["cpu_run_virtual_total"])[0],
+                 elapsed_ns=1000 * struct.unpack_from("<Q", data, st + OFF["ac_etime"])[0])
 
 
 def online_cpus(path: str = "/sys/devices/system/cpu/online") -> str:
@@ -175,7 +186,10 @@ class Exits:
             self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RCVBUF)
             ts.register_mask(self._mask)
             self._registered = True
-            canary = threading.Thread(target=lambda: None, name="nslab-exits")
+            # it sleeps once, so that its report's run time holds the stint
+            # before (a stint is folded in at a switch or a tick: one that
+            # runs to its exit is not yet)
+            canary = threading.Thread(target=time.sleep, args=(0.001,), name="nslab-exits")
             canary.start()
             canary.join()
             self._canary = canary.native_id or 0
@@ -234,8 +248,14 @@ class Exits:
             except (ValueError, struct.error) as exc:
                 self.lost = True
                 self.why = f"taskstats listener: {exc}"
-        if self.lost or not any(e.tid == self._canary for e in self._ended):
+        canary = [e for e in self._ended if e.tid == self._canary]
+        if self.lost or not canary:
             if not self.lost:
                 self.why = "taskstats listener: its own thread's exit never came"
+            return None
+        if not canary[0].run_ns:
+            # a kernel whose exit reports carry no CPU times (without
+            # CONFIG_TASK_DELAY_ACCT): every wait would read 0
+            self.why = "taskstats listener: its own thread's exit came without its run time"
             return None
         return [e for e in self._ended if e.tid != self._canary]

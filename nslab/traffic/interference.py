@@ -73,6 +73,12 @@ class Task:
     name: str = ""
     #: of the SCHED_IDLE policy: it takes no time another task wants
     idle: bool = False
+    #: its process (thread group), that process's parent, and the thread's
+    #: start (clock ticks after boot; -1: not known): a thread id the kernel
+    #: gave again inside a window has another start
+    pid: int = 0
+    ppid: int = 0
+    start: int = -1
 
 
 @dataclass
@@ -116,23 +122,6 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _children(proc: str) -> Dict[int, List[int]]:
-    """Parent pid -> child pids, from every process's stat."""
-    kids: Dict[int, List[int]] = {}
-    for name in os.listdir(proc):
-        if not name.isdigit():
-            continue
-        text = _read(f"{proc}/{name}/stat")
-        if not text:
-            continue
-        try:
-            ppid = int(text.rsplit(")", 1)[1].split()[1])
-        except (IndexError, ValueError):
-            continue
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
 def parent_of(pid: int, proc: str = PROC) -> int:
     """A process's parent pid (0 when it cannot be read)."""
     text = _read(f"{proc}/{pid}/stat") or ""
@@ -142,9 +131,12 @@ def parent_of(pid: int, proc: str = PROC) -> int:
         return 0
 
 
-def descendants(root: int, proc: str = PROC) -> Set[int]:
-    """``root`` and every process below it."""
-    kids = _children(proc)
+def descendants(root: int, parents: Mapping[int, int]) -> Set[int]:
+    """``root`` and every process below it, from each process's parent
+    (``parents``: pid -> ppid)."""
+    kids: Dict[int, List[int]] = {}
+    for pid, ppid in parents.items():
+        kids.setdefault(ppid, []).append(pid)
     out, todo = set(), [root]
     while todo:
         pid = todo.pop()
@@ -168,12 +160,17 @@ class Watch:
         self.proc = proc
         self.root_pid = os.getpid() if root_pid is None else root_pid
         #: the root's parent: a thread of the root's names it as its parent
-        #: when it exits (:func:`ended_wait_ns`)
+        #: when it exits, on a kernel that does not report thread groups
+        #: (:func:`resolve_ended`)
         self.root_parent = parent_of(self.root_pid, self.proc)
 
     def snapshot(self) -> Snapshot:
+        """Every thread's counters now. The bed's processes are worked out
+        from the parents this scan read, so a process the lab forked during
+        it is the lab's."""
         snap = Snapshot(time.monotonic())
-        bed = descendants(self.root_pid, self.proc) | self.bed_pids
+        parents: Dict[int, int] = {}
+        names: Dict[int, str] = {}
         for name in os.listdir(self.proc):
             if not name.isdigit():
                 continue
@@ -193,13 +190,20 @@ class Watch:
                         self._affinity(pid, t)
                 except (OSError, ValueError):
                     continue
-                is_bed = pid in bed
                 comm = (_read(f"{self.proc}/{pid}/task/{t}/comm") or "").strip()
-                if not is_bed:
-                    is_bed = comm.startswith(BED_KTHREAD_PREFIXES) or (
-                        (_read(f"{self.proc}/{pid}/comm") or "").strip() == "ovs-vswitchd")
-                idle = sched_policy(_read(f"{self.proc}/{pid}/task/{t}/stat") or "") == SCHED_IDLE
-                snap.tasks[tid] = Task(times, allowed, is_bed, comm, idle)
+                fields = stat_fields(_read(f"{self.proc}/{pid}/task/{t}/stat") or "")
+                ppid = _field(fields, 1)
+                if ppid >= 0:
+                    parents.setdefault(pid, ppid)
+                if tid == pid:
+                    names[pid] = comm
+                snap.tasks[tid] = Task(times, allowed, False, comm,
+                                       _field(fields, 38) == SCHED_IDLE, pid=pid,
+                                       ppid=max(ppid, 0), start=_field(fields, 19))
+        bed = descendants(self.root_pid, parents) | self.bed_pids
+        for task in snap.tasks.values():
+            task.bed = (task.pid in bed or task.name.startswith(BED_KTHREAD_PREFIXES)
+                        or names.get(task.pid, "") == "ovs-vswitchd")
         return snap
 
     def _affinity(self, pid: int, tid: str) -> FrozenSet[int]:
@@ -215,13 +219,25 @@ class Watch:
 SCHED_IDLE = 5
 
 
+def stat_fields(stat: str) -> List[str]:
+    """The fields of a ``/proc/<pid>/task/<tid>/stat`` line after the name
+    (field 3 on: state, ppid, ...), or none when the line is not one."""
+    head, sep, rest = stat.rpartition(")")
+    return rest.split() if sep else []
+
+
+def _field(fields: List[str], i: int, default: int = -1) -> int:
+    try:
+        return int(fields[i])
+    except (IndexError, ValueError):
+        return default
+
+
 def sched_policy(stat: str) -> Optional[int]:
     """The scheduling policy in a ``/proc/<pid>/task/<tid>/stat`` line (field
     41), or None when the line is not one."""
-    try:
-        return int(stat.rsplit(")", 1)[1].split()[38])
-    except (IndexError, ValueError):
-        return None
+    policy = _field(stat_fields(stat), 38)
+    return None if policy < 0 else policy
 
 
 def parse_cpu_list(text: str) -> Set[int]:
@@ -235,14 +251,24 @@ def parse_cpu_list(text: str) -> Set[int]:
     return out
 
 
+def same_thread(x: Task, y: Task) -> bool:
+    """Whether ``y`` (later) is the thread ``x`` was, not another the kernel
+    gave its id to since: the same start where both are known, and counters
+    that did not go back."""
+    if x.start >= 0 and y.start >= 0 and x.start != y.start:
+        return False
+    return y.times.run_ns >= x.times.run_ns and y.times.wait_ns >= x.times.wait_ns
+
+
 def _deltas(a: Snapshot, b: Snapshot) -> List[Tuple[Task, int, int]]:
     """(thread at b, ns run, ns waited) between two snapshots; a thread born
-    between them counts from zero."""
+    between them (its id new, or given again) counts from zero."""
     out = []
     zero = SchedTimes(0, 0)
     for tid, y in b.tasks.items():
-        x = a.tasks[tid].times if tid in a.tasks else zero
-        out.append((y, max(0, y.times.run_ns - x.run_ns), max(0, y.times.wait_ns - x.wait_ns)))
+        x = a.tasks.get(tid)
+        t = x.times if x is not None and same_thread(x, y) else zero
+        out.append((y, y.times.run_ns - t.run_ns, y.times.wait_ns - t.wait_ns))
     return out
 
 
@@ -278,80 +304,177 @@ def top_tasks(runs: Iterable[Tuple[str, int]], n: int = 3) -> Tuple[Tuple[str, f
 
 
 
-def others_share(a: Snapshot, b: Snapshot, ncpus: int, ended: Iterable["Ended"] = (),
-                 root_parent: int = 0) -> float:
+#: Whose a thread that ended inside a window was (:func:`resolve_ended`)
+LAB, OTHER, IDLE, UNKNOWN = "lab", "other", "idle", "unknown"
+
+#: Parents followed up from a process born inside a window, at most
+MAX_CHAIN = 64
+
+
+@dataclass(frozen=True)
+class Gone:
+    """A thread that ended inside a window, resolved once: whose it was
+    (:data:`LAB`, :data:`OTHER`, :data:`IDLE` or :data:`UNKNOWN`), and the
+    ns it ran and waited for a CPU inside the window."""
+
+    name: str
+    owner: str
+    run_ns: int
+    wait_ns: int
+
+    @property
+    def lab(self) -> bool:
+        """Its wait counts as the lab's (one of nobody known does too)."""
+        return self.owner in (LAB, UNKNOWN)
+
+    @property
+    def other(self) -> bool:
+        """Its run time counts as other tasks' (one of nobody known does too)."""
+        return self.owner in (OTHER, UNKNOWN)
+
+
+#: The longest tick Linux has (HZ=100), where the kernel's own is not known
+LONGEST_TICK_NS = 10_000_000
+
+_last_stint: List[Optional[int]] = []
+
+
+def last_stint_ns(config: Optional[str] = None) -> Optional[int]:
+    """The most run time an exit report can leave out, in ns: the stint a
+    thread exits in is folded into its run time at the next tick or switch,
+    which never come, so up to one tick (``CONFIG_HZ`` of this kernel's
+    config, or :data:`LONGEST_TICK_NS`). None on a ``NO_HZ_FULL`` kernel,
+    whose busy CPUs may go without ticks: a thread's whole life then bounds
+    it. ``config``: the kernel config's text (default: this kernel's)."""
+    if config is None:
+        if _last_stint:
+            return _last_stint[0]
+        _last_stint.append(last_stint_ns(_kernel_config()))
+        return _last_stint[0]
+    hz = 0
+    for line in config.splitlines():
+        if line.startswith("CONFIG_NO_HZ_FULL=y"):
+            return None
+        if line.startswith("CONFIG_HZ="):
+            try:
+                hz = int(line.split("=", 1)[1])
+            except ValueError:
+                hz = 0
+    return 1_000_000_000 // hz if hz > 0 else LONGEST_TICK_NS
+
+
+def _kernel_config() -> str:
+    """This kernel's config (``/proc/config.gz``, or ``/boot/config-<release>``),
+    or "" when neither is there."""
+    import gzip
+    try:
+        with gzip.open("/proc/config.gz", "rt") as f:
+            return f.read()
+    except OSError:
+        pass
+    return _read(f"/boot/config-{os.uname().release}") or ""
+
+
+def _owner(task: Task) -> str:
+    return IDLE if task.idle else LAB if task.bed else OTHER
+
+
+def resolve_ended(a: Snapshot, b: Snapshot, ended: Iterable["Ended"],
+                  root_parent: int = 0) -> List[Gone]:
+    """Each thread that ended inside the window (:class:`nslab.traffic.exits.Exits`),
+    whose it was and what it ran and waited there:
+
+    - a ``SCHED_IDLE`` thread is no one's (:data:`IDLE`);
+    - a thread the first snapshot saw (the same thread: :func:`same_thread`)
+      is what it saw, and counts from there;
+    - one born since counts from its start: it is its process's (its thread
+      group, as the first snapshot saw it), or, a process itself born
+      since, its parent's, followed up through the processes born since
+      (those that ended, by their reports; those alive, by the second
+      snapshot) to one the first snapshot saw; on a kernel that does not
+      report thread groups, the bed's root's own threads name the root's
+      parent (``root_parent``), and are the bed's;
+    - one of nobody known (:data:`UNKNOWN`) counts both as the bed's wait
+      and as other tasks' run time: each bound stays one.
+
+    An exit report's run time leaves out the stint the thread exited in
+    (:func:`last_stint_ns`): another's thread, and one of nobody known, add
+    it at its most (:func:`unfolded_ns`). Its wait leaves out
+    nothing: a wait is counted when the thread gets its CPU."""
+    ended = list(ended)
+    parents: Dict[int, int] = {t.pid: t.ppid for t in b.tasks.values() if t.pid and t.ppid}
+    for e in ended:
+        if e.tgid is not None:
+            parents.setdefault(e.tgid, e.ppid)
+    stint = last_stint_ns()
+    out: List[Gone] = []
+    for e in ended:
+        known = a.tasks.get(e.tid)
+        if known is not None and not (e.run_ns >= known.times.run_ns
+                                      and e.wait_ns >= known.times.wait_ns):
+            known = None  # its id given again: another thread
+        run = e.run_ns - (known.times.run_ns if known else 0)
+        wait = e.wait_ns - (known.times.wait_ns if known else 0)
+        if e.policy == SCHED_IDLE:
+            owner = IDLE
+        elif known is not None:
+            owner = _owner(known)
+        else:
+            owner = _born_owner(a, e, parents, root_parent)
+        if owner in (OTHER, UNKNOWN):
+            run += unfolded_ns(e, stint)
+        out.append(Gone(e.name, owner, run, wait))
+    return out
+
+
+def unfolded_ns(e: "Ended", stint: Optional[int]) -> int:
+    """The most run time ``e``'s exit report can have left out: its last
+    stint (``stint``, :func:`last_stint_ns`; None: no bound but its life),
+    and no more of its life than its report does not count as run (its
+    wall time is given to the microsecond, so a microsecond more)."""
+    if not e.elapsed_ns:
+        return stint if stint is not None else 0
+    rest = max(0, e.elapsed_ns + 1000 - e.run_ns)
+    return rest if stint is None else min(stint, rest)
+
+
+def _born_owner(a: Snapshot, e: "Ended", parents: Mapping[int, int], root_parent: int) -> str:
+    """Whose a thread born inside the window was (:func:`resolve_ended`)."""
+    group = a.tasks.get(e.tgid) if e.tgid is not None and e.tgid != e.tid else None
+    if group is not None:
+        return _owner(group)
+    if e.tgid is None and root_parent and e.ppid == root_parent:
+        return LAB
+    pid = e.ppid
+    for _ in range(MAX_CHAIN):
+        known = a.tasks.get(pid)
+        if known is not None:
+            return LAB if known.bed else OTHER
+        if pid not in parents:
+            break
+        pid = parents[pid]
+    return UNKNOWN
+
+
+def others_share(a: Snapshot, b: Snapshot, ncpus: int, gone: Iterable[Gone] = ()) -> float:
     """Other tasks' run time, each counted once, as a share (percent) of all
     ``ncpus`` CPUs over the window: the figure for a study whose tasks are
-    not pinned (they run wherever the scheduler puts them). ``ended``: the
-    threads that ended inside the window, whose run time the second
-    snapshot no longer shows (:func:`ended_others_run_ns`)."""
+    not pinned (they run wherever the scheduler puts them). ``gone``: the
+    threads that ended inside the window (:func:`resolve_ended`), whose run
+    time the second snapshot no longer shows."""
     window = b.t - a.t
     if window <= 0 or ncpus <= 0:
         return 0.0
     other = sum(run for t, run, _ in _deltas(a, b) if not t.bed and not t.idle)
-    other += ended_others_run_ns(a, ended, root_parent)
+    other += sum(g.run_ns for g in gone if g.other)
     return 100.0 * other / 1e9 / (window * ncpus)
 
 
-def ended_wait_ns(a: Snapshot, ended: Iterable["Ended"], root_parent: int = 0) -> int:
-    """The bed's wait for a CPU, in ns, in the threads that ended inside the
-    window (:class:`nslab.traffic.exits.Exits`; :func:`ended_is_bed`): a
-    thread the first snapshot saw counts from there, one born inside the
-    window from its start; a ``SCHED_IDLE`` thread waits by design and is
-    not counted."""
-    return sum(ns for _, ns in ended_waits(a, ended, root_parent))
-
-
-def ended_is_bed(a: Snapshot, e: "Ended", root_parent: int = 0) -> Optional[bool]:
-    """Whose a thread that ended inside the window was: the bed's (True),
-    another's (False), or of the ``SCHED_IDLE`` policy (None: neither). A
-    thread the first snapshot saw is what it saw; one born since is its
-    process's (its thread group's leader, as the first snapshot saw it),
-    or, a process itself born since, its parent's as the first snapshot saw
-    it (but for ``root_parent``, the parent of the bed's root, which the
-    root's threads name on a kernel that does not report thread groups);
-    one of nobody known counts as the bed's (an upper bound stays one)."""
-    if e.policy == SCHED_IDLE:
-        return None
-    for tid in (e.tid, e.tgid):
-        known = a.tasks.get(tid) if tid is not None else None
-        if known is not None:
-            return None if known.idle else known.bed
-    parent = a.tasks.get(e.ppid)
-    if parent is not None and not parent.bed and e.ppid != root_parent:
-        return False
-    return True
-
-
-def ended_waits(a: Snapshot, ended: Iterable["Ended"], root_parent: int = 0
-                ) -> List[Tuple[str, int]]:
-    """(name, ns waited inside the window) of each ended thread that was the
-    bed's (:func:`ended_is_bed`)."""
-    out: List[Tuple[str, int]] = []
-    for e in ended:
-        if ended_is_bed(a, e, root_parent):
-            known = a.tasks.get(e.tid)
-            out.append((e.name, max(0, e.wait_ns - (known.times.wait_ns if known else 0))))
-    return out
-
-
-def ended_others_run_ns(a: Snapshot, ended: Iterable["Ended"], root_parent: int = 0) -> int:
-    """Other tasks' run time, in ns, inside the window, in their threads
-    that ended there (:func:`ended_is_bed`)."""
-    total = 0
-    for e in ended:
-        if ended_is_bed(a, e, root_parent) is False:
-            known = a.tasks.get(e.tid)
-            total += max(0, e.run_ns - (known.times.run_ns if known else 0))
-    return total
-
-
-def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int, ended: Iterable["Ended"] = (),
-                   root_parent: int = 0) -> float:
+def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int, gone: Iterable[Gone] = ()) -> float:
     """The bed's own tasks' wait for a CPU (runnable, not running), summed over
     them, as a share (percent) of all ``ncpus`` CPUs over the window: the
     threads alive at its end from their schedstat, those that ended inside it
-    from the kernel's report of their exit (``ended``: :func:`ended_wait_ns`).
+    from the kernel's report of their exit (``gone``: :func:`resolve_ended`).
 
     Whatever other tasks did, they delayed the bed by no more than this: a
     task kept from a CPU it wanted is counted as waiting from the moment it
@@ -366,11 +489,11 @@ def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int, ended: Iterable["Ended"
     if window <= 0 or ncpus <= 0:
         return 0.0
     wait = sum(w for t, _, w in _deltas(a, b) if t.bed and not t.idle)
-    wait += ended_wait_ns(a, ended, root_parent)
+    wait += sum(g.wait_ns for g in gone if g.lab)
     return 100.0 * wait / 1e9 / (window * ncpus)
 
 
-def counts_waits(a: Snapshot, b: Snapshot, ended: Iterable["Ended"] = ()) -> bool:
+def counts_waits(a: Snapshot, b: Snapshot, gone: Iterable[Gone] = ()) -> bool:
     """Whether this kernel counts threads' waits: a kernel that keeps
     ``schedstat`` but counts waits only with delay accounting on (before
     5.14, without ``CONFIG_SCHEDSTATS``) shows every wait as 0. It does not
@@ -378,7 +501,7 @@ def counts_waits(a: Snapshot, b: Snapshot, ended: Iterable["Ended"] = ()) -> boo
     for a tenth of a second and not one of them waited at all; on a kernel
     that counts, a bed that busy has waited somewhere."""
     moved = [(run, wait) for t, run, wait in _deltas(a, b) if t.bed]
-    moved += [(e.run_ns, e.wait_ns) for e in ended if ended_is_bed(a, e)]
+    moved += [(g.run_ns, g.wait_ns) for g in gone if g.owner == LAB]
     return any(wait for _, wait in moved) or sum(run for run, _ in moved) < 100_000_000
 
 
@@ -390,14 +513,14 @@ def displaced_share(others_pct: float, bed_wait_pct: float) -> float:
     return min(others_pct, bed_wait_pct)
 
 
-def top_bed_waits(a: Snapshot, b: Snapshot, ended: Iterable["Ended"] = (),
-                  root_parent: int = 0, n: int = 3) -> Tuple[Tuple[str, float], ...]:
+def top_bed_waits(a: Snapshot, b: Snapshot, gone: Iterable[Gone] = (),
+                  n: int = 3) -> Tuple[Tuple[str, float], ...]:
     """The lab's own threads that waited longest for a CPU between two
     snapshots, those that ended in between included (:func:`top_tasks`,
     over their waits)."""
     return top_tasks([(t.name or "?", wait) for t, _, wait in _deltas(a, b)
                       if t.bed and not t.idle and wait]
-                     + [(name, ns) for name, ns in ended_waits(a, ended, root_parent) if ns], n)
+                     + [(g.name, g.wait_ns) for g in gone if g.lab and g.wait_ns], n)
 
 
 def top_others(a: Snapshot, b: Snapshot, n: int = 3) -> Tuple[Tuple[str, float], ...]:
@@ -414,6 +537,7 @@ def accounting_source() -> str:
                 "trials are not checked for other tasks")
     from .exits import Exits
     with Exits() as exits:
+        exits.drain()
         ended = ("the threads that end inside a point from the kernel's taskstats" if not
                  exits.why else f"the threads that end inside a point not seen ({exits.why}), "
                  "so other tasks' share alone decides")

@@ -151,8 +151,10 @@ def test_a_captured_exit_is_read_at_the_record_s_fixed_offsets():
 
     from nslab.traffic.exits import Ended, parse
     chunks, got = _captured_exits()
-    assert got == [Ended(22970, 22965, 0, 101801, "sh", tgid=22970, run_ns=310571),
-                   Ended(22971, 22964, 0, 0, "python", tgid=22965, run_ns=96138)]
+    assert got == [Ended(22970, 22965, 0, 101801, "sh", tgid=22970, run_ns=310571,
+                         elapsed_ns=3_890_000),
+                   Ended(22971, 22964, 0, 0, "python", tgid=22965, run_ns=96138,
+                         elapsed_ns=1_588_000)]
     assert parse(chunks[0] + chunks[1]) == got  # 596 bytes each: aligned
     family = struct.unpack_from("<H", chunks[0], 4)[0]
     assert parse(chunks[0], family) == got[:1] and parse(chunks[0], family + 1) == []
@@ -161,44 +163,207 @@ def test_a_captured_exit_is_read_at_the_record_s_fixed_offsets():
         parse(error)
 
 
-def test_threads_that_ended_inside_the_window_count_where_they_were_the_lab_s():
+def test_a_malformed_exit_message_raises_so_that_exits_count_as_lost():
+    """A message or an attribute that does not fit, or an exit without its
+    record, is not skipped: the listener takes its exits for lost."""
+    import struct
+
+    from nslab.traffic.exits import parse
+    chunks, _ = _captured_exits()
+    with pytest.raises(ValueError, match="netlink message"):
+        parse(chunks[0][:300])
+    with pytest.raises(ValueError, match="after the last netlink message"):
+        parse(chunks[0] + bytes(8))
+    bad = bytearray(chunks[0])
+    struct.pack_into("<H", bad, 20, 4000)  # the first attribute's length
+    with pytest.raises(ValueError, match="netlink attribute"):
+        parse(bytes(bad))
+
+
+def _listener_on(datagrams, canary):
+    """An exit listener reading ``datagrams`` from a socket pair, its canary
+    thread ``canary``."""
+    import socket
+
+    from nslab.traffic.exits import Exits
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    for d in datagrams:
+        theirs.send(d)
+    theirs.close()
+    exits = Exits()
+    exits._sock, exits._canary = mine, canary
+    return exits
+
+
+def test_the_listener_counts_only_once_its_canary_came_with_its_run_time(monkeypatch):
+    """The canary's exit must come (else the registration was refused), and
+    with a run time (else this kernel's reports carry no CPU times, and
+    every wait would read 0)."""
+    import struct
+
+    from nslab.traffic import exits as exits_mod
+    monkeypatch.setattr(exits_mod, "CANARY_S", 0.05)
+    chunks, got = _captured_exits()
+    exits = _listener_on(chunks, canary=22971)
+    assert exits.drain() == got[:1] and not exits.why
+    exits = _listener_on(chunks[:1], canary=22971)
+    assert exits.drain() is None and "never came" in exits.why
+    silent = bytearray(chunks[1])
+    record = silent.index(b"python") - exits_mod.OFF["ac_comm"]
+    struct.pack_into("<Q", silent, record + exits_mod.OFF["cpu_run_virtual_total"], 0)
+    exits = _listener_on([chunks[0], bytes(silent)], canary=22971)
+    assert exits.drain() is None and "without its run time" in exits.why
+    exits = _listener_on([chunks[0][:300], chunks[1]], canary=22971)
+    assert exits.drain() is None and exits.lost
+
+
+@pytest.fixture
+def tick_4ms(monkeypatch):
+    """This kernel's tick taken as 4 ms (HZ=250), whatever the machine's."""
+    from nslab.traffic import interference
+    monkeypatch.setattr(interference, "_last_stint", [4_000_000])
+
+
+def test_an_exit_report_leaves_out_at_most_one_tick_of_run_time():
+    """The stint a thread exits in is folded into its run time at a tick or a
+    switch that never come: one tick at most, from the kernel's config; a
+    NO_HZ_FULL kernel may go without ticks (None: the thread's life bounds
+    it); no config says, the longest tick Linux has."""
+    from nslab.traffic.interference import LONGEST_TICK_NS, last_stint_ns
+    assert last_stint_ns("CONFIG_NO_HZ_IDLE=y\nCONFIG_HZ=250\n") == 4_000_000
+    assert last_stint_ns("CONFIG_HZ=1000\n") == 1_000_000
+    assert last_stint_ns("CONFIG_NO_HZ_FULL=y\nCONFIG_HZ=1000\n") is None
+    assert last_stint_ns("") == LONGEST_TICK_NS == 10_000_000
+
+
+def test_without_a_tick_another_s_exit_adds_its_whole_life(monkeypatch):
+    from nslab.traffic import interference
+    from nslab.traffic.exits import Ended
+    from nslab.traffic.interference import OTHER, resolve_ended
+    monkeypatch.setattr(interference, "_last_stint", [None])
+    a = Snapshot(0.0, {30: task(0, {0})})
+    gone = resolve_ended(a, Snapshot(1.0), [Ended(31, 30, 0, 0, "cc1", tgid=31, run_ns=10,
+                                                   elapsed_ns=90_000_000)])
+    assert gone[0].owner == OTHER and gone[0].run_ns == 90_001_000
+
+
+def test_threads_that_ended_inside_the_window_count_where_they_were_the_lab_s(tick_4ms):
     """A lab thread the first snapshot saw counts from there; one born inside
     the window is its process's (the lab's, or another's); a process born
     and gone inside it is its parent's; a SCHED_IDLE thread is no one's;
-    one of nobody known counts as the lab's (an upper bound stays one).
-    Other tasks' ended threads add their run time to others' share."""
+    one of nobody known counts both as the lab's wait and as others' run
+    time (each bound stays one). Other tasks' ended threads add their run
+    time to others' share."""
     from nslab.traffic.exits import Ended
-    from nslab.traffic.interference import (bed_wait_share, ended_is_bed, ended_wait_ns,
-                                            top_bed_waits)
+    from nslab.traffic.interference import (IDLE, LAB, OTHER, UNKNOWN, bed_wait_share,
+                                            resolve_ended, top_bed_waits)
     a = Snapshot(0.0, {10: task(0, {0}, bed=True, wait_ms=4),      # the lab's, seen at a
                        20: task(30, {0}, wait_ms=1),               # another's
                        30: task(0, {0}),                           # another's process
                        40: task(0, {0}, bed=True),                 # the lab's process
                        7: task(0, {0})})                           # the lab root's parent
     ms = 1_000_000
-    ended = [Ended(10, 99, 0, 10 * ms, "iperf", tgid=10),           # 10 - 4 ms in the window
-             Ended(20, 1, 0, 50 * ms, "hog", tgid=20, run_ns=80 * ms),   # another's thread
-             Ended(21, 1, 0, 9 * ms, "hog", tgid=20, run_ns=20 * ms),    # born in another's
-             Ended(31, 30, 0, 70 * ms, "make", tgid=31),            # a child of another's
+    ended = [Ended(10, 99, 0, 10 * ms, "iperf", tgid=10, run_ns=1 * ms),  # 10 - 4 ms waited
+             Ended(20, 1, 0, 50 * ms, "hog", tgid=20, run_ns=80 * ms,   # another's thread
+                   elapsed_ns=900 * ms),
+             Ended(21, 1, 0, 9 * ms, "hog", tgid=20, run_ns=20 * ms,    # born in another's
+                   elapsed_ns=900 * ms),
+             Ended(31, 30, 0, 70 * ms, "make", tgid=31, elapsed_ns=1 * ms),  # another's child
              Ended(41, 7, 0, 3 * ms, "iperf", tgid=40),             # born in the lab's
              Ended(42, 40, 5, 90 * ms, "qemu", tgid=42),            # SCHED_IDLE
              Ended(43, 40, 0, 2 * ms, "nslab", tgid=43),            # a child of the lab's
-             Ended(44, 555, 0, 1 * ms, "?", tgid=44)]               # nobody known: counted
-    assert [ended_is_bed(a, e) for e in ended] == [True, False, False, False, True, None,
-                                                   True, True]
-    assert ended_wait_ns(a, ended) == (6 + 3 + 2 + 1) * ms
+             Ended(44, 555, 0, 1 * ms, "?", tgid=44, run_ns=5 * ms,   # nobody known
+                   elapsed_ns=7 * ms)]
+    b = Snapshot(2.0, {10: task(0, {0}, bed=True),
+                       40: task(0, {0}, bed=True, wait_ms=8, name="nslab")})
+    gone = resolve_ended(a, b, ended)
+    assert [g.owner for g in gone] == [LAB, OTHER, OTHER, OTHER, LAB, IDLE, LAB, UNKNOWN]
+    assert [g.wait_ns // ms for g in gone if g.lab] == [6, 3, 2, 1]
     # a kernel that does not report thread groups: the root's own thread
     # names the root's parent, which root_parent says is not another's
     old = Ended(45, 7, 0, 5 * ms, "nslab")
-    assert ended_is_bed(a, old) is False and ended_is_bed(a, old, root_parent=7) is True
-    b = Snapshot(2.0, {10: task(0, {0}, bed=True),
-                       40: task(0, {0}, bed=True, wait_ms=8, name="nslab")})
+    assert resolve_ended(a, b, [old])[0].owner == OTHER
+    assert resolve_ended(a, b, [old], root_parent=7)[0].owner == LAB
+    # where the kernel reports thread groups, another child of the root's
+    # parent is the parent's (another's), not the lab's
+    assert resolve_ended(a, b, [Ended(46, 7, 0, 0, "sh", tgid=46)], root_parent=7)[0].owner \
+        == OTHER
     # 8 ms alive at the end, 12 ms ended: 20 ms of 4 CPU-seconds
-    assert bed_wait_share(a, b, 2, ended) == pytest.approx(0.5)
+    assert bed_wait_share(a, b, 2, gone) == pytest.approx(0.5)
     # by name, the live and the ended together: nslab 8 + 2 ms, iperf 6 + 3
-    assert top_bed_waits(a, b, ended) == (("nslab", 10.0), ("iperf", 9.0), ("?", 1.0))
-    # the hog's ended threads ran 80 - 30 and 20 ms, the make child none: 70 ms of 4 s
-    assert others_share(a, b, 2, ended) == pytest.approx(1.75)
+    assert top_bed_waits(a, b, gone) == (("nslab", 10.0), ("iperf", 9.0), ("?", 1.0))
+    # the hog's ended threads ran 80 - 30 and 20 ms, the make child none, the
+    # thread of nobody known 5, each with its last stint at its most: a tick,
+    # 4 ms, and no more of its life than it did not run (the make child's
+    # 1 ms, the other's 7 - 5 ms), a microsecond more: 86.002 ms of 4 s
+    assert others_share(a, b, 2, gone) == pytest.approx(2.15005)
+
+
+def test_a_process_chain_born_inside_the_window_is_followed_up_to_whom_it_came_from(tick_4ms):
+    """make -> gcc -> cc1, all born and gone inside the window under another's
+    shell: each is another's, by the reports of the exits that came with
+    them; a child of a lab process born since and still alive at the end is
+    the lab's, by the second snapshot's parents."""
+    from nslab.traffic.exits import Ended
+    from nslab.traffic.interference import LAB, OTHER, UNKNOWN, resolve_ended
+    a = Snapshot(0.0, {30: task(0, {0}, name="bash"), 40: task(0, {0}, bed=True)})
+    ms = 1_000_000
+    chain = [Ended(53, 52, 0, 1 * ms, "cc1", tgid=53, run_ns=40 * ms, elapsed_ns=50 * ms),
+             Ended(52, 51, 0, 1 * ms, "gcc", tgid=52, run_ns=2 * ms, elapsed_ns=60 * ms),
+             Ended(51, 30, 0, 1 * ms, "make", tgid=51, run_ns=3 * ms, elapsed_ns=3_500_000)]
+    b = Snapshot(1.0, {60: Task(SchedTimes(0, 0), frozenset({0}), True, "mnexec", pid=60,
+                                ppid=40)})
+    kid = Ended(61, 60, 0, 2 * ms, "iperf", tgid=61, run_ns=1 * ms)
+    gone = resolve_ended(a, b, chain + [kid])
+    assert [g.owner for g in gone] == [OTHER, OTHER, OTHER, LAB]
+    # 40 + 4, 2 + 4, 3 + 0.501 ms (the make lived 3.5 ms, to the us): 53.501 ms of 1 s
+    assert others_share(a, b, 1, gone) == pytest.approx(5.3501)
+    # without the make's report, the cc1 and gcc are nobody known's
+    assert [g.owner for g in resolve_ended(a, b, chain[:2])] == [UNKNOWN, UNKNOWN]
+
+
+def test_a_thread_id_given_again_inside_the_window_counts_from_its_own_start(tick_4ms):
+    """pid_max wraps: a thread id the first snapshot saw may be another
+    thread's at the second, or in an exit report. A later start, or counters
+    lower than the first snapshot's, say it is a new thread: it counts from
+    zero, and is classified as one born since."""
+    from nslab.traffic.exits import Ended
+    from nslab.traffic.interference import LAB, OTHER, resolve_ended
+    old = Task(SchedTimes(500_000_000, 9_000_000), frozenset({0}), False, "old", pid=70,
+               ppid=1, start=100)
+    a = Snapshot(0.0, {70: old, 40: task(0, {0}, bed=True)})
+    again = Task(SchedTimes(600_000_000, 20_000_000), frozenset({0}), True, "iperf", pid=70,
+                 ppid=40, start=250)
+    b = Snapshot(1.0, {70: again, 40: task(0, {0}, bed=True)})
+    # a later start: all its 20 ms of wait is inside the window, not 11
+    from nslab.traffic.interference import bed_wait_share
+    assert bed_wait_share(a, b, 1) == pytest.approx(2.0)
+    same = Task(SchedTimes(600_000_000, 20_000_000), frozenset({0}), False, "old", pid=70,
+                ppid=1, start=100)
+    assert others_share(a, Snapshot(1.0, {70: same}), 1) == pytest.approx(10.0)
+    # an exit whose counters are lower than what the first snapshot saw:
+    # another thread, born since, in the lab's process 40
+    ms = 1_000_000
+    gone = resolve_ended(a, b, [Ended(70, 40, 0, 3 * ms, "iperf", tgid=70, run_ns=4 * ms)])
+    assert gone[0].owner == LAB and (gone[0].run_ns, gone[0].wait_ns) == (4 * ms, 3 * ms)
+    # the same thread, its counters on from the first snapshot's
+    gone = resolve_ended(a, b, [Ended(70, 1, 0, 10 * ms, "old", tgid=70, run_ns=501 * ms,
+                                      elapsed_ns=600 * ms)])
+    # 1 ms run on from the first snapshot's, and its last stint at its most
+    assert gone[0].owner == OTHER and (gone[0].run_ns, gone[0].wait_ns) == (5 * ms, 1 * ms)
+
+
+def test_a_kernel_that_shows_no_waits_is_not_taken_for_a_bed_that_never_waited():
+    """The lab's threads (its ended ones too) ran over a tenth of a second
+    and none waited at all: this kernel does not count waits."""
+    from nslab.traffic.interference import LAB, OTHER, Gone, counts_waits
+    a = Snapshot(0.0, {1: task(0, {0}, bed=True)})
+    b = Snapshot(1.0, {1: task(60, {0}, bed=True)})
+    assert counts_waits(a, b)  # 60 ms: too little to say
+    assert not counts_waits(a, b, [Gone("iperf", LAB, 50_000_000, 0)])
+    assert counts_waits(a, b, [Gone("iperf", LAB, 50_000_000, 1000)])
+    # another's exit says nothing of the lab's waits
+    assert counts_waits(a, b, [Gone("make", OTHER, 500_000_000, 0)])
 
 
 def test_a_trial_is_disturbed_above_the_threshold_on_either_cpu_dut_first():

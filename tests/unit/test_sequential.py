@@ -203,7 +203,7 @@ def test_rounds_go_on_while_undecided_and_stop_at_the_last(tmp_path):
     path, sampling, n = run(tmp_path, make_study(0.7, 1.3, 0.8, 1.2, 0.9, 1.1),
                             Cfg(repeat=2, rounds=3, host_reruns=0))
     assert sampling == {"rounds": 3, "budget_s": None, "rounds_run": 3,
-                        "stopped": "all 3 rounds measured"}
+                        "stopped": "all 3 rounds measured", "host_took_s": 0.0}
     # one lab, kept up from round to round, torn down at the end
     assert n == 6 and FakeLab.built == 1 and FakeLab.closed == 1
     # the report of the run draws its intervals at 1 - 0.05/3
@@ -503,3 +503,43 @@ def test_a_busy_host_rounds_cost_is_one_measurement_a_point():
     # records of runs before re-runs were counted: as before
     assert round_cost({"points": 10, "point_s": 40.0, "labs": 2}, 60.0, 3, 1,
                       once_each=True) == pytest.approx(3 * 4.0 + 10.0)
+
+
+def test_what_a_busy_host_took_is_given_back_to_the_budget_up_to_half_of_it(tmp_path,
+                                                                          monkeypatch):
+    """Each point takes 10 s of a fake clock, and a round of two ~20 s. A
+    budget of 35 s holds no second round after a first of 20 s, idle. The
+    same first round beside a busy host, one point disturbed, gives that
+    point's 10 s back, and the second round is run. Both disturbed, a budget
+    of 24 s gives back 12 s at most (half), so no second round."""
+    from nslab.run import study as study_mod
+    from nslab.run.study import HOST_CREDIT, host_share
+    assert HOST_CREDIT == 0.5
+    assert host_share(10.0, {"reruns": 1, "disturbed": True}) == 10.0
+    assert host_share(10.0, {"reruns": 1, "disturbed": False}) == 5.0
+    assert host_share(10.0, {"reruns": 0, "disturbed": False}) == 0.0
+    now = [0.0]
+    real = study_mod.measure_point
+    marks: list = []
+
+    def measure(study, runner, point, cfg, busy=None):
+        now[0] += 10.0
+        m, raw, summary, host = real(study, runner, point, cfg.model_copy(
+            update={"host_pct": 1e9}), busy)
+        host.update(disturbed=marks.pop(0) if marks else False, reruns=0)
+        return m, raw, summary, host
+    monkeypatch.setattr(study_mod, "measure_point", measure)
+    monkeypatch.setattr(study_mod, "report_of", lambda study, path: band_report(path))
+    got = []
+    for budget, disturbed in ((35.0, []), (35.0, [True, False]), (24.0, [True, True])):
+        now[0] = 0.0
+        marks[:] = disturbed
+        path = run_study(make_study(0.7, 1.3, 0.8, 1.2, 0.9, 1.1),
+                         Cfg(repeat=2, rounds=3, budget_s=budget, host_reruns=0),
+                         str(tmp_path / f"{budget}-{len(got)}"), progress=False,
+                         lab_factory=FakeLab, clock=lambda: now[0])
+        got.append(ResultStore.open(path).provenance()["sampling"])
+    assert [s["rounds_run"] for s in got] == [1, 2, 1]
+    assert [s["host_took_s"] for s in got] == [0.0, 10.0, 20.0]
+    assert "given back" not in got[0]["stopped"]
+    assert "spent 20 s in 1, 12 s of it given back" in got[2]["stopped"], got[2]
