@@ -558,7 +558,8 @@ class StudyRun:
                 self.host_took += host_share(took, host)
                 store.append(point, m, raw=raw, host=host)
                 if host["disturbed"]:
-                    summary += f" [host interference: {host['worst_pct']:.0f} % of the CPUs]"
+                    summary += (f" [host interference: {host['worst_pct']:.0f} % of the CPUs"
+                                + ("; exits lost" if host.get("exits_lost") else "") + "]")
                 prog.point(study.describe_point(point), summary, study.cost_kind(point))
         except BaseException:
             self._close(kept, *sys.exc_info())
@@ -739,27 +740,31 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
             b = watch.snapshot()
             ended = exits.drain()
         # each thread that ended inside the point, whose it was: once
-        gone = resolve_ended(a, b, ended or (), watch.root_parent)
+        gone = resolve_ended(a, b, ended or ())
         share = others_share(a, b, ncpus, gone)
         # None: the threads that ended inside the point are not known (no
         # taskstats here, or some were lost): others' share alone decides
         waited = (None if ended is None or not counts_waits(a, b, gone) else
                   bed_wait_share(a, b, ncpus, gone))
         judged = share if waited is None else displaced_share(share, waited)
-        if judged <= threshold or tries >= allowed:
+        # exits the kernel dropped, or that could not be read: neither bound
+        # holds their threads (a neighbour's fork storm is what overflows)
+        lost = exits.lost
+        over = judged > threshold or lost
+        if not over or tries >= allowed:
             break
         tries += 1
-        log.info("%s: other tasks took %.0f %% of the CPUs (the lab waited for one %s): "
+        log.info("%s: other tasks took %.0f %% of the CPUs (the lab waited for one %s%s): "
                  "measuring it again (%d of %d)", study.describe_point(point), share,
                  "for an unknown time" if waited is None else f"{waited:.0f} % of their time",
-                 tries, allowed)
+                 "; exits were lost" if lost else "", tries, allowed)
     found = account(a, b, watch.cpus)
     cpu, _ = worst(found)
     host = {"other_pct": {str(c): round(v.other_pct, 2) for c, v in found.items()},
             "worst_cpu": cpu, "worst_pct": round(share, 2),
             "bed_wait_pct": None if waited is None else round(waited, 2),
             "source": "task scan: share of all CPUs", "reruns": tries,
-            "disturbed": judged > threshold and study.reruns_points,
+            "disturbed": over and study.reruns_points, "exits_lost": lost,
             "threshold_pct": threshold,
             "top": [[name, round(ms, 1)] for name, ms in top_others(a, b)],
             "bed_waits": [[name, round(ms, 1)] for name, ms in

@@ -93,6 +93,9 @@ class HostLoad(Strict):
     top: List[Tuple[str, float]] = []
     #: the lab's own threads that waited longest for a CPU: [name, ms]
     bed_waits: List[Tuple[str, float]] = []
+    #: the kernel dropped exits of threads that ended inside the point (or one
+    #: could not be read): neither bound holds them, so the point is disturbed
+    exits_lost: bool = False
     #: disturbed, and not measured again: the host had stayed busy through the
     #: re-runs of the points before (:class:`nslab.run.study.BusyHost`)
     busy_for_good: bool = False

@@ -43,7 +43,7 @@ SO_RCVBUFFORCE = 33
 @dataclass(frozen=True)
 class Ended:
     """One thread that exited: its id, its process (thread group; None from a
-    kernel before taskstats version 13), its process's parent, its
+    kernel before taskstats version 12), its process's parent, its
     scheduling policy, how long it waited for a CPU and ran over its life
     (ns), and its name."""
 
@@ -125,7 +125,7 @@ def _record(data: bytes, pid_at: int, st: int, end: int) -> Ended:
     version = struct.unpack_from("<H", data, st)[0]
     comm = data[st + OFF["ac_comm"]:st + OFF["ac_comm"] + 32].split(b"\0", 1)[0]
     tgid = (struct.unpack_from("<I", data, st + OFF["ac_tgid"])[0]
-            if version >= 13 and end - st >= OFF["ac_tgid"] + 4 else None)
+            if version >= 12 and end - st >= OFF["ac_tgid"] + 4 else None)
     return Ended(tid=struct.unpack_from("<I", data, pid_at)[0],
                  ppid=struct.unpack_from("<I", data, st + OFF["ac_ppid"])[0],
                  policy=data[st + OFF["ac_sched"]],
@@ -239,6 +239,7 @@ class Exits:
             except OSError as exc:
                 if exc.errno == errno.ENOBUFS:  # the kernel dropped some: not a bound
                     self.lost = True
+                    self.why = "taskstats listener: the kernel dropped exits (ENOBUFS)"
                     continue
                 self.lost = True
                 self.why = f"taskstats listener: {exc}"
@@ -248,14 +249,16 @@ class Exits:
             except (ValueError, struct.error) as exc:
                 self.lost = True
                 self.why = f"taskstats listener: {exc}"
-        canary = [e for e in self._ended if e.tid == self._canary]
-        if self.lost or not canary:
+        # the first report of its id is the canary's (an id is given again
+        # only once its report is out)
+        first = next((i for i, e in enumerate(self._ended) if e.tid == self._canary), None)
+        if self.lost or first is None:
             if not self.lost:
                 self.why = "taskstats listener: its own thread's exit never came"
             return None
-        if not canary[0].run_ns:
+        if not self._ended[first].run_ns:
             # a kernel whose exit reports carry no CPU times (without
             # CONFIG_TASK_DELAY_ACCT): every wait would read 0
             self.why = "taskstats listener: its own thread's exit came without its run time"
             return None
-        return [e for e in self._ended if e.tid != self._canary]
+        return self._ended[:first] + self._ended[first + 1:]

@@ -122,15 +122,6 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def parent_of(pid: int, proc: str = PROC) -> int:
-    """A process's parent pid (0 when it cannot be read)."""
-    text = _read(f"{proc}/{pid}/stat") or ""
-    try:
-        return int(text.rsplit(")", 1)[1].split()[1])
-    except (IndexError, ValueError):
-        return 0
-
-
 def descendants(root: int, parents: Mapping[int, int]) -> Set[int]:
     """``root`` and every process below it, from each process's parent
     (``parents``: pid -> ppid)."""
@@ -159,10 +150,6 @@ class Watch:
         self.bed_pids = set(bed_pids)
         self.proc = proc
         self.root_pid = os.getpid() if root_pid is None else root_pid
-        #: the root's parent: a thread of the root's names it as its parent
-        #: when it exits, on a kernel that does not report thread groups
-        #: (:func:`resolve_ended`)
-        self.root_parent = parent_of(self.root_pid, self.proc)
 
     def snapshot(self) -> Snapshot:
         """Every thread's counters now. The bed's processes are worked out
@@ -339,21 +326,24 @@ LONGEST_TICK_NS = 10_000_000
 _last_stint: List[Optional[int]] = []
 
 
-def last_stint_ns(config: Optional[str] = None) -> Optional[int]:
+def last_stint_ns(config: Optional[str] = None, nohz_full: str = "") -> Optional[int]:
     """The most run time an exit report can leave out, in ns: the stint a
     thread exits in is folded into its run time at the next tick or switch,
     which never come, so up to one tick (``CONFIG_HZ`` of this kernel's
     config, or :data:`LONGEST_TICK_NS`). None on a ``NO_HZ_FULL`` kernel,
     whose busy CPUs may go without ticks: a thread's whole life then bounds
-    it. ``config``: the kernel config's text (default: this kernel's)."""
+    it. ``config``: the kernel config's text (default: this kernel's);
+    ``nohz_full``: the CPUs that go without ticks (default: this machine's,
+    ``/sys/devices/system/cpu/nohz_full``; a kernel built with NO_HZ_FULL
+    ticks on every CPU not named there)."""
     if config is None:
         if _last_stint:
             return _last_stint[0]
-        _last_stint.append(last_stint_ns(_kernel_config()))
+        _last_stint.append(last_stint_ns(_kernel_config(), _nohz_full()))
         return _last_stint[0]
     hz = 0
     for line in config.splitlines():
-        if line.startswith("CONFIG_NO_HZ_FULL=y"):
+        if line.startswith("CONFIG_NO_HZ_FULL=y") and nohz_full.strip() not in ("", "(null)"):
             return None
         if line.startswith("CONFIG_HZ="):
             try:
@@ -361,6 +351,11 @@ def last_stint_ns(config: Optional[str] = None) -> Optional[int]:
             except ValueError:
                 hz = 0
     return 1_000_000_000 // hz if hz > 0 else LONGEST_TICK_NS
+
+
+def _nohz_full() -> str:
+    """The CPUs this kernel runs without ticks, as it lists them ("" none)."""
+    return (_read("/sys/devices/system/cpu/nohz_full") or "").strip()
 
 
 def _kernel_config() -> str:
@@ -379,37 +374,44 @@ def _owner(task: Task) -> str:
     return IDLE if task.idle else LAB if task.bed else OTHER
 
 
-def resolve_ended(a: Snapshot, b: Snapshot, ended: Iterable["Ended"],
-                  root_parent: int = 0) -> List[Gone]:
+def resolve_ended(a: Snapshot, b: Snapshot, ended: Iterable["Ended"]) -> List[Gone]:
     """Each thread that ended inside the window (:class:`nslab.traffic.exits.Exits`),
     whose it was and what it ran and waited there:
 
     - a ``SCHED_IDLE`` thread is no one's (:data:`IDLE`);
-    - a thread the first snapshot saw (the same thread: :func:`same_thread`)
-      is what it saw, and counts from there;
+    - a thread the first snapshot saw is what it saw, and counts from
+      there: the first report of its id, with counters not below those the
+      snapshot saw (a later report of the same id is another thread's, born
+      since: an id is given again only once its report is out);
     - one born since counts from its start: it is its process's (its thread
-      group, as the first snapshot saw it), or, a process itself born
-      since, its parent's, followed up through the processes born since
-      (those that ended, by their reports; those alive, by the second
-      snapshot) to one the first snapshot saw; on a kernel that does not
-      report thread groups, the bed's root's own threads name the root's
-      parent (``root_parent``), and are the bed's;
+      group, as the first snapshot saw it: the lab's or another's), or, a
+      process itself born since, its parent's, followed up through the
+      processes born since (those that ended, by their reports; those
+      alive, by the second snapshot) to one the first snapshot saw;
     - one of nobody known (:data:`UNKNOWN`) counts both as the bed's wait
-      and as other tasks' run time: each bound stays one.
+      and as other tasks' run time, so that each bound stays one: a chain
+      that ends nowhere known, or at ``init`` (an orphan's parent, whoever
+      started it), or a thread of a kernel that does not report thread
+      groups (before taskstats version 12) that the first snapshot did not
+      see.
 
     An exit report's run time leaves out the stint the thread exited in
     (:func:`last_stint_ns`): another's thread, and one of nobody known, add
-    it at its most (:func:`unfolded_ns`). Its wait leaves out
-    nothing: a wait is counted when the thread gets its CPU."""
+    it at its most (:func:`unfolded_ns`). Its wait leaves out nothing: a
+    wait is counted when the thread gets its CPU. What a thread runs after
+    its report (its memory and files let go) is in no report."""
     ended = list(ended)
     parents: Dict[int, int] = {t.pid: t.ppid for t in b.tasks.values() if t.pid and t.ppid}
     for e in ended:
         if e.tgid is not None:
             parents.setdefault(e.tgid, e.ppid)
     stint = last_stint_ns()
+    window_ns = max(0, int((b.t - a.t) * 1e9))
+    reported: Set[int] = set()
     out: List[Gone] = []
     for e in ended:
-        known = a.tasks.get(e.tid)
+        known = a.tasks.get(e.tid) if e.tid not in reported else None
+        reported.add(e.tid)
         if known is not None and not (e.run_ns >= known.times.run_ns
                                       and e.wait_ns >= known.times.wait_ns):
             known = None  # its id given again: another thread
@@ -420,33 +422,34 @@ def resolve_ended(a: Snapshot, b: Snapshot, ended: Iterable["Ended"],
         elif known is not None:
             owner = _owner(known)
         else:
-            owner = _born_owner(a, e, parents, root_parent)
+            owner = _born_owner(a, e, parents)
         if owner in (OTHER, UNKNOWN):
-            run += unfolded_ns(e, stint)
+            run += unfolded_ns(e, stint, window_ns)
         out.append(Gone(e.name, owner, run, wait))
     return out
 
 
-def unfolded_ns(e: "Ended", stint: Optional[int]) -> int:
+def unfolded_ns(e: "Ended", stint: Optional[int], window_ns: int) -> int:
     """The most run time ``e``'s exit report can have left out: its last
     stint (``stint``, :func:`last_stint_ns`; None: no bound but its life),
-    and no more of its life than its report does not count as run (its
-    wall time is given to the microsecond, so a microsecond more)."""
-    if not e.elapsed_ns:
-        return stint if stint is not None else 0
-    rest = max(0, e.elapsed_ns + 1000 - e.run_ns)
-    return rest if stint is None else min(stint, rest)
+    no more of its life than its report does not count as run (its wall
+    time is given to the microsecond, so a microsecond more), and no more
+    than the window."""
+    rest = max(0, e.elapsed_ns + 1000 - e.run_ns) if e.elapsed_ns else window_ns
+    return min(rest, window_ns) if stint is None else min(stint, rest, window_ns)
 
 
-def _born_owner(a: Snapshot, e: "Ended", parents: Mapping[int, int], root_parent: int) -> str:
+def _born_owner(a: Snapshot, e: "Ended", parents: Mapping[int, int]) -> str:
     """Whose a thread born inside the window was (:func:`resolve_ended`)."""
-    group = a.tasks.get(e.tgid) if e.tgid is not None and e.tgid != e.tid else None
+    if e.tgid is None:
+        return UNKNOWN  # its own process or another's: the report does not say
+    group = a.tasks.get(e.tgid) if e.tgid != e.tid else None
     if group is not None:
-        return _owner(group)
-    if e.tgid is None and root_parent and e.ppid == root_parent:
-        return LAB
+        return LAB if group.bed else OTHER  # its own policy is its own
     pid = e.ppid
     for _ in range(MAX_CHAIN):
+        if pid <= 1:
+            return UNKNOWN  # init adopts orphans: whose, it does not say
         known = a.tasks.get(pid)
         if known is not None:
             return LAB if known.bed else OTHER
@@ -481,16 +484,25 @@ def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int, gone: Iterable[Gone] = 
     is runnable until it runs. It counts the bed's waits for its own tasks
     too (on an idle host), so it is an upper bound on the delay other tasks
     caused, as :func:`others_share` is another; a study judges the smaller
-    (:func:`displaced_share`). A thread of the ``SCHED_IDLE`` policy waits
+    (:func:`displaced_share`). An orphan born inside the window counts
+    (:func:`orphan`). A thread of the ``SCHED_IDLE`` policy waits
     by design whenever anything else runs (the virtual RFC 2544 bed's QEMU
     beside the other studies): its wait delays nothing measured, and is not
     counted."""
     window = b.t - a.t
     if window <= 0 or ncpus <= 0:
         return 0.0
-    wait = sum(w for t, _, w in _deltas(a, b) if t.bed and not t.idle)
+    wait = sum(w for t, _, w in _deltas(a, b) if (t.bed or orphan(a, t)) and not t.idle)
     wait += sum(g.wait_ns for g in gone if g.lab)
     return 100.0 * wait / 1e9 / (window * ncpus)
+
+
+def orphan(a: Snapshot, t: Task) -> bool:
+    """Whether ``t``, alive at a window's end and not the bed's, is of a
+    process born inside the window whose parent is ``init``: an orphan
+    (its parent gone; init adopts them) may be the bed's, so its wait
+    counts as the bed's too (it counts as other tasks' run time already)."""
+    return not t.bed and t.pid not in a.tasks and 0 < t.ppid <= 1
 
 
 def counts_waits(a: Snapshot, b: Snapshot, gone: Iterable[Gone] = ()) -> bool:

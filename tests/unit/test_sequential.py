@@ -543,3 +543,37 @@ def test_what_a_busy_host_took_is_given_back_to_the_budget_up_to_half_of_it(tmp_
     assert [s["host_took_s"] for s in got] == [0.0, 10.0, 20.0]
     assert "given back" not in got[0]["stopped"]
     assert "spent 20 s in 1, 12 s of it given back" in got[2]["stopped"], got[2]
+
+
+def test_a_point_whose_exits_the_kernel_dropped_is_disturbed(monkeypatch):
+    """Exits lost (ENOBUFS, or a message that could not be read): neither
+    bound holds the threads they were, so the point is measured again and
+    stays disturbed while they are lost, however little others took; the
+    record and the report say so."""
+    from nslab.run.study import measure_point
+    from nslab.store.reporting import Claim, note_interference
+    from nslab.store.records import HostLoad
+    from nslab.traffic import exits, interference
+    from nslab.traffic.interference import Snapshot
+    monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n, *_: 2.0)
+    monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n, *_: 1.0)
+    lost = iter([True, False, True, True])
+
+    def drain(self):
+        self.lost = next(lost)
+        return None if self.lost else []
+    monkeypatch.setattr(exits.Exits, "drain", drain)
+    study = make_study(1.0, 2.0, 3.0, 4.0)
+    runner = study.runner("x", None, None, None)
+    m, _, _, host = measure_point(study, runner, {"repeat": 0}, Cfg(host_reruns=1))
+    assert m == {"value": 2.0} and host["reruns"] == 1 and not host["disturbed"]
+    assert host["exits_lost"] is False
+    m, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=1))
+    assert host["disturbed"] and host["exits_lost"] and host["worst_pct"] == 2.0
+
+    class R:
+        def __init__(self, h):
+            self.host = HostLoad(**h)
+    claims = note_interference([Claim("c", "", "undecided", "too few")], [R(host)])
+    assert "the kernel dropped threads' exit reports" in claims[0].why
