@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import select
 import socket
 import struct
@@ -73,6 +74,11 @@ OFF = {"version": 0, "cpu_delay_total": 24, "cpu_run_virtual_total": 72, "ac_com
        "ac_sched": 112, "ac_ppid": 132, "ac_etime": 144, "ac_tgid": 368}
 
 
+class Refused(ValueError):
+    """A netlink error in answer to the listener's registration: the kernel
+    refused it (in a user or PID namespace not its first)."""
+
+
 def _attrs(data: bytes, off: int, end: int) -> Dict[int, Tuple[int, int]]:
     """Netlink attributes in ``data[off:end]``: type -> (payload start, end).
     Raises ValueError on an attribute that does not fit."""
@@ -106,7 +112,7 @@ def parse(data: bytes, family: Optional[int] = None) -> List[Ended]:
         if kind == NLMSG_ERROR:
             err = struct.unpack_from("<i", data, off + 16)[0] if length >= 20 else 0
             if err:
-                raise ValueError(f"netlink error {-err}")
+                raise Refused(f"netlink error {-err}")
         elif family is None or kind == family:
             top = _attrs(data, off + 20, off + length)  # after the genetlink header
             if TASKSTATS_TYPE_AGGR_PID in top:
@@ -142,7 +148,6 @@ def online_cpus(path: str = "/sys/devices/system/cpu/online") -> str:
         with open(path) as f:
             return f.read().strip() or "0"
     except OSError:
-        import os
         return f"0-{(os.cpu_count() or 1) - 1}"
 
 
@@ -166,8 +171,12 @@ class Exits:
         self._mask = online_cpus()
         self._ended: List[Ended] = []
         self._canary = 0
+        #: this process: its canary's thread group
+        self._me = os.getpid()
         #: some exits were not received, or a message could not be read
         self.lost = False
+        #: the kernel refused the registration: there is no listener
+        self.refused = False
         #: why there is no listener (empty: there is one)
         self.why = ""
 
@@ -246,14 +255,18 @@ class Exits:
                 break
             try:
                 self._ended.extend(parse(data, self._family))
+            except Refused as exc:  # no listener, not lost exits: others' share decides
+                self.refused = True
+                self.why = f"taskstats listener: the kernel refused its registration ({exc})"
             except (ValueError, struct.error) as exc:
                 self.lost = True
                 self.why = f"taskstats listener: {exc}"
         # the first report of its id is the canary's (an id is given again
         # only once its report is out)
-        first = next((i for i, e in enumerate(self._ended) if e.tid == self._canary), None)
-        if self.lost or first is None:
-            if not self.lost:
+        first = next((i for i, e in enumerate(self._ended) if e.tid == self._canary
+                      and e.tgid in (None, self._me)), None)
+        if self.lost or self.refused or first is None:
+            if not self.lost and not self.refused:
                 self.why = "taskstats listener: its own thread's exit never came"
             return None
         if not self._ended[first].run_ns:

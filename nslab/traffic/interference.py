@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 if TYPE_CHECKING:
@@ -87,6 +87,10 @@ class Snapshot:
 
     t: float
     tasks: Dict[int, Task] = field(default_factory=dict)
+    #: the processes an orphan of the bed's can be given to: ``init`` and the
+    #: bed's root's ancestors (a subreaper among them, ``systemd --user``,
+    #: adopts before ``init`` does)
+    adopters: FrozenSet[int] = frozenset({1})
 
 
 @dataclass(frozen=True)
@@ -122,13 +126,22 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def descendants(root: int, parents: Mapping[int, int]) -> Set[int]:
-    """``root`` and every process below it, from each process's parent
+def ancestors(pid: int, parents: Mapping[int, int]) -> Set[int]:
+    """The processes above ``pid``, from each process's parent (``parents``)."""
+    out: Set[int] = set()
+    while pid in parents and parents[pid] not in out and parents[pid] > 0:
+        pid = parents[pid]
+        out.add(pid)
+    return out
+
+
+def descendants(roots: "int | Iterable[int]", parents: Mapping[int, int]) -> Set[int]:
+    """``roots`` and every process below them, from each process's parent
     (``parents``: pid -> ppid)."""
     kids: Dict[int, List[int]] = {}
     for pid, ppid in parents.items():
         kids.setdefault(ppid, []).append(pid)
-    out, todo = set(), [root]
+    out, todo = set(), [roots] if isinstance(roots, int) else list(roots)
     while todo:
         pid = todo.pop()
         if pid in out:
@@ -150,6 +163,9 @@ class Watch:
         self.bed_pids = set(bed_pids)
         self.proc = proc
         self.root_pid = os.getpid() if root_pid is None else root_pid
+        #: the processes the last snapshot found the bed's, by their start: one
+        #: whose parent went since (init or a subreaper adopted it) stays so
+        self._bed_seen: Dict[int, int] = {}
 
     def snapshot(self) -> Snapshot:
         """Every thread's counters now. The bed's processes are worked out
@@ -158,6 +174,7 @@ class Watch:
         snap = Snapshot(time.monotonic())
         parents: Dict[int, int] = {}
         names: Dict[int, str] = {}
+        starts: Dict[int, int] = {}
         for name in os.listdir(self.proc):
             if not name.isdigit():
                 continue
@@ -184,10 +201,14 @@ class Watch:
                     parents.setdefault(pid, ppid)
                 if tid == pid:
                     names[pid] = comm
+                    starts[pid] = _field(fields, 19)
                 snap.tasks[tid] = Task(times, allowed, False, comm,
                                        _field(fields, 38) == SCHED_IDLE, pid=pid,
                                        ppid=max(ppid, 0), start=_field(fields, 19))
-        bed = descendants(self.root_pid, parents) | self.bed_pids
+        kept = [pid for pid, start in self._bed_seen.items() if starts.get(pid) == start]
+        bed = descendants([self.root_pid, *kept], parents) | self.bed_pids
+        self._bed_seen = {pid: starts[pid] for pid in bed if pid in starts}
+        snap.adopters = frozenset(ancestors(self.root_pid, parents) | {1})
         for task in snap.tasks.values():
             task.bed = (task.pid in bed or task.name.startswith(BED_KTHREAD_PREFIXES)
                         or names.get(task.pid, "") == "ovs-vswitchd")
@@ -254,7 +275,10 @@ def _deltas(a: Snapshot, b: Snapshot) -> List[Tuple[Task, int, int]]:
     zero = SchedTimes(0, 0)
     for tid, y in b.tasks.items():
         x = a.tasks.get(tid)
-        t = x.times if x is not None and same_thread(x, y) else zero
+        same = x is not None and same_thread(x, y)
+        t = x.times if x is not None and same else zero
+        if same and x is not None and x.bed and not y.bed:
+            y = replace(y, bed=True)  # the bed's at the start: its parent went since
         out.append((y, y.times.run_ns - t.run_ns, y.times.wait_ns - t.wait_ns))
     return out
 
@@ -330,9 +354,8 @@ def last_stint_ns(config: Optional[str] = None, nohz_full: str = "") -> Optional
     """The most run time an exit report can leave out, in ns: the stint a
     thread exits in is folded into its run time at the next tick or switch,
     which never come, so up to one tick (``CONFIG_HZ`` of this kernel's
-    config, or :data:`LONGEST_TICK_NS`). None on a ``NO_HZ_FULL`` kernel,
-    whose busy CPUs may go without ticks: a thread's whole life then bounds
-    it. ``config``: the kernel config's text (default: this kernel's);
+    config, or :data:`LONGEST_TICK_NS`). None where CPUs run without ticks
+    (``nohz_full``): a thread's whole life then bounds it. ``config``: the kernel config's text (default: this kernel's);
     ``nohz_full``: the CPUs that go without ticks (default: this machine's,
     ``/sys/devices/system/cpu/nohz_full``; a kernel built with NO_HZ_FULL
     ticks on every CPU not named there)."""
@@ -341,10 +364,10 @@ def last_stint_ns(config: Optional[str] = None, nohz_full: str = "") -> Optional
             return _last_stint[0]
         _last_stint.append(last_stint_ns(_kernel_config(), _nohz_full()))
         return _last_stint[0]
+    if nohz_full.strip() not in ("", "(null)"):
+        return None  # the file is there only on a NO_HZ_FULL kernel
     hz = 0
     for line in config.splitlines():
-        if line.startswith("CONFIG_NO_HZ_FULL=y") and nohz_full.strip() not in ("", "(null)"):
-            return None
         if line.startswith("CONFIG_HZ="):
             try:
                 hz = int(line.split("=", 1)[1])
@@ -448,8 +471,8 @@ def _born_owner(a: Snapshot, e: "Ended", parents: Mapping[int, int]) -> str:
         return LAB if group.bed else OTHER  # its own policy is its own
     pid = e.ppid
     for _ in range(MAX_CHAIN):
-        if pid <= 1:
-            return UNKNOWN  # init adopts orphans: whose, it does not say
+        if pid <= 1 or pid in a.adopters:
+            return UNKNOWN  # an orphan's adopter: whose it was, it does not say
         known = a.tasks.get(pid)
         if known is not None:
             return LAB if known.bed else OTHER
@@ -499,10 +522,12 @@ def bed_wait_share(a: Snapshot, b: Snapshot, ncpus: int, gone: Iterable[Gone] = 
 
 def orphan(a: Snapshot, t: Task) -> bool:
     """Whether ``t``, alive at a window's end and not the bed's, is of a
-    process born inside the window whose parent is ``init``: an orphan
-    (its parent gone; init adopts them) may be the bed's, so its wait
-    counts as the bed's too (it counts as other tasks' run time already)."""
-    return not t.bed and t.pid not in a.tasks and 0 < t.ppid <= 1
+    process born inside the window whose parent is an adopter (``init``, or
+    the bed's root's ancestors, a subreaper among them: ``a.adopters``): an
+    orphan may be the bed's, so its wait counts as the bed's too (it counts
+    as other tasks' run time already). A process an adopter started itself
+    counts so too: an upper bound stays one."""
+    return not t.bed and t.pid not in a.tasks and (t.ppid in a.adopters or 0 < t.ppid <= 1)
 
 
 def counts_waits(a: Snapshot, b: Snapshot, gone: Iterable[Gone] = ()) -> bool:

@@ -197,7 +197,7 @@ def _listener_on(datagrams, canary):
         theirs.send(d)
     theirs.close()
     exits = Exits()
-    exits._sock, exits._canary = mine, canary
+    exits._sock, exits._canary, exits._me = mine, canary, 22965  # the capturing process
     return exits
 
 
@@ -221,6 +221,20 @@ def test_the_listener_counts_only_once_its_canary_came_with_its_run_time(monkeyp
     assert exits.drain() is None and "without its run time" in exits.why
     exits = _listener_on([chunks[0][:300], chunks[1]], canary=22971)
     assert exits.drain() is None and exits.lost
+    # a refused registration (a netlink error in answer): no listener, not
+    # lost exits, so others' share alone decides
+    error = struct.pack("<IHHII", 36, 2, 0, 0, 0) + struct.pack("<i", -22) + bytes(16)
+    exits = _listener_on([error, chunks[0], chunks[1]], canary=22971)
+    assert exits.drain() is None and not exits.lost and exits.refused
+    assert "refused its registration (netlink error 22)" in exits.why
+    # only the first report of the canary's id is the canary: a later thread
+    # given its id is counted
+    exits = _listener_on([chunks[1], chunks[0], chunks[1]], canary=22971)
+    assert exits.drain() == got[:2]
+    # a report of the canary's id from another process is not the canary
+    exits = _listener_on(chunks, canary=22971)
+    exits._me = 1
+    assert exits.drain() is None and "never came" in exits.why
 
 
 @pytest.fixture
@@ -242,6 +256,7 @@ def test_an_exit_report_leaves_out_at_most_one_tick_of_run_time():
     assert last_stint_ns("CONFIG_NO_HZ_FULL=y\nCONFIG_HZ=1000\n") == 1_000_000
     assert last_stint_ns("CONFIG_NO_HZ_FULL=y\nCONFIG_HZ=1000\n", "(null)") == 1_000_000
     assert last_stint_ns("CONFIG_NO_HZ_FULL=y\nCONFIG_HZ=1000\n", "1-3") is None
+    assert last_stint_ns("", "1-3") is None  # CPUs named: whatever the config says
     assert last_stint_ns("") == LONGEST_TICK_NS == 10_000_000
 
 
@@ -401,8 +416,8 @@ def test_exits_the_kernel_dropped_make_the_listener_say_so(monkeypatch):
         def close(self):
             pass
     exits = exits_mod.Exits()
-    exits._sock, exits._canary = Sock([chunks[0], OSError(errno.ENOBUFS, "no buffer"),
-                                       chunks[1]]), 22971
+    exits._sock, exits._canary, exits._me = Sock([chunks[0], OSError(errno.ENOBUFS, "no buffer"),
+                                                  chunks[1]]), 22971, 22965
     assert exits.drain() is None and exits.lost and "ENOBUFS" in exits.why
 
 
@@ -434,25 +449,75 @@ def test_a_thread_born_in_an_idle_process_is_of_its_own_policy():
 
 
 def test_an_orphan_born_inside_the_window_may_be_the_lab_s(tick_4ms):
-    """init adopts a process whose parent went: a chain of processes born
-    since that ends at init is nobody known's (both bounds), and so is the
-    wait of a process born since whose parent, at the window's end, is init."""
+    """An orphan is given to init, or to a subreaper above the lab
+    (systemd --user: the lab's root's ancestors are ``adopters``): a chain of
+    processes born since that ends at one is nobody known's (both bounds),
+    and so is the wait of a process born since whose parent, at the window's
+    end, is one. A process seen at the start is what it was."""
     from nslab.traffic.exits import Ended
     from nslab.traffic.interference import UNKNOWN, bed_wait_share, resolve_ended
     ms = 1_000_000
-    a = Snapshot(0.0, {1: task(0, {0}, name="systemd"), 40: task(0, {0}, bed=True)})
+    a = Snapshot(0.0, {1: task(0, {0}, name="systemd"), 40: task(0, {0}, bed=True),
+                       500: task(0, {0}, name="systemd"),
+                       95: Task(SchedTimes(0, 0), frozenset({0}), False, "cron", pid=95,
+                                ppid=1)},
+                 adopters=frozenset({1, 500}))
     gone = resolve_ended(a, Snapshot(1.0), [Ended(81, 80, 0, 3 * ms, "iperf", tgid=81),
-                                            Ended(80, 1, 0, 2 * ms, "sh", tgid=80)])
-    assert [g.owner for g in gone] == [UNKNOWN, UNKNOWN]
+                                            Ended(80, 1, 0, 2 * ms, "sh", tgid=80),
+                                            Ended(83, 500, 0, 2 * ms, "sh", tgid=83)])
+    assert [g.owner for g in gone] == [UNKNOWN, UNKNOWN, UNKNOWN]
     orphan = Task(SchedTimes(10 * ms, 30 * ms), frozenset({0}), False, "iperf", pid=90,
                   ppid=1)
-    daemon_thread = Task(SchedTimes(10 * ms, 50 * ms), frozenset({0}), False, "journald",
-                         pid=1, ppid=0)
+    adopted = Task(SchedTimes(10 * ms, 20 * ms), frozenset({0}), False, "iperf", pid=96,
+                   ppid=500)
+    # a new thread of a process seen at the start whose parent is init: cron's
+    cron_thread = Task(SchedTimes(10 * ms, 50 * ms), frozenset({0}), False, "cron", pid=95,
+                       ppid=1)
     b = Snapshot(1.0, {1: task(0, {0}, name="systemd"), 40: task(0, {0}, bed=True),
-                       90: orphan, 91: daemon_thread})
-    # the orphan's 30 ms count as the lab's wait; a thread born in init's
-    # own process (seen at the start) is init's
-    assert bed_wait_share(a, b, 1) == pytest.approx(3.0)
+                       90: orphan, 96: adopted, 97: cron_thread})
+    # the orphans' 30 + 20 ms count as the lab's wait; cron's thread does not
+    assert bed_wait_share(a, b, 1) == pytest.approx(5.0)
+
+
+def test_a_lab_process_whose_parent_went_stays_the_lab_s(tick_4ms):
+    """A lab process alive at both ends whose parent exited inside the window
+    is no longer below the lab's root at the end: it is still the lab's (its
+    wait counts), by the first snapshot, and by what the watch saw before."""
+    from nslab.traffic.interference import bed_wait_share
+    ms = 1_000_000
+    a = Snapshot(0.0, {60: Task(SchedTimes(0, 0), frozenset({0}), True, "iperf", pid=60,
+                                ppid=40, start=5)})
+    b = Snapshot(1.0, {60: Task(SchedTimes(5 * ms, 70 * ms), frozenset({0}), False, "iperf",
+                                pid=60, ppid=1, start=5)})
+    assert bed_wait_share(a, b, 1) == pytest.approx(7.0)
+    assert others_share(a, b, 1) == 0.0
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_watch_keeps_what_it_found_the_lab_s_and_knows_the_root_s_ancestors(kernel):
+    kdir = os.path.join(DATA, kernel)
+    r = roles(kdir)
+    w = Watch([0, 1], proc=os.path.join(kdir, "a"), root_pid=r["self"])
+    a = w.snapshot()
+    assert a.tasks[r["hog"]].bed and 1 in a.adopters
+    # the hog is below the capturing process: its ancestors adopt its orphans
+    assert r["self"] in Watch([0, 1], proc=os.path.join(kdir, "a"),
+                              root_pid=r["hog"]).snapshot().adopters
+    # the root gone (a root no scan finds): what the watch found the lab's
+    # at its start (same start) stays the lab's; a new watch does not know it
+    w.proc, w.root_pid = os.path.join(kdir, "b"), 999_999
+    assert w.snapshot().tasks[r["hog"]].bed
+    fresh = Watch([0, 1], proc=os.path.join(kdir, "b"), root_pid=999_999).snapshot()
+    assert not fresh.tasks[r["hog"]].bed
+
+
+def test_an_exit_without_its_wall_time_adds_at_most_the_window():
+    from nslab.traffic.exits import Ended
+    from nslab.traffic.interference import unfolded_ns
+    e = Ended(1, 0, 0, 0, "x", tgid=1, run_ns=5)
+    assert unfolded_ns(e, None, 10**9) == 10**9
+    assert unfolded_ns(e, 4_000_000, 10**9) == 4_000_000
+    assert unfolded_ns(e, 4_000_000, 1_000_000) == 1_000_000
 
 
 def test_a_kernel_that_shows_no_waits_is_not_taken_for_a_bed_that_never_waited():
