@@ -336,12 +336,22 @@ def bracketed(records: List[AliasRecord], found: Dict[str, Claim], measured_n: A
         if claim.verdict != "undecided" or any(c is None for c in seen):
             continue
         verdicts = {c.verdict for c in seen if c is not None}
-        if len(verdicts) != 1 or "undecided" in verdicts:
-            continue
-        if name == CONTROL and verdicts == {"disagrees"} and len(signs) != 1:
-            continue  # outside +-2 %, but not on one side at every corner
         lo, hi = seen[0], seen[-1]
         assert lo is not None and hi is not None
+        if len(verdicts) != 1 or "undecided" in verdicts:
+            out[name] = dataclasses.replace(claim, why=(
+                f"{claim.why}; with the {len(pts)} point(s) at N={top_n} the host disturbed "
+                f"anywhere between their bounds there is no one verdict: "
+                f"{', '.join(sorted(verdicts))} over the {len(seen):,} choices of bounds "
+                f"({lo.verdict} with each at its lower bound, {hi.verdict} at its upper; "
+                f"where they mix, the spread widens the interval){later}"))
+            continue
+        if name == CONTROL and verdicts == {"disagrees"} and len(signs) != 1:
+            out[name] = dataclasses.replace(claim, why=(
+                f"{claim.why}; with the {len(pts)} point(s) at N={top_n} the host disturbed "
+                "between their bounds the difference is outside +-2 %, but on either "
+                f"side of it{later}"))
+            continue  # outside +-2 %, but not on one side at every corner
         main, _, rest = lo.measured.partition("; iperf")
         out[name] = dataclasses.replace(
             lo, measured=f"{main} with the disturbed points at their lower bounds; "

@@ -539,6 +539,12 @@ def test_a_disturbed_point_read_far_lower_leaves_no_overhead_undecided(tmp_path)
                  "Throughput rises with the number of aliases"):
         assert found[name].verdict == "undecided", found[name]
         assert "host interference" in found[name].why
+        # the row says the bracket was tried, and how its ends parted
+        why = found[name].why
+        assert ("with the 12 point(s) at N=254 the host disturbed anywhere between their "
+                "bounds there is no one verdict: ") in why, why
+        assert "over the 4,096 choices of bounds (undecided with each at its lower bound, " \
+            in why, why
 
 
 def test_without_the_link_s_ceiling_disturbed_points_stay_out(tmp_path):
