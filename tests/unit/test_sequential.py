@@ -202,8 +202,11 @@ def test_rounds_go_on_while_undecided_and_stop_at_the_last(tmp_path):
     # values around the band's edge, 1.0: undecided round after round.
     path, sampling, n = run(tmp_path, make_study(0.7, 1.3, 0.8, 1.2, 0.9, 1.1),
                             Cfg(repeat=2, rounds=3, host_reruns=0))
+    # what a busy host took (real accounting, here: the other test workers
+    # may take some)
+    assert sampling.pop("host_took_s") >= 0.0
     assert sampling == {"rounds": 3, "budget_s": None, "rounds_run": 3,
-                        "stopped": "all 3 rounds measured", "host_took_s": 0.0}
+                        "stopped": "all 3 rounds measured"}
     # one lab, kept up from round to round, torn down at the end
     assert n == 6 and FakeLab.built == 1 and FakeLab.closed == 1
     # the report of the run draws its intervals at 1 - 0.05/3
