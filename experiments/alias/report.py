@@ -261,12 +261,6 @@ def receiver_claims(records: List[AliasRecord], rec: Dict[int, List[float]],
     return out
 
 
-#: At most this many disturbed points are bracketed, the first measured:
-#: every choice of their two bounds is judged (2 ** this many); later ones
-#: stay out, as every disturbed point did before.
-MAX_BRACKETED = 12
-
-
 def disturbed_bounds(records: List[AliasRecord], n: int
                      ) -> List[Tuple[str, Tuple[float, float]]]:
     """The mode and receiver figure of each point at ``n`` that the host
@@ -297,70 +291,136 @@ def disturbed_bounds(records: List[AliasRecord], n: int
 def bracketed(records: List[AliasRecord], found: Dict[str, Claim], measured_n: Any,
               iperf: str, posts: str) -> Dict[str, Claim]:
     """``found`` with each claim on the receiver's figure that the undisturbed
-    points leave undecided judged again with the disturbed points at the
-    largest N in (the first :data:`MAX_BRACKETED` measured), each anywhere
-    between its two bounds (:func:`disturbed_bounds`): every choice of lower
-    or upper bound for each (with a fixed t quantile a t interval's upper end
-    is convex in the values and its lower end concave, so over the box of
-    values both are at their extremes at a corner; Welch's degrees of
-    freedom move the quantile a little between corners). Where every choice
-    gives one verdict (a "disagrees" of the control on one side of it), the
-    claim takes it, saying how many disturbed points it took in."""
-    import itertools
+    points leave undecided judged again with every disturbed point at the
+    largest N in, each anywhere between its two bounds
+    (:func:`disturbed_bounds`). Judged so, the groups are compared by the
+    Hodges-Lehmann shift and the Mann-Whitney test's interval
+    (:func:`nslab.store.stats.relative_shift`), not by Welch's t: each end of
+    that interval is one of the pairwise ratios in order, so it moves the same
+    way as every value of one group and the other way from every value of
+    the other. Over every choice of values inside the bounds the interval
+    then reaches no lower than with the compared group at its lower bounds
+    (the reference at its upper) and no higher than the other way round; the
+    claim is judged on that whole span, and takes a verdict only where the
+    span gives one (a t interval's spread grows where some points sit at one
+    bound and others at the other, and its extremes lie at no corner one
+    can name: with a dozen points, 4,096 choices judged still left a claim
+    undecided between two ends that agreed)."""
     if not measured_n or all(c.verdict != "undecided" for c in found.values()):
         return found
     top_n = max(measured_n)
-    every = disturbed_bounds(records, top_n)
-    pts = every[:MAX_BRACKETED]
+    pts = disturbed_bounds(records, top_n)
     if not pts:
         return found
-    later = (f"; the {len(every) - len(pts)} measured after them left out (at most "
-             f"{MAX_BRACKETED} are bracketed)" if len(every) > len(pts) else "")
     rec = samples(records, "alias", "receiver_bps")
     par = samples(records, "parallel", "receiver_bps")
-    corners: List[Dict[str, Claim]] = []
-    signs = set()
-    for choice in itertools.product((0, 1), repeat=len(pts)):
+
+    def at(end: int) -> Dict[str, Dict[int, List[float]]]:
         got = {"alias": {n: list(v) for n, v in rec.items()},
                "parallel": {n: list(v) for n, v in par.items()}}
-        for (mode, bounds), end in zip(pts, choice):
+        for mode, bounds in pts:
             got[mode].setdefault(top_n, []).append(bounds[end])
-        sides: Dict[str, float] = {}
-        corners.append(receiver_claims(records, got["alias"], got["parallel"], measured_n,
-                                       iperf, posts, sides))
-        if CONTROL in sides:
-            signs.add(sides[CONTROL] > 0)
+        return got
+    low, high = at(0), at(1)
+    took = {m: sum(1 for mode, _ in pts if mode == m) for m in ("alias", "parallel")}
     out = dict(found)
     for name, claim in found.items():
-        seen = [c.get(name) for c in corners]
-        if claim.verdict != "undecided" or any(c is None for c in seen):
+        if claim.verdict != "undecided":
             continue
-        verdicts = {c.verdict for c in seen if c is not None}
-        lo, hi = seen[0], seen[-1]
-        assert lo is not None and hi is not None
-        if len(verdicts) != 1 or "undecided" in verdicts:
-            out[name] = dataclasses.replace(claim, why=(
-                f"{claim.why}; with the {len(pts)} point(s) at N={top_n} the host disturbed "
-                f"anywhere between their bounds there is no one verdict: "
-                f"{', '.join(sorted(verdicts))} over the {len(seen):,} choices of bounds "
-                f"({lo.verdict} with each at its lower bound, {hi.verdict} at its upper; "
-                f"where they mix, the spread widens the interval){later}"))
+        if name in (OVERHEAD, RISES):
+            judged = _bracket_ends(low["alias"], high["alias"], took["alias"], top_n, name)
+        else:
+            judged = _bracket_control(low, high, took, top_n)
+        if judged is None:
             continue
-        if name == CONTROL and verdicts == {"disagrees"} and len(signs) != 1:
-            out[name] = dataclasses.replace(claim, why=(
-                f"{claim.why}; with the {len(pts)} point(s) at N={top_n} the host disturbed "
-                "between their bounds the difference is outside +-2 %, but on either "
-                f"side of it{later}"))
-            continue  # outside +-2 %, but not on one side at every corner
-        main, _, rest = lo.measured.partition("; iperf")
-        out[name] = dataclasses.replace(
-            lo, measured=f"{main} with the disturbed points at their lower bounds; "
-            f"{hi.measured.partition('; iperf')[0].rsplit(': ', 1)[-1]} at their upper bounds"
-            + (f"; iperf{rest}" if rest else ""),
-            why=f"{lo.why}, at every choice of bounds for the {len(pts)} point(s) at N={top_n} "
-            "the host disturbed (each between the lowest rate its bytes allow, a busy host "
-            f"only lowering a rate the shaped link sets, and the link's ceiling){later}")
+        measured, verdict, why = judged
+        what = (f"with the {len(pts)} point(s) at N={top_n} the host disturbed, each "
+                "anywhere between the lowest rate its bytes allow (a busy host only lowers "
+                "a rate the shaped link sets) and the link's ceiling")
+        if verdict == "undecided":
+            out[name] = dataclasses.replace(claim, measured=measured,
+                                            why=f"{claim.why}; {what}: {why}")
+        else:
+            out[name] = dataclasses.replace(claim, measured=measured, verdict=verdict,
+                                            why=f"{why}, {what}")
     return out
+
+
+def _span(lo: Any, hi: Any) -> Optional[Any]:
+    """The interval from ``lo``'s low end to ``hi``'s high end (Estimates),
+    None where either has none."""
+    from nslab.store.stats import Interval
+    if lo.ci is None or hi.ci is None:
+        return None
+    return Interval(lo.ci.low, hi.ci.high, lo.ci.level, lo.ci.method)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
+
+
+def _bracket_ends(low: Dict[int, List[float]], high: Dict[int, List[float]], took: int,
+                  top_n: int, name: str) -> Optional[Tuple[str, str, str]]:
+    """No overhead or the rise, judged with the aliases' disturbed points at
+    ``top_n`` at their lower bounds (``low``) and at their upper (``high``):
+    the measured text, the verdict and the reason; None without both ends."""
+    from nslab.store.stats import Estimate, judge, relative_shift
+    lo_g, hi_g = small_and_large(low), small_and_large(high)
+    if lo_g is None or hi_g is None or lo_g[2] != top_n or not took:
+        return None
+    small = lo_g[0]
+    lo, hi = relative_shift(lo_g[1], small), relative_shift(hi_g[1], small)
+    span = _span(lo, hi)
+    if span is None:
+        return None
+    margin, what = ((-OVERHEAD_MARGIN, "a loss of at most") if name == OVERHEAD else
+                    (RISE_MARGIN, "a rise of at least"))
+    chk = judge(Estimate(lo.value, span, lo.n), margin, math.inf, what, 100, " %", need=MORE)
+    measured = (f"at the receiver, N<={SMALL_N} ({len(small)} values) vs N={top_n} "
+                f"({len(lo_g[1]) - took} undisturbed, {took} disturbed): shift "
+                f"{_pct(lo.value)} with the disturbed points at their lower bounds, "
+                f"{_pct(hi.value)} at their upper; over both "
+                f"[{span.low * 100:.1f}, {span.high * 100:.1f}] % "
+                f"({round(span.level * 100, 1):g} % {span.method})")
+    if chk.verdict == "undecided":
+        return measured, "undecided", (
+            f"the rank interval over their bounds, [{span.low * 100:.1f}, "
+            f"{span.high * 100:.1f}] %, straddles {_pct(margin)}")
+    return measured, chk.verdict, chk.why.replace("the interval", "the rank interval over "
+                                                  "their bounds", 1)
+
+
+def _bracket_control(low: Dict[str, Dict[int, List[float]]],
+                     high: Dict[str, Dict[int, List[float]]], took: Dict[str, int],
+                     top_n: int) -> Optional[Tuple[str, str, str]]:
+    """The control (-P N against N aliases at ``top_n``, alike within +-2 %),
+    judged by two one-sided tests on the rank interval: -P N's at their
+    lower bounds against the aliases' at their upper for its low end, the
+    other way round for its high end."""
+    from nslab.store.stats import Estimate, level, relative_shift, within
+    if not (low["parallel"].get(top_n) and low["alias"].get(top_n)) or not sum(took.values()):
+        return None
+    tost = 1 - 2 * (1 - level())
+    lo = relative_shift(low["parallel"][top_n], high["alias"][top_n], tost)
+    hi = relative_shift(high["parallel"][top_n], low["alias"][top_n], tost)
+    span = _span(lo, hi)
+    if span is None:
+        return None
+    verdict = within(Estimate(lo.value, span, lo.n), -ALIKE_MARGIN, ALIKE_MARGIN)
+    counts = ", ".join(f"{len(low[m][top_n]) - took[m]} undisturbed and {took[m]} disturbed "
+                       f"of {'-P N' if m == 'parallel' else 'the aliases'}"
+                       for m in ("parallel", "alias"))
+    measured = (f"N={top_n}: -P {top_n} to one address vs one connection per alias, at the "
+                f"receiver ({counts}): shift from {_pct(lo.value)} to {_pct(hi.value)} "
+                f"between the bounds; over both [{span.low * 100:.1f}, {span.high * 100:.1f}] "
+                f"% ({round(span.level * 100, 1):g} % {span.method})")
+    band = (f"+-{ALIKE_MARGIN * 100:.0f} % (two one-sided tests at "
+            f"{(1 - span.level) / 2 * 100:.2g} %)")
+    why = {"agrees": "the rank interval over their bounds lies inside ",
+           "disagrees": "the rank interval over their bounds lies outside ",
+           "undecided": f"the rank interval over their bounds, [{span.low * 100:.1f}, "
+           f"{span.high * 100:.1f}] %, straddles "}[verdict] + band
+    return measured, verdict, why
 
 
 def sender_limits(records: List[Any]) -> Optional[Dict[str, Any]]:

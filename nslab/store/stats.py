@@ -9,6 +9,10 @@ were computed:
 * a difference or ratio of two means: Welch's t interval for the difference
   (unequal variances), expressed relative to the reference mean;
 * a proportion: Wilson's score interval (``scipy.stats.binomtest``);
+* a shift between two groups where some values are known only to lie
+  between two bounds: the Hodges-Lehmann estimate with the Mann-Whitney
+  test's distribution-free interval (:func:`shift`), whose ends move with
+  each value, so a box of values gives the interval's range at its corners;
 * "the same": two one-sided tests (TOST) at level alpha, i.e. the (1 - 2 alpha)
   interval of the relative difference lies inside +-margin;
 * a curve against a published one at fixed points: each point's own t
@@ -259,6 +263,82 @@ def difference(a: Sequence[float], b: Sequence[float], level: Optional[float] = 
                            (vb ** 2 / (len(xb) - 1) if vb else 0))
     half = float(stats.t.ppf(0.5 + level / 2, df)) * se
     return Estimate(ma - mb, Interval(ma - mb - half, ma - mb + half, level, "Welch t"), n)
+
+
+#: Beyond this many values in either group, the Mann-Whitney test's null
+#: distribution is taken from its normal approximation rather than counted.
+EXACT_UP_TO = 50
+
+
+def _rank_k(m: int, n: int, level: float) -> int:
+    """The number of the smallest (and of the largest) of the ``m * n``
+    pairwise differences an interval at ``level`` leaves out: the largest
+    k with P(U <= k - 1) <= (1 - level) / 2 under the Mann-Whitney test's null
+    distribution (scipy's, exact for small groups); 0 when even the
+    widest interval does not reach ``level``."""
+    from scipy import stats
+    method = "exact" if max(m, n) <= EXACT_UP_TO else "asymptotic"
+    ys = list(range(n))
+
+    def below(u: int) -> float:
+        # P(U <= u): the p-value of a sample whose U is u (x's i-th value
+        # above c_i of the y's, the c_i summing to u), against "less"
+        xs, left = [], u
+        for i in range(m):
+            c = min(n, left)
+            left -= c
+            xs.append(c - 0.5 + i * 1e-6)
+        return float(stats.mannwhitneyu(xs, ys, alternative="less", method=method,
+                                        use_continuity=False).pvalue)
+    tail = (1 - level) / 2
+    lo, hi = 0, (m * n) // 2 + 1  # below(lo - 1) is 0; the answer is under hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if below(mid - 1) <= tail + 1e-12:  # 1/20 against 0.1/2, in floats
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def shift(a: Sequence[float], b: Sequence[float], level: Optional[float] = None) -> Estimate:
+    """How far ``a``'s values lie above ``b``'s: the Hodges-Lehmann estimate
+    (the median of every ``a_i - b_j``) with the distribution-free interval
+    of the Mann-Whitney test (the k-th smallest and k-th largest of those
+    differences, k from the test's null distribution, :func:`_rank_k`), which
+    holds at ``level`` where the two groups differ by a shift.
+
+    Each end is one of the differences in order, so it moves the same way as
+    every value of ``a`` and the other way from every value of ``b``: for
+    values known only to lie between two bounds each, the interval's low end
+    is lowest with ``a`` at its lower bounds and ``b`` at its upper, and its
+    high end highest the other way round (no other choice of values passes
+    those). None interval when the groups are too small for one at ``level``."""
+    level = _level(level)
+    xa, xb = [float(v) for v in a], [float(v) for v in b]
+    if not xa or not xb:
+        raise ValueError("a shift between empty groups")
+    diffs = sorted(x - y for x in xa for y in xb)
+    est = float(statistics.median(diffs))
+    n = min(len(xa), len(xb))
+    k = _rank_k(len(xa), len(xb), level)
+    if k < 1:
+        return Estimate(est, None, n)
+    return Estimate(est, Interval(diffs[k - 1], diffs[-k], level,
+                                  "Hodges-Lehmann, Mann-Whitney"), n)
+
+
+def relative_shift(a: Sequence[float], b: Sequence[float],
+                   level: Optional[float] = None) -> Estimate:
+    """:func:`shift` of the logarithms, as a ratio less one: how many times
+    ``b``'s values ``a``'s are, less one (+0.02: 2 % above). Its ends move
+    with each value as :func:`shift`'s do."""
+    if any(float(v) <= 0 for v in list(a) + list(b)):
+        raise ValueError("a relative shift of values that are not positive")
+    est = shift([math.log(float(v)) for v in a], [math.log(float(v)) for v in b], level)
+    ci = None if est.ci is None else Interval(math.expm1(est.ci.low), math.expm1(est.ci.high),
+                                              est.ci.level, est.ci.method)
+    return Estimate(math.expm1(est.value), ci, est.n)
 
 
 def r_squared(ours: Sequence[float], theirs: Sequence[float]) -> Optional[float]:

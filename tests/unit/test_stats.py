@@ -9,6 +9,8 @@ rather than agreeing with a wrong nslab."""
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nslab.store import stats
 
@@ -139,3 +141,80 @@ def test_a_point_with_one_value_decides_nothing_by_itself():
     assert stats.within_everywhere(stats.pointwise([[50.0], [1, 1]], [0, 30]), -10, 10) == \
         "disagrees"
     assert stats.within_everywhere([], -10, 10) == "undecided"
+
+
+# -- the rank interval (Hodges-Lehmann with Mann-Whitney's null distribution) --
+
+def _u_counts(m: int, n: int):
+    """How many of the C(m + n, m) orders of two groups give each U (the
+    pairs with the first group's value above), counted by enumeration."""
+    import itertools
+    counts: dict = {}
+    for pos in itertools.combinations(range(m + n), m):
+        u = sum(p - i for i, p in enumerate(pos))
+        counts[u] = counts.get(u, 0) + 1
+    return counts, math.comb(m + n, m)
+
+
+@pytest.mark.parametrize("m,n", [(2, 2), (3, 3), (4, 5), (5, 8), (6, 6), (6, 9), (9, 9), (3, 10)])
+@pytest.mark.parametrize("level", [0.9, 0.95, 0.9833])
+def test_the_rank_interval_leaves_out_what_the_null_distribution_allows(m, n, level):
+    """k is the largest count with P(U <= k - 1) <= (1 - level) / 2, the
+    distribution counted here by enumerating every order (textbook: 18 for
+    nine against nine at 95 %, whose two-sided critical U is 17)."""
+    counts, total = _u_counts(m, n)
+    tail = (1 - level) / 2
+    want = max(k for k in range(m * n + 1)
+               if sum(counts.get(u, 0) for u in range(k)) / total <= tail + 1e-12)
+    assert stats._rank_k(m, n, level) == want
+    if (m, n, level) == (9, 9, 0.95):
+        assert want == 18
+
+
+def test_the_shift_is_the_median_of_the_pairwise_differences_with_order_statistics_as_ends():
+    a = [10.0, 11.0, 12.5, 13.0, 14.0, 15.5]
+    b = [9.0, 9.5, 10.0, 11.0, 12.0, 12.5]
+    diffs = sorted(x - y for x in a for y in b)
+    est = stats.shift(a, b, 0.95)
+    k = stats._rank_k(6, 6, 0.95)
+    assert k == 6  # six against six at 95 %: U <= 5 is rejected
+    assert est.value == pytest.approx((diffs[17] + diffs[18]) / 2)
+    assert est.ci is not None and (est.ci.low, est.ci.high) == (diffs[k - 1], diffs[-k])
+    assert est.ci.method == "Hodges-Lehmann, Mann-Whitney" and est.n == 6
+    # three against three cannot reach 95 %: no interval, so no verdict
+    assert stats.shift([1.0, 2.0, 3.0], [1.5, 2.5, 3.5], 0.95).ci is None
+
+
+def test_a_relative_shift_is_the_shift_of_the_logarithms():
+    b = [100.0, 101.0, 99.0, 100.5, 99.5, 100.2]
+    est = stats.relative_shift([2 * v for v in b], b, 0.95)
+    assert est.value == pytest.approx(1.0)
+    assert est.ci is not None and est.ci.low < 1.0 < est.ci.high
+    with pytest.raises(ValueError, match="not positive"):
+        stats.relative_shift([1.0, 0.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="empty"):
+        stats.shift([], [1.0])
+
+
+_values = st.lists(st.floats(min_value=1.0, max_value=1e3, allow_nan=False), min_size=4,
+                   max_size=9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(a=_values, b=_values, i=st.integers(min_value=0, max_value=8),
+       up=st.floats(min_value=0.0, max_value=500.0), of_a=st.booleans())
+def test_the_rank_interval_s_ends_move_with_each_value(a, b, i, up, of_a):
+    """The property the alias study's bracket rests on: raising a value of
+    ``a`` never lowers either end, raising one of ``b`` never raises one, so
+    over values in boxes the ends are extreme at the boxes' corners."""
+    before = stats.relative_shift(a, b, 0.9)
+    grp = list(a if of_a else b)
+    grp[i % len(grp)] += up
+    after = stats.relative_shift(grp, b, 0.9) if of_a else stats.relative_shift(a, grp, 0.9)
+    if before.ci is None:
+        assert after.ci is None
+        return
+    assert after.ci is not None
+    sign = 1 if of_a else -1
+    assert sign * (after.ci.low - before.ci.low) >= -1e-12
+    assert sign * (after.ci.high - before.ci.high) >= -1e-12
