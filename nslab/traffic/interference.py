@@ -30,6 +30,7 @@ one does (the virtual RFC 2544 bed's QEMU runs so beside the other studies).
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -203,7 +204,7 @@ class Watch:
                     names[pid] = comm
                     starts[pid] = _field(fields, 19)
                 snap.tasks[tid] = Task(times, allowed, False, comm,
-                                       _field(fields, 38) == SCHED_IDLE, pid=pid,
+                                       _policy(fields) == SCHED_IDLE, pid=pid,
                                        ppid=max(ppid, 0), start=_field(fields, 19))
         kept = [pid for pid, start in self._bed_seen.items() if starts.get(pid) == start]
         bed = descendants([self.root_pid, *kept], parents) | self.bed_pids
@@ -241,10 +242,16 @@ def _field(fields: List[str], i: int, default: int = -1) -> int:
         return default
 
 
+def _policy(fields: List[str]) -> int:
+    """The scheduling policy among a stat line's fields (:func:`stat_fields`:
+    field 41 of the line), or -1."""
+    return _field(fields, 38)
+
+
 def sched_policy(stat: str) -> Optional[int]:
     """The scheduling policy in a ``/proc/<pid>/task/<tid>/stat`` line (field
     41), or None when the line is not one."""
-    policy = _field(stat_fields(stat), 38)
+    policy = _policy(stat_fields(stat))
     return None if policy < 0 else policy
 
 
@@ -265,7 +272,13 @@ def same_thread(x: Task, y: Task) -> bool:
     that did not go back."""
     if x.start >= 0 and y.start >= 0 and x.start != y.start:
         return False
-    return y.times.run_ns >= x.times.run_ns and y.times.wait_ns >= x.times.wait_ns
+    return counted_on(x.times, y.times)
+
+
+def counted_on(x: SchedTimes, y: SchedTimes) -> bool:
+    """Whether the counters ``y`` (later) can be the same thread's as ``x``:
+    neither went back (a thread whose id was given again counts from zero)."""
+    return y.run_ns >= x.run_ns and y.wait_ns >= x.wait_ns
 
 
 def _deltas(a: Snapshot, b: Snapshot) -> List[Tuple[Task, int, int]]:
@@ -347,9 +360,6 @@ class Gone:
 #: The longest tick Linux has (HZ=100), where the kernel's own is not known
 LONGEST_TICK_NS = 10_000_000
 
-_last_stint: List[Optional[int]] = []
-
-
 def last_stint_ns(config: Optional[str] = None, nohz_full: str = "") -> Optional[int]:
     """The most run time an exit report can leave out, in ns: the stint a
     thread exits in is folded into its run time at the next tick or switch,
@@ -360,10 +370,7 @@ def last_stint_ns(config: Optional[str] = None, nohz_full: str = "") -> Optional
     ``/sys/devices/system/cpu/nohz_full``; a kernel built with NO_HZ_FULL
     ticks on every CPU not named there)."""
     if config is None:
-        if _last_stint:
-            return _last_stint[0]
-        _last_stint.append(last_stint_ns(_kernel_config(), _nohz_full()))
-        return _last_stint[0]
+        return _this_kernel_stint()
     if nohz_full.strip() not in ("", "(null)"):
         return None  # the file is there only on a NO_HZ_FULL kernel
     hz = 0
@@ -374,6 +381,12 @@ def last_stint_ns(config: Optional[str] = None, nohz_full: str = "") -> Optional
             except ValueError:
                 hz = 0
     return 1_000_000_000 // hz if hz > 0 else LONGEST_TICK_NS
+
+
+@functools.lru_cache(maxsize=None)
+def _this_kernel_stint() -> Optional[int]:
+    """:func:`last_stint_ns` of this kernel, read once."""
+    return last_stint_ns(_kernel_config(), _nohz_full())
 
 
 def _nohz_full() -> str:
@@ -435,8 +448,7 @@ def resolve_ended(a: Snapshot, b: Snapshot, ended: Iterable["Ended"]) -> List[Go
     for e in ended:
         known = a.tasks.get(e.tid) if e.tid not in reported else None
         reported.add(e.tid)
-        if known is not None and not (e.run_ns >= known.times.run_ns
-                                      and e.wait_ns >= known.times.wait_ns):
+        if known is not None and not counted_on(known.times, SchedTimes(e.run_ns, e.wait_ns)):
             known = None  # its id given again: another thread
         run = e.run_ns - (known.times.run_ns if known else 0)
         wait = e.wait_ns - (known.times.wait_ns if known else 0)

@@ -241,7 +241,7 @@ def test_the_listener_counts_only_once_its_canary_came_with_its_run_time(monkeyp
 def tick_4ms(monkeypatch):
     """This kernel's tick taken as 4 ms (HZ=250), whatever the machine's."""
     from nslab.traffic import interference
-    monkeypatch.setattr(interference, "_last_stint", [4_000_000])
+    monkeypatch.setattr(interference, "_this_kernel_stint", lambda: 4_000_000)
 
 
 def test_an_exit_report_leaves_out_at_most_one_tick_of_run_time():
@@ -264,7 +264,7 @@ def test_without_a_tick_another_s_exit_adds_its_whole_life(monkeypatch):
     from nslab.traffic import interference
     from nslab.traffic.exits import Ended
     from nslab.traffic.interference import OTHER, resolve_ended
-    monkeypatch.setattr(interference, "_last_stint", [None])
+    monkeypatch.setattr(interference, "_this_kernel_stint", lambda: None)
     a = Snapshot(0.0, {30: task(0, {0})})
     gone = resolve_ended(a, Snapshot(1.0), [Ended(31, 30, 0, 0, "cc1", tgid=31, run_ns=10,
                                                    elapsed_ns=90_000_000)])
