@@ -23,6 +23,8 @@ says the machine has a stock kernel (``NSLAB_STOCK_KERNEL=1``, set by ``make
 test-kernel`` inside its guest): there a missing capability fails the test, so
 that a feature is never reported as tested when it was not.
 
+SIGTERM and SIGHUP end a run as Ctrl-C does, through every teardown.
+
 Markers (registered here): ``root`` (skipped without root), ``slow``,
 ``kernel`` (needs a stock kernel's features or depends on the kernel; run by
 ``make test-kernel`` on every stock kernel), ``guest`` (a flow that runs here
@@ -105,9 +107,19 @@ def missing(names: Tuple[str, ...]) -> List[str]:
     return out
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def pytest_configure(config: "pytest.Config") -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
+    # SIGTERM and SIGHUP end a run like Ctrl-C, through every test's teardown:
+    # by default they end Python at once, and a test's guests (QEMU in
+    # sessions of their own, which no run tag names) and labs outlived it
+    import signal
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupted)
 
 
 def once_here(item: "pytest.Item") -> bool:
