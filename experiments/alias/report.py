@@ -368,6 +368,8 @@ def _bracket_ends(low: Dict[int, List[float]], high: Dict[int, List[float]], too
     lo_g, hi_g = small_and_large(low), small_and_large(high)
     if lo_g is None or hi_g is None or lo_g[2] != top_n or not took:
         return None
+    if min(lo_g[0] + lo_g[1]) <= 0:
+        return None  # a figure of nothing has no ratio to compare
     small = lo_g[0]
     lo, hi = relative_shift(lo_g[1], small), relative_shift(hi_g[1], small)
     span = _span(lo, hi)
@@ -400,6 +402,8 @@ def _bracket_control(low: Dict[str, Dict[int, List[float]]],
     from nslab.store.stats import Estimate, level, relative_shift, within
     if not (low["parallel"].get(top_n) and low["alias"].get(top_n)) or not sum(took.values()):
         return None
+    if min(low["parallel"][top_n] + low["alias"][top_n]) <= 0:
+        return None  # a figure of nothing has no ratio to compare
     tost = 1 - 2 * (1 - level())
     lo = relative_shift(low["parallel"][top_n], high["alias"][top_n], tost)
     hi = relative_shift(high["parallel"][top_n], low["alias"][top_n], tost)

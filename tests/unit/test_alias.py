@@ -628,3 +628,21 @@ def test_every_disturbed_point_at_the_top_is_taken_in_and_counted(tmp_path):
     overhead = found["Linux IP aliasing adds no measurable overhead"]
     assert overhead.verdict == "agrees", overhead
     assert "with the 32 point(s) at N=254 the host disturbed" in overhead.why, overhead.why
+
+
+def test_a_disturbed_point_that_read_nothing_is_not_bracketed(tmp_path):
+    """A disturbed point whose receiver read 0 has a lower bound of 0, which
+    no ratio compares: the claims its undisturbed points leave undecided
+    stay so, and the report is still written."""
+    state = {"done": False}
+
+    def nothing(rec):
+        if rec["host"]["disturbed"] and rec["params"]["mode"] == "alias" and not state["done"]:
+            rec["measurements"]["receiver_bps"] = 0.0
+            state["done"] = True
+    found = _noisy_all(tmp_path, nothing)
+    for name in ("Linux IP aliasing adds no measurable overhead",
+                 "Throughput rises with the number of aliases",
+                 "The rise comes from more TCP connections, not from the aliases"):
+        assert found[name].verdict == "undecided", found[name]
+        assert "rank interval" not in found[name].why, found[name].why
