@@ -127,19 +127,29 @@ def runs_elsewhere(study: Any, cfg: Any, prev: Optional[str]) -> bool:
 def _beside(name: str, mode: str, root: str, prev: Optional[str]) -> "subprocess.Popen[bytes]":
     """``nslab run NAME`` into this reproduction, in the background; its
     progress lines share this terminal. Its own process: Ctrl-C reaches it
-    too, and it stops its guest."""
+    too, and it stops its guest. It runs at the ``SCHED_IDLE`` policy
+    (:func:`_beside_child`), as its guest's QEMU does."""
     nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
     argv = [nslab, "--results", root, "run", name]
     argv += ["--resume", prev] if prev else ["--preset", mode]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_interrupted_with_me)
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_beside_child)
 
 
-def _interrupted_with_me() -> None:
-    """In the child: SIGINT when this process dies, however it dies (SIGKILL,
-    SIGTERM), so that the child stops its guest and keeps what it measured
-    rather than running on alone (prctl PR_SET_PDEATHSIG)."""
+def _beside_child() -> None:
+    """In the child, before it runs:
+
+    - SIGINT when this process dies, however it dies (SIGKILL, SIGTERM), so
+      that the child stops its guest and keeps what it measured rather than
+      running on alone (prctl PR_SET_PDEATHSIG);
+    - the ``SCHED_IDLE`` policy, which all it starts inherits: its answers
+      come from a clock that counts instructions, so it may take only the
+      CPU time the studies measured here leave, and their interference
+      accounting counts none of its threads (no SCHED_IDLE thread is counted:
+      :mod:`nslab.traffic.interference`). Only its QEMU was idle before, and
+      its controller's own waits for a CPU counted as theirs."""
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT), 0, 0, 0)
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 
 
 def check_resumable(resume: str) -> None:

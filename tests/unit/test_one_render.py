@@ -163,3 +163,20 @@ def test_reproduce_runs_cpu_bound_studies_first_then_starts_the_guest_beside_the
     assert names == ["alias", "ecmp", "rfc2544", "ecmp-failover"]
     real = run_order(registered, ["rfc2544", "ecmp"], "quick", str(tmp_path))
     assert [name for name, *_ in real] == ["rfc2544", "ecmp"]
+
+
+def test_the_study_beside_runs_idle_and_ends_with_its_parent():
+    """The RFC 2544 study started beside the others runs at SCHED_IDLE (so no
+    host study counts its threads, nor waits for them) and gets SIGINT when
+    the reproduction's process dies: checked in a real child."""
+    import signal
+    import subprocess
+    import sys
+
+    from nslab.cmdline.reproduce import _beside_child
+    out = subprocess.run(
+        [sys.executable, "-c", "import ctypes, os; sig = ctypes.c_int(); "
+         "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0); "
+         "print(os.sched_getscheduler(0), sig.value)"],
+        preexec_fn=_beside_child, capture_output=True, text=True, check=True).stdout.split()
+    assert out == [str(os.SCHED_IDLE), str(int(signal.SIGINT))]
