@@ -66,8 +66,9 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
             if elsewhere:
                 echo(f"== [{i}/{len(names)}] {name}" + (f" (resuming {prev})" if prev else "")
                      + ": in its own guest, beside the other studies (its clock counts "
-                       "instructions: what they run cannot move its answers, and it takes "
-                       "only CPU time they leave)")
+                       "instructions: what they run cannot move its answers; it runs at the "
+                       "idle policy, though their threads wait a little longer to wake "
+                       "beside it: docs/rfc2544.md)")
                 away.append((name, _beside(name, mode, root, prev), time.monotonic()))
                 continue
             echo(f"== [{i}/{len(names)}] {name}" + (f" (resuming {prev})" if prev else ""))
