@@ -724,7 +724,7 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
     from ..traffic.exits import Exits
     from ..traffic.interference import (Watch, account, bed_wait_share, counts_waits,
                                         displaced_share, others_share, resolve_ended,
-                                        top_bed_waits, top_others, worst)
+                                        steal_share, top_bed_waits, top_others, worst)
     ncpus = os.cpu_count() or 1
     watch = Watch(range(ncpus))
     threshold = float(getattr(cfg, "host_pct", 10.0))
@@ -747,6 +747,10 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
         waited = (None if ended is None or not counts_waits(a, b, gone) else
                   bed_wait_share(a, b, ncpus, gone))
         judged = share if waited is None else displaced_share(share, waited)
+        # the hypervisor's steal: time withheld from the machine's CPUs while
+        # they wanted to run, which no task's counters show; the lab's at most
+        stolen = steal_share(a, b, ncpus)
+        judged += stolen or 0.0
         # exits the kernel dropped, or that could not be read: neither bound
         # holds their threads (a neighbour's fork storm is what overflows)
         lost = exits.lost
@@ -754,15 +758,17 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
         if not over or tries >= allowed:
             break
         tries += 1
-        log.info("%s: other tasks took %.0f %% of the CPUs (the lab waited for one %s%s): "
+        log.info("%s: other tasks took %.0f %% of the CPUs (the lab waited for one %s%s%s): "
                  "measuring it again (%d of %d)", study.describe_point(point), share,
                  "for an unknown time" if waited is None else f"{waited:.0f} % of their time",
+                 f"; the hypervisor withheld {stolen:.0f} %" if stolen else "",
                  "; exits were lost" if lost else "", tries, allowed)
     found = account(a, b, watch.cpus)
     cpu, _ = worst(found)
     host = {"other_pct": {str(c): round(v.other_pct, 2) for c, v in found.items()},
             "worst_cpu": cpu, "worst_pct": round(share, 2),
             "bed_wait_pct": None if waited is None else round(waited, 2),
+            "steal_pct": None if stolen is None else round(stolen, 2),
             "source": "task scan: share of all CPUs", "reruns": tries,
             "disturbed": over and study.reruns_points, "exits_lost": lost,
             "threshold_pct": threshold,

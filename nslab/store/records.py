@@ -76,7 +76,8 @@ class HostLoad(Strict):
     """Host interference while a point was measured (:mod:`nslab.traffic.interference`):
     other tasks' share of each CPU (an upper bound each), ``worst_pct`` their
     share of all CPUs together, ``bed_wait_pct`` the lab's own threads' wait
-    for a CPU (the smaller of the two is judged), and whether the point
+    for a CPU (the smaller of the two is judged, with the hypervisor's
+    steal added), and whether the point
     stayed over the study's threshold after its re-runs."""
 
     other_pct: Dict[str, float]
@@ -85,6 +86,10 @@ class HostLoad(Strict):
     #: the lab's own tasks' wait for a CPU, as a share of all CPUs (None:
     #: records from before it was measured, judged on ``worst_pct`` alone)
     bed_wait_pct: Optional[float] = None
+    #: the time the hypervisor withheld from the CPUs (steal), as a share of
+    #: all CPUs, added to the smaller of the two (None: not known, or records
+    #: from before it was measured)
+    steal_pct: Optional[float] = None
     source: str
     reruns: int = 0
     disturbed: bool = False

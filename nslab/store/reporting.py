@@ -97,11 +97,15 @@ def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
     # records from before the lab's wait was measured were judged on others' share alone
     wait = (f", and the lab's own tasks waited for a CPU up to {max(waits):.0f} % of "
             "the CPUs' time (summed over its tasks)," if waits else "")
+    stolen = [h.steal_pct for h in hit if getattr(h, "steal_pct", None)]
+    steal = (f" the hypervisor withheld up to {max(stolen):.0f} % of the CPUs' time,"
+             if stolen and max(stolen) >= 0.5 else "")
     lost = sum(1 for h in hit if getattr(h, "exits_lost", False))
     dropped = (f"; at {lost} the kernel dropped threads' exit reports, so what they took "
                "is not known" if lost else "")
     note = (f"host interference: other tasks took up to {worst.worst_pct:.0f} % of "
-            f"the CPUs{wait} during {len(hit)} of {len(records)} points ({again}, then left out"
+            f"the CPUs{wait}{',' if steal and not wait else ''}{steal} during {len(hit)} of "
+            f"{len(records)} points ({again}, then left out"
             f"{'; at worst ' + who if who else ''}{dropped})")
     most = 2 * len(hit) >= len(records)
     return [dataclasses.replace(c, why=f"{c.why}; {note}",

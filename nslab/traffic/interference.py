@@ -92,6 +92,9 @@ class Snapshot:
     #: bed's root's ancestors (a subreaper among them, ``systemd --user``,
     #: adopts before ``init`` does)
     adopters: FrozenSet[int] = frozenset({1})
+    #: the time the hypervisor withheld from this machine's CPUs since boot,
+    #: all CPUs together (``/proc/stat``'s steal), in ns; None: not known
+    steal_ns: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,7 @@ class Watch:
         from the parents this scan read, so a process the lab forked during
         it is the lab's."""
         snap = Snapshot(time.monotonic())
+        snap.steal_ns = parse_steal(_read(f"{self.proc}/stat") or "", os.sysconf("SC_CLK_TCK"))
         parents: Dict[int, int] = {}
         names: Dict[int, str] = {}
         starts: Dict[int, int] = {}
@@ -226,6 +230,32 @@ class Watch:
 
 #: ``SCHED_IDLE`` (linux/sched.h)
 SCHED_IDLE = 5
+
+
+def parse_steal(stat: str, ticks_per_s: int) -> Optional[int]:
+    """The steal time of all CPUs together, in ns, from ``/proc/stat``'s
+    first line (``cpu user nice system idle iowait irq softirq steal ...``,
+    in ticks of ``ticks_per_s``); None when the line has no such field."""
+    for line in stat.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            if len(parts) < 9 or ticks_per_s <= 0:
+                return None
+            try:
+                return int(parts[8]) * 1_000_000_000 // ticks_per_s
+            except ValueError:
+                return None
+    return None
+
+
+def steal_share(a: Snapshot, b: Snapshot, ncpus: int) -> Optional[float]:
+    """The time the hypervisor withheld from the CPUs between two snapshots,
+    as a share of all CPUs (%): time a CPU of this machine wanted to run
+    and did not, whatever ran on it. None where steal is not known."""
+    if a.steal_ns is None or b.steal_ns is None:
+        return None
+    window = max(b.t - a.t, 1e-9)
+    return max(0, b.steal_ns - a.steal_ns) / 1e9 / (window * max(1, ncpus)) * 100
 
 
 def stat_fields(stat: str) -> List[str]:

@@ -949,3 +949,28 @@ def test_disturbed_trials_join_an_under_claim_only_after_events_no_timer_waits_o
     assert c.verdict == "undecided" and c.why.startswith("too few undisturbed trials"), c
     assert c.decide.startswith("a quiet host"), c
 
+
+
+#: /proc/stat's first lines on the development VM (Linux 6.18, 2 vCPUs), 2026-12-01
+PROC_STAT = ("cpu  3235559 2630 883371 2663662 16970 0 233348 31837 0 0\n"
+             "cpu0 1617000 1300 441000 1331000 8400 0 116000 15900 0 0\n")
+
+
+def test_steal_is_read_from_proc_stat_and_taken_as_a_share_of_all_cpus():
+    from nslab.traffic.interference import parse_steal, steal_share
+    assert parse_steal(PROC_STAT, 100) == 31837 * 10_000_000
+    assert parse_steal("cpu  1 2 3 4\n", 100) is None  # a kernel without the field
+    assert parse_steal("", 100) is None and parse_steal(PROC_STAT, 0) is None
+    a, b = Snapshot(10.0, steal_ns=0), Snapshot(12.0, steal_ns=400_000_000)
+    assert steal_share(a, b, 2) == pytest.approx(10.0)  # 0.4 s of 2 CPUs x 2 s
+    assert steal_share(a, Snapshot(12.0), 2) is None
+
+
+def test_the_watch_reads_steal_where_there_is_a_proc_stat(tmp_path):
+    """Over a captured /proc without a stat file, steal is not known."""
+    from nslab.traffic.interference import Watch
+    (tmp_path / "stat").write_text(PROC_STAT)
+    assert Watch([0], proc=str(tmp_path)).snapshot().steal_ns == \
+        31837 * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    (tmp_path / "stat").unlink()
+    assert Watch([0], proc=str(tmp_path)).snapshot().steal_ns is None

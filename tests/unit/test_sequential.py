@@ -580,3 +580,38 @@ def test_a_point_whose_exits_the_kernel_dropped_is_disturbed(monkeypatch):
             self.host = HostLoad(**h)
     claims = note_interference([Claim("c", "", "undecided", "too few")], [R(host)])
     assert "the kernel dropped threads' exit reports" in claims[0].why
+
+
+def test_the_hypervisor_s_steal_is_added_to_what_others_took(monkeypatch):
+    """Time the hypervisor withheld from the machine's CPUs (``/proc/stat``'s
+    steal) shows in no task's counters: it is added to the smaller bound, so
+    a point whose other tasks took little but whose CPUs were withheld 12 %
+    of the time is disturbed; the record keeps the share and the report's
+    note names it. Where steal is not known, the bounds alone decide."""
+    from nslab.run.study import measure_point
+    from nslab.store.reporting import Claim, note_interference
+    from nslab.store.records import HostLoad
+    from nslab.traffic import exits, interference
+    from nslab.traffic.interference import Snapshot
+    steal = iter([0, 240_000_000, 240_000_000, 480_000_000])  # 0.24 s of 2 CPUs x 1 s
+    clock = iter([0.0, 1.0, 1.0, 2.0])
+    monkeypatch.setattr(interference.Watch, "snapshot",
+                        lambda self: Snapshot(next(clock), steal_ns=next(steal)))
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n, *_: 2.0)
+    monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n, *_: 1.0)
+    monkeypatch.setattr(exits.Exits, "drain", lambda self: [])
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    study = make_study(1.0, 2.0, 3.0, 4.0)
+    runner = study.runner("x", None, None, None)
+    _, _, _, host = measure_point(study, runner, {"repeat": 0}, Cfg(host_reruns=1))
+    assert host["steal_pct"] == 12.0 and host["disturbed"] and host["reruns"] == 1
+
+    class R:
+        def __init__(self, h):
+            self.host = HostLoad(**h)
+    claims = note_interference([Claim("c", "", "undecided", "too few")], [R(host)])
+    assert "the hypervisor withheld up to 12 % of the CPUs' time" in claims[0].why, claims[0].why
+
+    monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
+    _, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=1))
+    assert host["steal_pct"] is None and not host["disturbed"]
