@@ -133,10 +133,12 @@ def _beside(name: str, mode: str, root: str, prev: Optional[str]) -> "subprocess
     nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
     argv = [nslab, "--results", root, "run", name]
     argv += ["--resume", prev] if prev else ["--preset", mode]
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_beside_child)
+    parent = os.getpid()
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                            preexec_fn=lambda: _beside_child(parent))
 
 
-def _beside_child() -> None:
+def _beside_child(parent: Optional[int] = None) -> None:
     """In the child, before it runs:
 
     - SIGINT when this process dies, however it dies (SIGKILL, SIGTERM), so
@@ -150,7 +152,12 @@ def _beside_child() -> None:
       its controller's own waits for a CPU counted as theirs."""
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT), 0, 0, 0)
-    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # the parent died before the signal was asked for: no orphan
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError:
+        pass  # refused (a seccomp filter): it runs at the normal policy, as QEMU did
 
 
 def check_resumable(resume: str) -> None:

@@ -748,7 +748,9 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
                   bed_wait_share(a, b, ncpus, gone))
         judged = share if waited is None else displaced_share(share, waited)
         # the hypervisor's steal: time withheld from the machine's CPUs while
-        # they wanted to run, which no task's counters show; the lab's at most
+        # they wanted to run, which tasks' run times leave out (a queued
+        # thread's wait takes some in, so adding it may count it twice: an
+        # upper bound on what was taken from the lab, not an estimate)
         stolen = steal_share(a, b, ncpus)
         judged += stolen or 0.0
         # exits the kernel dropped, or that could not be read: neither bound

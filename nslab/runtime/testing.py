@@ -23,7 +23,9 @@ says the machine has a stock kernel (``NSLAB_STOCK_KERNEL=1``, set by ``make
 test-kernel`` inside its guest): there a missing capability fails the test, so
 that a feature is never reported as tested when it was not.
 
-SIGTERM and SIGHUP end a run as Ctrl-C does, through every teardown.
+SIGTERM and SIGHUP end a run as Ctrl-C does, through every teardown (where
+they were at their defaults: a run under ``nohup`` keeps SIGHUP ignored). A
+run spread over workers (pytest-xdist) ends its workers as xdist does.
 
 Markers (registered here): ``root`` (skipped without root), ``slow``,
 ``kernel`` (needs a stock kernel's features or depends on the kernel; run by
@@ -111,15 +113,32 @@ def _interrupted(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+#: The handlers :func:`pytest_configure` replaced, restored at the end
+_REPLACED: Dict[int, Any] = {}
+
+
 def pytest_configure(config: "pytest.Config") -> None:
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {text}")
     # SIGTERM and SIGHUP end a run like Ctrl-C, through every test's teardown:
     # by default they end Python at once, and a test's guests (QEMU in
-    # sessions of their own, which no run tag names) and labs outlived it
+    # sessions of their own, which no run tag names) and labs outlived it.
+    # Only a signal still at its default is taken (one ignored, as under
+    # nohup, or handled by the caller stays so), and only in the main thread.
     import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _interrupted)
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            _REPLACED[sig] = signal.signal(sig, _interrupted)
+
+
+def pytest_unconfigure(config: "pytest.Config") -> None:
+    import signal
+    while _REPLACED:
+        sig, old = _REPLACED.popitem()
+        signal.signal(sig, old)
 
 
 def once_here(item: "pytest.Item") -> bool:

@@ -265,9 +265,10 @@ def difference(a: Sequence[float], b: Sequence[float], level: Optional[float] = 
     return Estimate(ma - mb, Interval(ma - mb - half, ma - mb + half, level, "Welch t"), n)
 
 
-#: Beyond this many values in either group, the Mann-Whitney test's null
-#: distribution is taken from its normal approximation rather than counted.
-EXACT_UP_TO = 50
+#: Beyond this many pairs (values of one group times the other's), the
+#: Mann-Whitney test's null distribution is taken from its normal
+#: approximation (with the continuity correction) rather than counted.
+EXACT_UP_TO = 2_500
 
 
 def _rank_k(m: int, n: int, level: float) -> int:
@@ -277,7 +278,7 @@ def _rank_k(m: int, n: int, level: float) -> int:
     distribution (scipy's, exact for small groups); 0 when even the
     widest interval does not reach ``level``."""
     from scipy import stats
-    method = "exact" if max(m, n) <= EXACT_UP_TO else "asymptotic"
+    method = "exact" if m * n <= EXACT_UP_TO else "asymptotic"
     ys = list(range(n))
 
     def below(u: int) -> float:
@@ -288,8 +289,10 @@ def _rank_k(m: int, n: int, level: float) -> int:
             c = min(n, left)
             left -= c
             xs.append(c - 0.5 + i * 1e-6)
+        # (the continuity correction makes the normal approximation one of
+        # P(U <= u), not of P(U <= u - 1/2); the exact count ignores it)
         return float(stats.mannwhitneyu(xs, ys, alternative="less", method=method,
-                                        use_continuity=False).pvalue)
+                                        use_continuity=True).pvalue)
     tail = (1 - level) / 2
     lo, hi = 0, (m * n) // 2 + 1  # below(lo - 1) is 0; the answer is under hi
     while hi - lo > 1:

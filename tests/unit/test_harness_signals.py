@@ -31,9 +31,11 @@ def test_a_run_ended_by_a_signal_tears_down_what_its_tests_started(tmp_path, sig
                 child.wait()
                 open({str(gone)!r}, "w").close()
     """))
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     run = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "nslab.runtime.testing",
-                            "-p", "no:cacheprovider", str(tmp_path / "test_holds.py")],
+                            "-p", "no:cacheprovider", "-p", "no:xdist",
+                            str(tmp_path / "test_holds.py")],
                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -49,6 +51,11 @@ def test_a_run_ended_by_a_signal_tears_down_what_its_tests_started(tmp_path, sig
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
             run.wait()
+        if started.exists() and started.read_text():
+            try:  # a failed run may have left it: it is this test's own
+                os.killpg(int(started.read_text()), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     assert gone.exists(), out
     assert not os.path.exists(f"/proc/{held}") or _zombie(held), out
     assert run.returncode != 0 and "KeyboardInterrupt" in out, out
@@ -60,3 +67,39 @@ def _zombie(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def test_a_signal_ignored_or_handled_before_is_left_as_it_was():
+    """Under ``nohup`` SIGHUP is ignored, and a caller's own handler stays:
+    the plugin takes only a signal at its default, and gives back what it
+    took when the run ends."""
+    from nslab.runtime import testing
+    old = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+    def mine(signum, frame):
+        pass
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        testing.pytest_unconfigure(None)  # whatever this run's own plugin took
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, mine)
+        config = _Config()
+        testing.pytest_configure(config)
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) is mine
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        testing.pytest_configure(config)
+        assert signal.getsignal(signal.SIGTERM) is testing._interrupted
+        testing.pytest_unconfigure(config)
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class _Config:
+    """What ``pytest_configure`` uses of a pytest config."""
+
+    def addinivalue_line(self, name, line):
+        pass

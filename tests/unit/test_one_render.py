@@ -174,9 +174,16 @@ def test_the_study_beside_runs_idle_and_ends_with_its_parent():
     import sys
 
     from nslab.cmdline.reproduce import _beside_child
+    parent = os.getpid()
     out = subprocess.run(
-        [sys.executable, "-c", "import ctypes, os; sig = ctypes.c_int(); "
+        [sys.executable, "-I", "-S", "-c", "import ctypes, os; sig = ctypes.c_int(); "
          "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0); "
          "print(os.sched_getscheduler(0), sig.value)"],
-        preexec_fn=_beside_child, capture_output=True, text=True, check=True).stdout.split()
+        preexec_fn=lambda: _beside_child(parent), capture_output=True,
+        text=True, check=True).stdout.split()
     assert out == [str(os.SCHED_IDLE), str(int(signal.SIGINT))]
+    # a parent gone before the death signal was asked for: the child does not run
+    gone = subprocess.run([sys.executable, "-I", "-S", "-c", "print('ran')"],
+                          preexec_fn=lambda: _beside_child(parent + 1), capture_output=True,
+                          text=True)
+    assert gone.returncode == 1 and "ran" not in gone.stdout

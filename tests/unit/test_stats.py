@@ -171,6 +171,17 @@ def test_the_rank_interval_leaves_out_what_the_null_distribution_allows(m, n, le
         assert want == 18
 
 
+@pytest.mark.parametrize("m,n", [(10, 60), (40, 60), (50, 50)])
+def test_large_groups_take_the_normal_approximation_within_one_of_the_count(monkeypatch, m, n):
+    """Past EXACT_UP_TO pairs the null distribution is scipy's normal
+    approximation with the continuity correction: k within one of the exact
+    count's (without the correction it was one too large about half the
+    time, the interval a step too narrow)."""
+    exact = stats._rank_k(m, n, 0.95)
+    monkeypatch.setattr(stats, "EXACT_UP_TO", 0)
+    assert abs(stats._rank_k(m, n, 0.95) - exact) <= 1
+
+
 def test_the_shift_is_the_median_of_the_pairwise_differences_with_order_statistics_as_ends():
     a = [10.0, 11.0, 12.5, 13.0, 14.0, 15.5]
     b = [9.0, 9.5, 10.0, 11.0, 12.0, 12.5]
