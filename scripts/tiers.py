@@ -148,6 +148,24 @@ def cases(junit: Optional[str]) -> List[Tuple[str, str, float]]:
     return out
 
 
+def reruns(junit: Optional[str]) -> List[Tuple[str, str, str]]:
+    """(test id, outcome, what its runs' steal was) of each test in a JUnit
+    XML file that ran again after failing on a disturbed bed: its ``steal``
+    property (nslab.runtime.testing) names more than one run."""
+    if not junit or not os.path.exists(junit):
+        return []
+    try:
+        root = ET.parse(junit).getroot()
+    except ET.ParseError:
+        return []
+    out = []
+    for case, (test, kind, _) in zip(root.iter("testcase"), cases(junit)):
+        said = [p.get("value") or "" for p in case.iter("property") if p.get("name") == "steal"]
+        if any("run again" in v for v in said):
+            out.append((test, kind, "; ".join(said)))
+    return out
+
+
 def summary(slowest: int = 10) -> List[str]:
     recs = load()
     if not recs:
@@ -185,6 +203,11 @@ def summary(slowest: int = 10) -> List[str]:
                       "included; a module's shared lab or guest boot counts in its first test):"]
         for s, tier, t in sorted(every, reverse=True)[:slowest]:
             lines.append(f"  {s:7.1f} s  {tier:<18} {t}")
+    again = [(r["name"], *x) for r in recs for x in reruns(r.get("junit"))]
+    if again:
+        lines += ["", "run again after failing while the hypervisor stole CPU time "
+                      "(the last run decides):"]
+        lines += [f"  {tier:<18} {t}: {kind}; {said}" for tier, t, kind, said in again]
     return lines
 
 

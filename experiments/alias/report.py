@@ -240,11 +240,7 @@ def receiver_claims(records: List[AliasRecord], rec: Dict[int, List[float]],
         if sides is not None:
             sides[CONTROL] = est.value
         if est.ci is not None:
-            lvl = f"{est.ci.level * 100:.0f} %"
-            why = {"agrees": f"the {lvl} interval lies inside", "disagrees": f"the {lvl} "
-                   "interval lies outside", "undecided": f"the {lvl} interval straddles"}[verdict]
-            why += (f" +-{ALIKE_MARGIN * 100:.0f} % (two one-sided tests at "
-                    f"{(1 - est.ci.level) / 2 * 100:.2g} %)")
+            why = _alike_why(verdict, f"the {est.ci.level * 100:.0f} % interval", est.ci.level)
         else:
             why = f"n={est.n}: no interval from one sample; {MORE}"
         pcs = samples(records, "parallel", "clients_sum_bps").get(n)
@@ -359,6 +355,16 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f} %"
 
 
+def _alike_why(verdict: str, interval: str, level: float, ends: str = "") -> str:
+    """Why the control took ``verdict``: where ``interval`` (at ``level``,
+    two one-sided tests) lies against +-ALIKE_MARGIN; ``ends``, its ends in
+    words, is said where it straddles."""
+    where = {"agrees": " lies inside", "disagrees": " lies outside",
+             "undecided": f", {ends}, straddles" if ends else " straddles"}[verdict]
+    return (f"{interval}{where} +-{ALIKE_MARGIN * 100:.0f} % (two one-sided tests at "
+            f"{(1 - level) / 2 * 100:.2g} %)")
+
+
 def _bracket_ends(low: Dict[int, List[float]], high: Dict[int, List[float]], took: int,
                   top_n: int, name: str) -> Optional[Tuple[str, str, str]]:
     """No overhead or the rise, judged with the aliases' disturbed points at
@@ -381,13 +387,11 @@ def _bracket_ends(low: Dict[int, List[float]], high: Dict[int, List[float]], too
     measured = (f"at the receiver, N<={SMALL_N} ({len(small)} values) vs N={top_n} "
                 f"({len(lo_g[1]) - took} undisturbed, {took} disturbed): shift "
                 f"{_pct(lo.value)} with the disturbed points at their lower bounds, "
-                f"{_pct(hi.value)} at their upper; over both "
-                f"[{span.low * 100:.1f}, {span.high * 100:.1f}] % "
-                f"({round(span.level * 100, 1):g} % {span.method})")
+                f"{_pct(hi.value)} at their upper; over both {span.fmt(100, 1, ' %')}")
     if chk.verdict == "undecided":
         return measured, "undecided", (
-            f"the rank interval over their bounds, [{span.low * 100:.1f}, "
-            f"{span.high * 100:.1f}] %, straddles {_pct(margin)}")
+            f"the rank interval over their bounds, {span.ends(100, 1, ' %')}, straddles "
+            f"{_pct(margin)}")
     return measured, chk.verdict, chk.why.replace("the interval", "the rank interval over "
                                                   "their bounds", 1)
 
@@ -416,15 +420,9 @@ def _bracket_control(low: Dict[str, Dict[int, List[float]]],
                        for m in ("parallel", "alias"))
     measured = (f"N={top_n}: -P {top_n} to one address vs one connection per alias, at the "
                 f"receiver ({counts}): shift from {_pct(lo.value)} to {_pct(hi.value)} "
-                f"between the bounds; over both [{span.low * 100:.1f}, {span.high * 100:.1f}] "
-                f"% ({round(span.level * 100, 1):g} % {span.method})")
-    band = (f"+-{ALIKE_MARGIN * 100:.0f} % (two one-sided tests at "
-            f"{(1 - span.level) / 2 * 100:.2g} %)")
-    why = {"agrees": "the rank interval over their bounds lies inside ",
-           "disagrees": "the rank interval over their bounds lies outside ",
-           "undecided": f"the rank interval over their bounds, [{span.low * 100:.1f}, "
-           f"{span.high * 100:.1f}] %, straddles "}[verdict] + band
-    return measured, verdict, why
+                f"between the bounds; over both {span.fmt(100, 1, ' %')}")
+    return measured, verdict, _alike_why(verdict, "the rank interval over their bounds",
+                                         span.level, span.ends(100, 1, " %"))
 
 
 def sender_limits(records: List[Any]) -> Optional[Dict[str, Any]]:

@@ -148,8 +148,9 @@ def _beside_child(parent: Optional[int] = None) -> None:
       come from a clock that counts instructions, so it may take only the
       CPU time the studies measured here leave, and their interference
       accounting counts none of its threads (no SCHED_IDLE thread is counted:
-      :mod:`nslab.traffic.interference`). Only its QEMU was idle before, and
-      its controller's own waits for a CPU counted as theirs."""
+      :mod:`nslab.traffic.interference`). It is not free: while its QEMU
+      runs, a thread of theirs that wakes waits longer for a CPU (this
+      kernel preempts no kernel section: docs/rfc2544.md)."""
     import ctypes
     ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT), 0, 0, 0)
     if parent is not None and os.getppid() != parent:

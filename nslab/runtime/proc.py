@@ -289,6 +289,33 @@ def same_process(pid: object, recorded: object) -> bool:
     return process_start_time(pid) == recorded
 
 
+def parse_steal(stat: str, ticks_per_s: int) -> Optional[int]:
+    """The steal time of all CPUs together, in ns, from ``/proc/stat``'s
+    first line (``cpu user nice system idle iowait irq softirq steal ...``,
+    in ticks of ``ticks_per_s``); None when the line has no such field."""
+    for line in stat.splitlines():
+        parts = line.split()
+        if parts and parts[0] == "cpu":
+            if len(parts) < 9 or ticks_per_s <= 0:
+                return None
+            try:
+                return int(parts[8]) * 1_000_000_000 // ticks_per_s
+            except ValueError:
+                return None
+    return None
+
+
+def read_steal_ns(proc: str = "/proc") -> Optional[int]:
+    """The hypervisor's steal of all CPUs together so far, in ns (:func:`parse_steal`
+    of ``<proc>/stat``); None where it is not known."""
+    try:
+        with open(f"{proc}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return parse_steal(text, os.sysconf("SC_CLK_TCK"))
+
+
 def boot_clock() -> float:
     """Now, on the clock of :func:`process_start_time` (seconds since boot,
     ``CLOCK_BOOTTIME``), so that "started after this instant" compares like with like."""

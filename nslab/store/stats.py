@@ -85,9 +85,13 @@ class Interval:
     def outside(self, low: float, high: float) -> bool:
         return self.high < low or self.low > high
 
+    def ends(self, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+        """``[low, high]`` and the unit, scaled."""
+        return f"[{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]{unit}"
+
     def fmt(self, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
-        return (f"[{self.low * scale:.{digits}f}, {self.high * scale:.{digits}f}]{unit} "
-                f"({round(self.level * 100, 1):g} % {self.method})")
+        """:meth:`ends`, then the level and method."""
+        return f"{self.ends(scale, digits, unit)} ({round(self.level * 100, 1):g} % {self.method})"
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
+from ..runtime.proc import parse_steal as parse_steal  # re-exported
+from ..runtime.proc import read_steal_ns
+
 if TYPE_CHECKING:
     from .exits import Ended
 
@@ -176,7 +179,7 @@ class Watch:
         from the parents this scan read, so a process the lab forked during
         it is the lab's."""
         snap = Snapshot(time.monotonic())
-        snap.steal_ns = parse_steal(_read(f"{self.proc}/stat") or "", os.sysconf("SC_CLK_TCK"))
+        snap.steal_ns = read_steal_ns(self.proc)
         parents: Dict[int, int] = {}
         names: Dict[int, str] = {}
         starts: Dict[int, int] = {}
@@ -230,22 +233,6 @@ class Watch:
 
 #: ``SCHED_IDLE`` (linux/sched.h)
 SCHED_IDLE = 5
-
-
-def parse_steal(stat: str, ticks_per_s: int) -> Optional[int]:
-    """The steal time of all CPUs together, in ns, from ``/proc/stat``'s
-    first line (``cpu user nice system idle iowait irq softirq steal ...``,
-    in ticks of ``ticks_per_s``); None when the line has no such field."""
-    for line in stat.splitlines():
-        parts = line.split()
-        if parts and parts[0] == "cpu":
-            if len(parts) < 9 or ticks_per_s <= 0:
-                return None
-            try:
-                return int(parts[8]) * 1_000_000_000 // ticks_per_s
-            except ValueError:
-                return None
-    return None
 
 
 def steal_share(a: Snapshot, b: Snapshot, ncpus: int) -> Optional[float]:

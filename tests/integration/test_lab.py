@@ -151,7 +151,9 @@ def test_framing_overhead_lowers_tcp_to_what_real_gbe_carries(make_lab):
     # 693-911 Mbit/s (25 runs here; 937-941 alone), while the same machine
     # still carried 3.7-4.5 Gbit/s framed at 10 Gbit/s and the unframed
     # 1 Gbit/s link above 945-954: the shaper's timing, not the CPU's capacity.
-    # Two CI runs beside those guests got 749 and 694.
+    # Two CI runs beside those guests got 749 and 694. One alone got 757-771
+    # while the hypervisor stole 27 % of the CPUs: the quiet tier runs a test
+    # that fails so again (nslab.runtime.testing.pytest_runtest_protocol).
     assert all(r <= 945 for r, _ in runs) and max(r for r, _ in runs) >= 847, runs
 
 

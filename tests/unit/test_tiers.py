@@ -53,3 +53,29 @@ def test_the_log_measures_a_busy_thread(tiers, tmp_path):
     # this thread alone keeps one CPU busy: at least that share of the machine
     assert min(busy) >= 0.9 / (os.cpu_count() or 1), busy
     assert tiers.reset() is None and not (tmp_path / "cpu.tsv").exists()
+
+
+def test_the_table_names_each_test_run_again_on_a_disturbed_bed(tiers, tmp_path):
+    """The ``steal`` property nslab.runtime.testing writes: a test that ran
+    again is listed after the slowest tests, with its outcome."""
+    junit = tmp_path / "quiet.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.integration.test_lab" name="test_framed" time="30.0">'
+        '<properties><property name="steal" value="run 1: the hypervisor stole 27 % of the '
+        'CPUs in the worst 1 s (9.0 % over the whole): failed on a disturbed bed, run again; '
+        'run 2: the hypervisor stole 1 % of the CPUs in the worst 1 s (0.5 % over the whole)"/>'
+        '</properties></testcase>'
+        '<testcase classname="tests.integration.test_lab" name="test_calm" time="3.0">'
+        '<properties><property name="steal" value="run 1: the hypervisor stole 0 % of the '
+        'CPUs in the worst 1 s (0.0 % over the whole)"/></properties></testcase>'
+        '</testsuite></testsuites>')
+    tiers.record("host: quiet", 33.0, 0, str(junit), 1_800_000_000.0)
+    table = tiers.summary()
+    at = table.index("run again after failing while the hypervisor stole CPU time "
+                     "(the last run decides):")
+    assert table[at + 1:] == [
+        "  host: quiet        tests/integration/test_lab.py::test_framed: passed; run 1: the "
+        "hypervisor stole 27 % of the CPUs in the worst 1 s (9.0 % over the whole): failed on a "
+        "disturbed bed, run again; run 2: the hypervisor stole 1 % of the CPUs in the worst 1 s "
+        "(0.5 % over the whole)"], table
