@@ -27,9 +27,9 @@ SIGTERM and SIGHUP end a run as Ctrl-C does, through every teardown (where
 they were at their defaults: a run under ``nohup`` keeps SIGHUP ignored). A
 run spread over workers (pytest-xdist) ends its workers as xdist does.
 
-A test marked ``quiet`` that fails while the hypervisor steals CPU time (5 %
-of the CPUs or more in some second) runs again, at most twice
-(:func:`pytest_runtest_protocol`).
+A test marked ``quiet`` whose call fails while the hypervisor steals CPU
+time (5 % of the CPUs or more in some second), and whose set-up and
+teardown passed, runs again, at most twice (:func:`pytest_runtest_protocol`).
 
 Markers (registered here): ``root`` (skipped without root), ``slow``,
 ``kernel`` (needs a stock kernel's features or depends on the kernel; run by
@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional, Set, Tuple
 
 import pytest
@@ -130,7 +131,6 @@ def pytest_configure(config: "pytest.Config") -> None:
     # Only a signal still at its default is taken (one ignored, as under
     # nohup, or handled by the caller stays so), and only in the main thread.
     import signal
-    import threading
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -211,6 +211,7 @@ class StealWatch:
         self.marked: Optional[float] = None
         self.first: Optional[Tuple[float, int]] = None
         self.last: Optional[Tuple[float, int]] = None
+        self._lock = threading.Lock()
 
     def _share(self, a: Tuple[float, int], b: Tuple[float, int], floor: float = 1e-9) -> float:
         return max(0, b[1] - a[1]) / 1e9 / (max(b[0] - a[0], floor) * self.ncpus) * 100
@@ -241,9 +242,7 @@ class StealWatch:
             self.marked = self._peak_until(self._sample())
 
     def __enter__(self) -> "StealWatch":
-        import threading
         self.first = self.last = self._sample()
-        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="steal-watch", daemon=True)
         self._thread.start()
@@ -257,13 +256,15 @@ class StealWatch:
             self.total = self._share(self.first, end, self.every)
             self.peak = self._peak_until(end)
 
-    def says(self, peak: Optional[float] = None) -> str:
-        """The steal in words, for a report (``peak``: one to say instead)."""
-        peak = self.peak if peak is None else peak
+    def says(self, to_mark: bool = False) -> str:
+        """The steal in words, for a report; ``to_mark``: the peak up to
+        :meth:`mark` (where it was marked)."""
+        peak, until = ((self.marked, " up to the call's end") if to_mark and self.marked is not None
+                       else (self.peak, ""))
         if peak is None or self.total is None:
             return "steal not known"
         return (f"the hypervisor stole {peak:.1f} % of the CPUs in the worst "
-                f"{self.every:g} s ({self.total:.1f} % over the whole)")
+                f"{self.every:g} s{until} ({self.total:.1f} % over the whole run)")
 
 
 def watched(item: "pytest.Item") -> bool:
@@ -326,7 +327,7 @@ def pytest_runtest_protocol(item: "pytest.Item", nextitem: Optional["pytest.Item
             finally:
                 del item.stash[_WATCH]
         peak = watch.marked if watch.marked is not None else watch.peak
-        said.append(f"run {attempt}: {watch.says(peak)}")
+        said.append(f"run {attempt}: {watch.says(to_mark=True)}")
         failed = any(r.failed for r in reports if r.when == "call")
         clean = not any(r.failed for r in reports if r.when != "call")
         if not (failed and clean and peak is not None and peak >= STEAL_RERUN_PCT) \

@@ -17,6 +17,7 @@ import nslab.runtime.proc as proc
 from nslab.runtime import testing
 
 testing.STEAL_SAMPLE_S = 0.05
+testing.missing = lambda names: []  # a test marked root runs without root too
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -25,7 +26,7 @@ def _steal():
     try:
         with open(os.path.join(HERE, "stolen_ns")) as f:
             return int(f.read())
-    except OSError:
+    except (OSError, ValueError):
         return 0
 
 
@@ -50,8 +51,9 @@ def steal():
     # however slowly this machine runs the test
     path = os.path.join(HERE, "stolen_ns")
     ns = int(open(path).read()) if os.path.exists(path) else 0
-    with open(path, "w") as f:
+    with open(path + ".new", "w") as f:
         f.write(str(ns + 10 * 10**9 * (os.cpu_count() or 1)))
+    os.replace(path + ".new", path)  # the watch reads it meanwhile
 """
 
 
@@ -61,7 +63,7 @@ def _run(tmp_path, body, *args):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "nslab.runtime.testing",
-                          "-p", "no:cacheprovider", "-p", "no:xdist", "--strict-markers",
+                          "-p", "no:cacheprovider", "-p", "no:xdist", "--strict-markers", "--color=no",
                           f"--junitxml={tmp_path / 'junit.xml'}", *args, "test_it.py"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     attempts = int((tmp_path / "attempts").read_text()) if (tmp_path / "attempts").exists() else 0
@@ -104,8 +106,8 @@ def test_a_failure_without_steal_stands_at_once(tmp_path):
     """)
     assert run.returncode == 1 and attempts == 1, run.stdout
     assert "a real regression" in run.stdout and not _said_again(run.stdout), run.stdout
-    assert props == ["run 1: the hypervisor stole 0.0 % of the CPUs in the worst 0.05 s "
-                     "(0.0 % over the whole)"], props
+    assert props == ["run 1: the hypervisor stole 0.0 % of the CPUs in the worst 0.05 s up to "
+                     "the call's end (0.0 % over the whole run)"], props
 
 
 def test_a_bed_disturbed_every_time_fails_after_the_last_run(tmp_path):
@@ -137,6 +139,10 @@ def test_steal_only_in_the_teardown_runs_nothing_again(tmp_path):
             assert False, "failed on a quiet bed"
     """)
     assert run.returncode == 1 and attempts == 1 and not _said_again(run.stdout), run.stdout
+    (said,) = props  # both spans said: none to the call's end, the teardown's over the run
+    assert said.startswith("run 1: the hypervisor stole 0.0 % of the CPUs in the worst 0.05 s "
+                           "up to the call's end (") and not said.endswith("(0.0 % over the "
+                                                                          "whole run)"), said
 
 
 def test_a_failed_teardown_is_never_hidden_by_a_run_again(tmp_path):
@@ -182,8 +188,7 @@ def test_rate():
     steal()
     assert False, "not watched"
 """)
-    assert run.returncode == 1 and attempts == (1 if os.geteuid() == 0 or not marks else 0), \
-        run.stdout
+    assert run.returncode == 1 and attempts == 1, run.stdout
     assert props == [] and not _said_again(run.stdout), run.stdout
 
 
@@ -199,6 +204,7 @@ def test_a_block_shorter_than_a_period_is_judged_over_one_period():
     reads = iter([0, 10_000_000])
     w = testing.StealWatch(every=1.0, read=lambda: next(reads))
     w.ncpus = 1
+    w._run = lambda: None  # no sample between: the block is shorter than a period
     with w:
         pass
     assert w.peak == pytest.approx(1.0)  # 10 ms of one 1 s period, one CPU
