@@ -131,8 +131,8 @@ def load() -> List[Dict]:
     return sorted(out, key=lambda r: r.get("started") or 0)
 
 
-def cases(junit: Optional[str]) -> List[Tuple[str, str, float]]:
-    """(test id, outcome, seconds) of each test case in a JUnit XML file."""
+def _testcases(junit: Optional[str]) -> List[Tuple[ET.Element, str, str, float]]:
+    """(element, test id, outcome, seconds) of each test case in a JUnit XML file."""
     if not junit or not os.path.exists(junit):
         return []
     try:
@@ -144,22 +144,22 @@ def cases(junit: Optional[str]) -> List[Tuple[str, str, float]]:
         module = (case.get("classname") or "").replace(".", "/")
         test = f"{module}.py::{case.get('name')}" if module else str(case.get("name"))
         kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
-        out.append((test, {"failure": "failed"}.get(kind, kind), float(case.get("time") or 0)))
+        out.append((case, test, {"failure": "failed"}.get(kind, kind),
+                    float(case.get("time") or 0)))
     return out
+
+
+def cases(junit: Optional[str]) -> List[Tuple[str, str, float]]:
+    """(test id, outcome, seconds) of each test case in a JUnit XML file."""
+    return [(test, kind, seconds) for _, test, kind, seconds in _testcases(junit)]
 
 
 def reruns(junit: Optional[str]) -> List[Tuple[str, str, str]]:
     """(test id, outcome, what its runs' steal was) of each test in a JUnit
     XML file that ran again after failing on a disturbed bed: its ``steal``
     property (nslab.runtime.testing) names more than one run."""
-    if not junit or not os.path.exists(junit):
-        return []
-    try:
-        root = ET.parse(junit).getroot()
-    except ET.ParseError:
-        return []
     out = []
-    for case, (test, kind, _) in zip(root.iter("testcase"), cases(junit)):
+    for case, test, kind, _ in _testcases(junit):
         said = [p.get("value") or "" for p in case.iter("property") if p.get("name") == "steal"]
         if any("run again" in v for v in said):
             out.append((test, kind, "; ".join(said)))
