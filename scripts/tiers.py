@@ -65,7 +65,10 @@ def cpu_times() -> List[int]:
 class CpuLog(threading.Thread):
     """Every ``every`` seconds, one line in ``cpu.tsv``: the time, and the
     shares of the machine's CPU time spent busy and stolen (by the hypervisor)
-    since the line before."""
+    since the line before. It reads /proc/stat itself rather than through
+    ``nslab.runtime.proc.read_steal_ns``: this script runs under the
+    system's Python (the Makefile's ``$(PY)``), outside the venv that holds
+    nslab's dependencies, and it needs the busy time from the same line."""
 
     def __init__(self, every: float = 5.0) -> None:
         super().__init__(name="cpu-log", daemon=True)

@@ -313,7 +313,13 @@ def read_steal_ns(proc: str = "/proc") -> Optional[int]:
             text = f.read()
     except OSError:
         return None
-    return parse_steal(text, os.sysconf("SC_CLK_TCK"))
+    return parse_steal(text, _CLOCK_TICKS)
+
+
+def steal_pct(steal_ns: int, seconds: float, ncpus: int, floor: float = 1e-9) -> float:
+    """``steal_ns`` of steal over ``seconds`` (at least ``floor``) as a share
+    of ``ncpus`` CPUs (%); a counter that went back counts as none."""
+    return max(0, steal_ns) / 1e9 / (max(seconds, floor) * max(1, ncpus)) * 100
 
 
 def boot_clock() -> float:

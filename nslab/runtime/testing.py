@@ -214,7 +214,8 @@ class StealWatch:
         self._lock = threading.Lock()
 
     def _share(self, a: Tuple[float, int], b: Tuple[float, int], floor: float = 1e-9) -> float:
-        return max(0, b[1] - a[1]) / 1e9 / (max(b[0] - a[0], floor) * self.ncpus) * 100
+        from .proc import steal_pct
+        return steal_pct(b[1] - a[1], b[0] - a[0], self.ncpus, floor)
 
     def _sample(self) -> Optional[Tuple[float, int]]:
         import time

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Dict, FrozenSet, Iterable, List, Mapping, Optional, Set, Tuple
 
 from ..runtime.proc import parse_steal as parse_steal  # re-exported
-from ..runtime.proc import read_steal_ns
+from ..runtime.proc import read_steal_ns, steal_pct
 
 if TYPE_CHECKING:
     from .exits import Ended
@@ -241,8 +241,7 @@ def steal_share(a: Snapshot, b: Snapshot, ncpus: int) -> Optional[float]:
     and did not, whatever ran on it. None where steal is not known."""
     if a.steal_ns is None or b.steal_ns is None:
         return None
-    window = max(b.t - a.t, 1e-9)
-    return max(0, b.steal_ns - a.steal_ns) / 1e9 / (window * max(1, ncpus)) * 100
+    return steal_pct(b.steal_ns - a.steal_ns, b.t - a.t, ncpus)
 
 
 def stat_fields(stat: str) -> List[str]:

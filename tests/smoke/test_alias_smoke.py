@@ -105,3 +105,34 @@ def test_two_box_serve_and_client_across_two_namespaces(make_lab, tmp_path):
     # The server box's interface is restored: no alias left.
     addrs = srv.run(["ip", "-o", "addr", "show", "dev", "h2-eth0"]).stdout
     assert "10.0.1." not in addrs and "10.0.0.2/8" in addrs
+
+
+@needs("iperf", "ss")
+def test_a_server_that_ended_is_started_again_before_the_next_point(make_lab, tmp_path, caplog):
+    """A point finds its alias's iperf server ended (killed here, as one once
+    ended between two points) and starts it again before its clients: the
+    point reads its connection, and says so."""
+    from nslab.experiments.alias.config import AliasConfig
+    from nslab.experiments.alias.runner import SERVER_LOG, AliasRunner
+    from nslab.experiments.alias.study import AliasStudy
+    from nslab.store.results import ResultStore
+    cfg = AliasConfig(aliases=[1, 2], duration=2, repeat=1)
+    (topo,) = AliasStudy().labs(cfg).values()
+    runner = AliasRunner(make_lab(topo), cfg, ResultStore(path=str(tmp_path)))
+    runner.setup()
+    try:
+        first, second = runner.servers["192.168.2.1"], runner.servers["192.168.2.2"]
+        os.kill(first.pid, signal.SIGKILL)
+        first.popen.wait(timeout=10)
+        m, _, summary = runner.measure({"n": 2, "mode": "alias", "repeat": 0})
+        assert runner.servers["192.168.2.1"] is not first
+        assert runner.servers["192.168.2.2"] is second and second.alive()
+        assert "started again before it: 192.168.2.1]" in summary
+        assert "the iperf server on 192.168.2.1 ended (exit status -9)" in caplog.text
+        assert m["sockets_at_window_start"] == 2 and not m["invalid"], summary
+        assert m["clients_reported"] == 2
+    finally:
+        runner.finish()
+    # where the warning says the servers' output goes (iperf buffers it: a
+    # server killed outright leaves none; one that ends by itself flushes)
+    assert os.path.isfile(os.path.join(str(tmp_path), "raw", SERVER_LOG))

@@ -652,3 +652,54 @@ def test_a_disturbed_point_that_read_nothing_is_not_bracketed(tmp_path):
                  "The rise comes from more TCP connections, not from the aliases"):
         assert found[name].verdict == "undecided", found[name]
         assert "rank interval" not in found[name].why, found[name].why
+
+
+class _Proc:
+    def __init__(self, argv, returncode=None):
+        self.argv, self.popen = argv, type("P", (), {"returncode": returncode})()
+
+    def alive(self):
+        return self.popen.returncode is None
+
+
+class _Node:
+    name = "srv"
+
+    def __init__(self):
+        self.started = []
+
+    def popen(self, argv, **kw):
+        self.started.append((argv, kw))
+        return _Proc(argv)
+
+
+def test_a_server_that_ended_is_started_again_and_said(tmp_path, monkeypatch, caplog):
+    """Only the ended servers among the point's addresses start again, each
+    said in one warning naming the servers' output; the rest are left be."""
+    import logging
+
+    from nslab.experiments.alias import runner as mod
+    from nslab.store.results import ResultStore
+    waits = []
+    monkeypatch.setattr(mod, "wait_listening", lambda node, port, timeout, count: waits.append(count))
+    r = mod.AliasRunner.__new__(mod.AliasRunner)
+    r.server, r.store = _Node(), ResultStore(path=str(tmp_path))
+    r.addresses = ["192.168.2.1", "192.168.2.2", "192.168.2.3"]
+    r.server_log = open(tmp_path / "log", "a")
+    r.servers = {a: _Proc([a]) for a in r.addresses}
+    assert r.mend_servers(r.addresses) == [] and waits == [] and r.server.started == []
+    r.servers["192.168.2.2"].popen.returncode = 1
+    r.servers["192.168.2.3"].popen.returncode = -11
+    old = dict(r.servers)
+    with caplog.at_level(logging.WARNING):
+        assert r.mend_servers(r.addresses[:2]) == ["192.168.2.2"]  # .3 is not this point's
+    assert r.servers["192.168.2.1"] is old["192.168.2.1"]
+    assert r.servers["192.168.2.3"] is old["192.168.2.3"]
+    (argv, kw), = r.server.started
+    assert "192.168.2.2" in argv and kw["stdout"] is r.server_log
+    assert waits == [3]  # every alias listens again before the point
+    assert ("the iperf server on 192.168.2.2 ended (exit status 1); starting it again "
+            "(its output: raw/servers.txt)") in caplog.text
+    r.server = None  # two-box mode: the other machine's servers are not ours to start
+    assert r.mend_servers(r.addresses) == []
+    r.server_log.close()
