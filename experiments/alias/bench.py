@@ -112,19 +112,22 @@ def bench_watch(n: int, duration: float, repeat: int, results_root: str) -> Dict
     with tempfile.TemporaryDirectory() as tmp, Lab(topo) as lab:
         runner = AliasRunner(lab, cfg, ResultStore(path=tmp))
         runner.setup()
-        for i, watched in enumerate(order):
-            watcher = _web_watcher(lab.run_id) if watched else None
-            try:
-                time.sleep(1.5 if watched else 0)  # the page is connected and sampling
-                m, _, summary = runner.measure({"n": n, "mode": "alias", "repeat": i})
-            finally:
-                if watcher is not None:
-                    watcher[0].terminate()
-                    watcher[0].wait(timeout=10)
-                    events += watcher[2][0]
-            got[watched].append(m["receiver_bps"])
-            console.print(f"[{i + 1}/{len(order)}] {'watched  ' if watched else 'unwatched'} "
-                          f"{summary}")
+        try:
+            for i, watched in enumerate(order):
+                watcher = _web_watcher(lab.run_id) if watched else None
+                try:
+                    time.sleep(1.5 if watched else 0)  # the page is connected and sampling
+                    m, _, summary = runner.measure({"n": n, "mode": "alias", "repeat": i})
+                finally:
+                    if watcher is not None:
+                        watcher[0].terminate()
+                        watcher[0].wait(timeout=10)
+                        events += watcher[2][0]
+                got[watched].append(m["receiver_bps"])
+                console.print(f"[{i + 1}/{len(order)}] {'watched  ' if watched else 'unwatched'} "
+                              f"{summary}")
+        finally:
+            runner.finish()
     plain, web = summarize(got[False]), summarize(got[True])
     diff = difference(got[True], got[False])
     spread = plain.max - plain.min

@@ -673,9 +673,11 @@ class _Node:
         return _Proc(argv)
 
 
-def test_a_server_that_ended_is_started_again_and_said(tmp_path, monkeypatch, caplog):
-    """Only the ended servers among the point's addresses start again, each
-    said in one warning naming the servers' output; the rest are left be."""
+def test_every_server_that_ended_is_started_again_and_said(tmp_path, monkeypatch, caplog):
+    """Every alias's server that ended starts again (not only the next
+    point's: set-up's wait counts them all), each said in one warning
+    naming the servers' output and named in that output; the rest are
+    left be."""
     import logging
 
     from nslab.experiments.alias import runner as mod
@@ -685,21 +687,24 @@ def test_a_server_that_ended_is_started_again_and_said(tmp_path, monkeypatch, ca
     r = mod.AliasRunner.__new__(mod.AliasRunner)
     r.server, r.store = _Node(), ResultStore(path=str(tmp_path))
     r.addresses = ["192.168.2.1", "192.168.2.2", "192.168.2.3"]
-    r.server_log = open(tmp_path / "log", "a")
     r.servers = {a: _Proc([a]) for a in r.addresses}
-    assert r.mend_servers(r.addresses) == [] and waits == [] and r.server.started == []
-    r.servers["192.168.2.2"].popen.returncode = 1
-    r.servers["192.168.2.3"].popen.returncode = -11
-    old = dict(r.servers)
-    with caplog.at_level(logging.WARNING):
-        assert r.mend_servers(r.addresses[:2]) == ["192.168.2.2"]  # .3 is not this point's
+    with open(tmp_path / "log", "a") as r.server_log:
+        assert r.mend_servers() == [] and waits == [] and r.server.started == []
+        r.servers["192.168.2.2"].popen.returncode = 1
+        r.servers["192.168.2.3"].popen.returncode = -11
+        old = dict(r.servers)
+        with caplog.at_level(logging.WARNING):
+            assert r.mend_servers() == ["192.168.2.2", "192.168.2.3"]
     assert r.servers["192.168.2.1"] is old["192.168.2.1"]
-    assert r.servers["192.168.2.3"] is old["192.168.2.3"]
-    (argv, kw), = r.server.started
-    assert "192.168.2.2" in argv and kw["stdout"] is r.server_log
+    assert [argv[argv.index("-B") + 1] for argv, _ in r.server.started] == \
+        ["192.168.2.2", "192.168.2.3"]
+    assert all(kw["stdout"] is r.server_log for _, kw in r.server.started)
     assert waits == [3]  # every alias listens again before the point
     assert ("the iperf server on 192.168.2.2 ended (exit status 1); starting it again "
             "(its output: raw/servers.txt)") in caplog.text
+    assert "ended (exit status -11)" in caplog.text
+    written = (tmp_path / "log").read_text().splitlines()
+    assert len(written) == 2 and all("iperf -s" in w for w in written), written
+    assert "-B 192.168.2.3" in written[1]
     r.server = None  # two-box mode: the other machine's servers are not ours to start
-    assert r.mend_servers(r.addresses) == []
-    r.server_log.close()
+    assert r.mend_servers() == []
