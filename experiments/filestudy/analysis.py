@@ -12,7 +12,7 @@ from nslab.store import stats
 from nslab.store.glance import QUIET_HOST
 from nslab.store.reporting import Claim
 
-from .model import ClaimSpec
+from .model import METRIC_VALUES, ClaimSpec
 
 _PING_RE = re.compile(r"icmp_seq=(\d+) .*time=([\d.]+) ms")
 _PING_SUM_RE = re.compile(r"(\d+) packets transmitted, (\d+) received")
@@ -135,17 +135,35 @@ def matches(params: Dict[str, Any], where: Dict[str, Any]) -> bool:
     return all(params.get(k) == v for k, v in where.items())
 
 
+def kept_out(record: Any, value: str) -> bool:
+    """Does ``record`` stay out of a claim on ``value``: the host disturbed
+    it, and ``value`` is not a time that timers decide (an outage, a route's
+    convergence: :data:`RAISED_BY_A_BUSY_HOST`) measured while the lab's
+    timers were on time on every CPU (:func:`nslab.store.records.on_time`:
+    what the host took, it took in pieces too short to move them)?"""
+    from nslab.store.records import disturbed, on_time
+    return disturbed(record) and not (one_sided(value) and on_time(record))
+
+
+def on_time_kept(records: Iterable[Any], value: str, where: Dict[str, Any]) -> int:
+    """How many valid records matching ``where`` with a finite ``value`` the
+    host disturbed, kept because their timers were on time (:func:`kept_out`)."""
+    from nslab.store.records import disturbed
+    return sum(1 for r in records if not r.measurements.invalid and disturbed(r)
+               and not kept_out(r, value) and matches(r.params, where)
+               and _value(r, value) is not None)
+
+
 def values_of(records: Iterable[Any], value: str, where: Dict[str, Any],
               disturbed_too: bool = False) -> List[float]:
     """The finite values of ``value`` in the valid records matching ``where``
-    (neither invalid nor disturbed by other tasks on the host; with
-    ``disturbed_too``, the disturbed ones that a busy host can only have made
-    longer join them: :func:`untimed`)."""
-    from nslab.store.records import disturbed
+    (neither invalid nor kept out as disturbed by other tasks on the host:
+    :func:`kept_out`; with ``disturbed_too``, the disturbed ones that a busy
+    host can only have made longer join them: :func:`untimed`)."""
     out = []
     for r in records:
         m = r.measurements
-        if m.invalid or (disturbed(r) and not (disturbed_too and untimed(r, value))) \
+        if m.invalid or (kept_out(r, value) and not (disturbed_too and untimed(r, value))) \
                 or not matches(r.params, where):
             continue
         x = _value(r, value)
@@ -196,6 +214,11 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     # the points it reads: its where, and its where with its versus
     claim.reads = [dict(spec.where)] + ([{**spec.where, **spec.versus.where}]
                                         if spec.versus is not None else [])
+    kept = sum(on_time_kept(records, spec.value, w) for w in claim.reads)
+    if kept:
+        from nslab.store.records import ON_TIME_MS
+        claim.why += (f"; {kept} trial(s) the host disturbed kept: the lab's timers were "
+                      f"late by at most {ON_TIME_MS:g} ms on every CPU through them")
     return claim
 
 
@@ -211,6 +234,12 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
 #: (a session's retries, its open and keepalive), so its disturbed trials
 #: never join a claim.
 RAISED_BY_A_BUSY_HOST = ("gap_ms", "withdrawn_ms", "restored_ms")
+
+
+#: The metric kinds that record such times (a study with one watches its
+#: timers: :attr:`nslab.run.study.Study.watches_timers`).
+TIMED_METRICS = tuple(k for k, names in METRIC_VALUES.items()
+                      if set(names) & set(RAISED_BY_A_BUSY_HOST))
 
 
 def one_sided(value: str) -> bool:
@@ -295,10 +324,10 @@ def _value(record: Any, value: str) -> Optional[float]:
 
 def _disturbed(records: Iterable[Any], value: str, where: Dict[str, Any],
                with_value: bool = True) -> List[Any]:
-    """The valid records matching ``where`` that the host disturbed and (with
-    ``with_value``) that hold a finite ``value``."""
-    from nslab.store.records import disturbed
-    return [r for r in records if not r.measurements.invalid and disturbed(r)
+    """The valid records matching ``where`` that the host disturbed, kept out
+    of claims on ``value`` (:func:`kept_out`), and (with ``with_value``) that
+    hold a finite ``value``."""
+    return [r for r in records if not r.measurements.invalid and kept_out(r, value)
             and matches(r.params, where) and (not with_value or _value(r, value) is not None)]
 
 

@@ -233,9 +233,11 @@ def study_class(path: str) -> Type[FileStudy]:
     """The :class:`FileStudy` class of the file at ``path`` (checked)."""
     loaded = load(path)
     spec = loaded.spec
+    from .analysis import TIMED_METRICS
     from .records import SCHEMA
     attrs = {"name": spec.name, "title": spec.title, "source": spec.source, "order": spec.order,
              "invocation": path,
              "Config": config_class(loaded), "records": SCHEMA, "loaded": loaded,
+             "watches_timers": any(m.metric in TIMED_METRICS for m in spec.metrics),
              "__doc__": spec.title}
     return type(f"FileStudy_{field_of(spec.name)}", (FileStudy,), attrs)

@@ -210,6 +210,12 @@ class Study(Generic[ConfigT]):
     #: is held only while a round runs (RFC 2544's CPU split, under its lock):
     #: each round then builds its labs again
     keeps_labs: ClassVar[bool] = True
+    #: some of its values are times that protocol timers decide (an outage,
+    #: a route's convergence): each point records how late the lab's timers
+    #: could have fired on each CPU (:mod:`nslab.traffic.lateness`,
+    #: ``host.late_ms``), which reports read to keep a disturbed point whose
+    #: timers were on time (:func:`nslab.store.records.on_time`)
+    watches_timers: ClassVar[bool] = False
 
     def needs(self, cfg: ConfigT) -> List[str]:
         return []
@@ -465,9 +471,14 @@ class StudyRun:
         self.host_took = 0.0
         #: the lab the last round measured on, up for the next (:attr:`Study.keeps_labs`)
         self.kept: Optional[_LabUp] = None
+        #: the lateness samplers, while a study that watches its timers runs
+        self.late: Optional[Any] = None
 
     def run(self) -> str:
         """Every round the sampling allows; returns the run directory."""
+        if self.study.watches_timers and self.late is None:
+            from ..traffic.lateness import start_for
+            self.late = start_for()
         try:
             for r in range(self.rounds):
                 self.round(r)
@@ -481,7 +492,12 @@ class StudyRun:
                     self.sampling["stopped"] = stop
                     break
         finally:
-            self.drop_kept()
+            try:
+                self.drop_kept()
+            finally:
+                if self.late is not None:
+                    self.late.close()
+                    self.late = None
         self.sampling["host_took_s"] = round(self.host_took, 1)
         prov = self.store.provenance()
         prov["sampling"] = self.sampling
@@ -550,7 +566,7 @@ class StudyRun:
             for point in points:
                 t_point = self.clock()
                 m, raw, summary, host = measure_point(study, kept.runner, point, cfg_r,
-                                                      self.busy)
+                                                      self.busy, late=self.late)
                 self.cost["points"] += 1
                 self.cost["measured"] += 1 + int(host.get("reruns") or 0)
                 took = self.clock() - t_point
@@ -558,8 +574,11 @@ class StudyRun:
                 self.host_took += host_share(took, host)
                 store.append(point, m, raw=raw, host=host)
                 if host["disturbed"]:
+                    late = host.get("late_ms")
                     summary += (f" [host interference: {host['worst_pct']:.0f} % of the CPUs"
-                                + ("; exits lost" if host.get("exits_lost") else "") + "]")
+                                + ("; exits lost" if host.get("exits_lost") else "")
+                                + (f"; timers late by up to {max(late.values()):.1f} ms"
+                                   if late else "") + "]")
                 prog.point(study.describe_point(point), summary, study.cost_kind(point))
         except BaseException:
             self._close(kept, *sys.exc_info())
@@ -704,7 +723,7 @@ class BusyHost:
 
 
 def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
-                  busy: Optional[BusyHost] = None
+                  busy: Optional[BusyHost] = None, late: Optional[Any] = None
                   ) -> Tuple[Dict[str, Any], List[str], str, Dict[str, Any]]:
     """``runner.measure(point)`` with the host's interference over it
     (:mod:`nslab.traffic.interference`): other tasks' run time as a share of all
@@ -720,7 +739,9 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
     ``disturbed`` and reports leave it out, but for the outcomes a busy host
     can move one way only, which a study may keep. Studies that account and
     re-run each trial themselves (RFC 2544: ``Study.reruns_points`` False)
-    only record it."""
+    only record it. With ``late`` (a :class:`nslab.traffic.lateness.Lateness`),
+    the record keeps the longest wait past a timer on each CPU over the last
+    try (``host.late_ms``)."""
     from ..traffic.exits import Exits
     from ..traffic.interference import (Watch, account, bed_wait_share, counts_waits,
                                         displaced_share, others_share, resolve_ended,
@@ -736,7 +757,9 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
     while True:
         with Exits() as exits:
             a = watch.snapshot()
+            t_a = time.monotonic_ns()
             m, raw, summary = runner.measure(point)
+            t_b = time.monotonic_ns()
             b = watch.snapshot()
             ended = exits.drain()
         # each thread that ended inside the point, whose it was: once
@@ -777,6 +800,8 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
             "top": [[name, round(ms, 1)] for name, ms in top_others(a, b)],
             "bed_waits": [[name, round(ms, 1)] for name, ms in
                           top_bed_waits(a, b, gone)]}
+    if late is not None:
+        host["late_ms"] = late.window(t_a, t_b)
     if held_back and host["disturbed"]:
         host["busy_for_good"] = True
     if busy is not None and study.reruns_points:

@@ -104,6 +104,10 @@ class HostLoad(Strict):
     #: disturbed, and not measured again: the host had stayed busy through the
     #: re-runs of the points before (:class:`nslab.run.study.BusyHost`)
     busy_for_good: bool = False
+    #: the longest a thread at the lab's priority waited past its timer, in
+    #: ms, by CPU (:mod:`nslab.traffic.lateness`; 0: under its floor; None:
+    #: not watched, as in studies without timers, or a sampler ended)
+    late_ms: Optional[Dict[str, float]] = None
 
 
 class Record(Strict, Generic[P, M]):
@@ -132,6 +136,22 @@ def disturbed(rec: Any) -> bool:
     only)."""
     host = getattr(rec, "host", None)
     return bool(host is not None and host.disturbed)
+
+
+#: A disturbed point whose every CPU's timers were late by no more than this
+#: (``host.late_ms``) measured timer-driven values as a quiet host would, to
+#: within about one interval of the failover study's probe (5 ms at 200 a
+#: second): what the host took from the lab, it took in pieces too short to
+#: move a protocol timer by more (:func:`on_time`).
+ON_TIME_MS = 10.0
+
+
+def on_time(rec: Any, limit_ms: float = ON_TIME_MS) -> bool:
+    """Were the lab's timers, on every CPU, late by no more than
+    ``limit_ms`` while ``rec``'s point was measured (``host.late_ms``)? False
+    when not watched."""
+    late = getattr(getattr(rec, "host", None), "late_ms", None)
+    return bool(late and max(late.values()) <= limit_ms)
 
 
 @dataclass(frozen=True)

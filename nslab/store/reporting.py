@@ -24,7 +24,7 @@ from ..model.kinds import tools as kind_tools
 
 from ..safeio import write_atomic
 from .glance import QUIET_HOST, claims_table
-from .records import disturbed
+from .records import ON_TIME_MS, disturbed
 from .results import ResultStore
 
 if TYPE_CHECKING:  # jinja2 is imported where a report is rendered: a run that only
@@ -103,10 +103,14 @@ def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
     lost = sum(1 for h in hit if getattr(h, "exits_lost", False))
     dropped = (f"; at {lost} the kernel dropped threads' exit reports, so what they took "
                "is not known" if lost else "")
+    lates = [max(h.late_ms.values()) for h in hit if getattr(h, "late_ms", None)]
+    late = (f"; a thread at the lab's priority woke up to {max(lates):.0f} ms past its "
+            f"timer, and where it stayed within {ON_TIME_MS:g} ms on every CPU, the times "
+            "timers decide were kept" if lates else "")
     note = (f"host interference: other tasks took up to {worst.worst_pct:.0f} % of "
             f"the CPUs{wait}{',' if steal and not wait else ''}{steal} during {len(hit)} of "
             f"{len(records)} points ({again}, then left out"
-            f"{'; at worst ' + who if who else ''}{dropped})")
+            f"{'; at worst ' + who if who else ''}{dropped}{late})")
     most = 2 * len(hit) >= len(records)
     return [dataclasses.replace(c, why=f"{c.why}; {note}",
                                 decide=c.decide or (QUIET_HOST if most else ""))

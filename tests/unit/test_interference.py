@@ -802,6 +802,55 @@ def test_failover_outages_under_a_bound_stand_when_the_host_was_busy_and_nothing
         assert "after link-down (ends unknown) (its record is older" in old[name].why, old[name]
 
 
+def test_failover_times_measured_while_the_lab_s_timers_were_on_time_are_kept(tmp_path):
+    """Every trial of the stored failover run marked disturbed, each with its
+    samplers' longest wait past a timer (``host.late_ms``). Where every CPU's
+    stayed within 10 ms, what the host took it took in pieces too short to
+    move a protocol timer: each claim on a time that timers decide (an
+    outage, a route's convergence) reads as on a quiet host, and says how
+    many disturbed trials it kept. TCP goodput depends on the CPU's share,
+    not on a timer: its claim stays out as before. One CPU 40 ms late in
+    every trial: nothing is kept, as without samplers."""
+    import shutil
+
+    from nslab.run.registry import studies
+    from tests.conftest import data
+    run = tmp_path / "nl0005"
+    shutil.copytree(data("failover_run"), run)
+    quiet = {c.claim: c for c in studies()["ecmp-failover"]().report(str(run)).claims}
+
+    def late(ms):
+        def change(r):
+            r["host"]["late_ms"] = {"0": 0.0, "1": ms}
+        return change
+    _all_disturbed(run, late(4.5))
+    on = {c.claim: c for c in studies()["ecmp-failover"]().report(str(run)).claims}
+    # this stored run's claims are all on outages and convergence
+    assert set(on) == set(quiet) and len(on) == 5
+    for name, c in on.items():
+        assert (c.verdict, c.measured) == (quiet[name].verdict, quiet[name].measured), name
+        assert " trial(s) the host disturbed kept: the lab's timers were late by at most " \
+               "10 ms on every CPU" in c.why, c
+    # a value the CPU's share moves, not a timer, stays out however on time
+    from types import SimpleNamespace
+
+    from nslab.experiments.filestudy.analysis import kept_out
+    rec = SimpleNamespace(host=SimpleNamespace(disturbed=True, late_ms={"0": 0.0}))
+    assert kept_out(rec, "tcp-after") and kept_out(rec, "goodput-tcp")
+    assert not kept_out(rec, "outage-probe.gap_ms")
+    assert not kept_out(rec, "convergence-server2.withdrawn_ms")
+    shutil.rmtree(run)
+    shutil.copytree(data("failover_run"), run)
+    _all_disturbed(run, late(40.0))
+    off = {c.claim: c for c in studies()["ecmp-failover"]().report(str(run)).claims}
+    for name, c in off.items():
+        assert "kept:" not in c.why, c
+    bfd = "With BFD a silent failure is detected in about the detect time (under 1 s)"
+    assert quiet[bfd].verdict == "agrees" and off[bfd].verdict == "undecided"
+    assert ("woke up to 40 ms past its timer, and where it stayed within 10 ms on every CPU, "
+            "the times timers decide were kept") in off[bfd].why, off[bfd]
+
+
 def test_only_the_values_a_busy_host_can_only_lengthen_are_one_sided():
     from nslab.experiments.filestudy.analysis import RAISED_BY_A_BUSY_HOST, one_sided
     from nslab.experiments.filestudy.model import METRIC_VALUES

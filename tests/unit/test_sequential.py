@@ -7,6 +7,8 @@ import json
 import random
 import statistics
 
+import time
+
 import pytest
 
 from nslab.errors import LabError
@@ -525,7 +527,7 @@ def test_what_a_busy_host_took_is_given_back_to_the_budget_up_to_half_of_it(tmp_
     real = study_mod.measure_point
     marks: list = []
 
-    def measure(study, runner, point, cfg, busy=None):
+    def measure(study, runner, point, cfg, busy=None, late=None):
         now[0] += 10.0
         m, raw, summary, host = real(study, runner, point, cfg.model_copy(
             update={"host_pct": 1e9}), busy)
@@ -615,3 +617,35 @@ def test_the_hypervisor_s_steal_is_added_to_what_others_took(monkeypatch):
     monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
     _, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=1))
     assert host["steal_pct"] is None and not host["disturbed"]
+
+
+def test_a_point_of_a_study_that_watches_its_timers_records_how_late_they_were(monkeypatch):
+    """With lateness samplers, the record keeps each CPU's longest wait over
+    the last try's own window (not the first try's), and the disturbed flag
+    stays the run's rule: the reports decide what an on-time point is worth."""
+    from nslab.traffic import exits, interference
+    from nslab.traffic.interference import Snapshot
+    from nslab.run.study import measure_point
+    monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n, *_: 40.0)
+    monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n, *_: 50.0)
+    monkeypatch.setattr(exits.Exits, "drain", lambda self: [])
+
+    class Late:
+        windows = []
+
+        def window(self, a, b):
+            self.windows.append((a, b))
+            return {"0": float(len(self.windows)), "1": 0.0}
+    study = make_study(1.0, 2.0, 3.0)
+    runner = study.runner("x", None, None, None)
+    tries, measure = [], runner.measure
+    runner.measure = lambda p: tries.append(time.monotonic_ns()) or measure(p)
+    late = Late()
+    _, _, _, host = measure_point(study, runner, {"repeat": 0}, Cfg(host_reruns=1), late=late)
+    assert host["disturbed"] and host["reruns"] == 1 and len(tries) == 2
+    assert host["late_ms"] == {"0": 1.0, "1": 0.0} and len(late.windows) == 1
+    a, b = late.windows[0]
+    assert tries[0] < a <= tries[1] <= b  # the second try's window
+    _, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=0))
+    assert "late_ms" not in host  # not watched: the record says None
