@@ -145,12 +145,13 @@ def kept_out(record: Any, value: str) -> bool:
     return disturbed(record) and not (one_sided(value) and on_time(record))
 
 
-def on_time_kept(records: Iterable[Any], value: str, where: Dict[str, Any]) -> int:
-    """How many valid records matching ``where`` with a finite ``value`` the
-    host disturbed, kept because their timers were on time (:func:`kept_out`)."""
+def on_time_kept(records: Iterable[Any], value: str, wheres: Sequence[Dict[str, Any]]) -> int:
+    """How many valid records matching any of ``wheres`` with a finite
+    ``value`` the host disturbed, kept because their timers were on time
+    (:func:`kept_out`), each once."""
     from nslab.store.records import disturbed
     return sum(1 for r in records if not r.measurements.invalid and disturbed(r)
-               and not kept_out(r, value) and matches(r.params, where)
+               and not kept_out(r, value) and any(matches(r.params, w) for w in wheres)
                and _value(r, value) is not None)
 
 
@@ -214,7 +215,7 @@ def judge_claim(spec: ClaimSpec, records: Sequence[Any]) -> Claim:
     # the points it reads: its where, and its where with its versus
     claim.reads = [dict(spec.where)] + ([{**spec.where, **spec.versus.where}]
                                         if spec.versus is not None else [])
-    kept = sum(on_time_kept(records, spec.value, w) for w in claim.reads)
+    kept = on_time_kept(records, spec.value, claim.reads)
     if kept:
         from nslab.store.records import ON_TIME_MS
         claim.why += (f"; {kept} trial(s) the host disturbed kept: the lab's timers were "

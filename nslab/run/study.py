@@ -478,7 +478,11 @@ class StudyRun:
         """Every round the sampling allows; returns the run directory."""
         if self.study.watches_timers and self.late is None:
             from ..traffic.lateness import start_for
-            self.late = start_for()
+            try:
+                self.late = start_for()
+            except (OSError, RuntimeError) as e:
+                log.warning("%s: the lateness samplers did not start (%s): its points are "
+                            "judged without them, as a study without timers", self.study.name, e)
         try:
             for r in range(self.rounds):
                 self.round(r)
@@ -747,7 +751,7 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
                                         displaced_share, others_share, resolve_ended,
                                         steal_share, top_bed_waits, top_others, worst)
     ncpus = os.cpu_count() or 1
-    watch = Watch(range(ncpus))
+    watch = Watch(range(ncpus), ignore_pids=late.pids if late is not None else ())
     threshold = float(getattr(cfg, "host_pct", 10.0))
     allowed = int(getattr(cfg, "host_reruns", 1)) if study.reruns_points else 0
     held_back = bool(busy is not None and busy.for_good and allowed)

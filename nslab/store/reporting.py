@@ -104,9 +104,12 @@ def note_interference(claims: List[Claim], records: List[Any]) -> List[Claim]:
     dropped = (f"; at {lost} the kernel dropped threads' exit reports, so what they took "
                "is not known" if lost else "")
     lates = [max(h.late_ms.values()) for h in hit if getattr(h, "late_ms", None)]
+    kept = sum(1 for x in lates if x <= ON_TIME_MS)
     late = (f"; a thread at the lab's priority woke up to {max(lates):.0f} ms past its "
-            f"timer, and where it stayed within {ON_TIME_MS:g} ms on every CPU, the times "
-            "timers decide were kept" if lates else "")
+            "timer" if lates else "")
+    if kept:
+        late += (f"; {kept} of them stayed within {ON_TIME_MS:g} ms on every CPU, and "
+                 "the times timers decide were kept from those")
     note = (f"host interference: other tasks took up to {worst.worst_pct:.0f} % of "
             f"the CPUs{wait}{',' if steal and not wait else ''}{steal} during {len(hit)} of "
             f"{len(records)} points ({again}, then left out"

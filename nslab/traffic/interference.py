@@ -162,12 +162,17 @@ class Watch:
     """Snapshots of the scheduler's counters for the bed's ``cpus``.
 
     ``bed_pids``: processes whose every thread is the bed's (ovs-vswitchd);
-    this process's tree and the softirq and NAPI kernel threads always are."""
+    this process's tree and the softirq and NAPI kernel threads always are.
+    ``ignore_pids``: processes counted nowhere, neither the bed's nor
+    others' (the lateness samplers, :mod:`nslab.traffic.lateness`: their
+    waits are what they measure)."""
 
     def __init__(self, cpus: Iterable[int], bed_pids: Iterable[int] = (),
-                 proc: str = PROC, root_pid: Optional[int] = None) -> None:
+                 proc: str = PROC, root_pid: Optional[int] = None,
+                 ignore_pids: Iterable[int] = ()) -> None:
         self.cpus = sorted(set(cpus))
         self.bed_pids = set(bed_pids)
+        self.ignore_pids = frozenset(ignore_pids)
         self.proc = proc
         self.root_pid = os.getpid() if root_pid is None else root_pid
         #: the processes the last snapshot found the bed's, by their start: one
@@ -187,6 +192,8 @@ class Watch:
             if not name.isdigit():
                 continue
             pid = int(name)
+            if pid in self.ignore_pids:
+                continue
             try:
                 tids = os.listdir(f"{self.proc}/{pid}/task")
             except OSError:

@@ -101,3 +101,19 @@ def test_a_point_is_on_time_when_every_cpu_stayed_within_the_limit(late, kept):
     from nslab.store.records import on_time
     assert on_time(SimpleNamespace(host=SimpleNamespace(late_ms=late))) is kept
     assert on_time(SimpleNamespace(host=None)) is False
+
+
+def test_a_wait_still_going_on_at_the_window_s_end_is_waited_for_and_counted():
+    """The window is read only once every CPU has reported from past its end:
+    a CPU taken away across the end is counted, not missed."""
+    import threading
+    cpus = sorted(os.sched_getaffinity(0))
+    with Lateness(cpus) as late:
+        start = time.monotonic_ns()
+        victim = late.procs[cpus[0]]
+        os.kill(victim.pid, signal.SIGSTOP)
+        time.sleep(0.02)
+        end = time.monotonic_ns()
+        threading.Timer(0.1, os.kill, (victim.pid, signal.SIGCONT)).start()
+        got = late.window(start, end)
+    assert got is not None and got[str(cpus[0])] >= 100.0, got

@@ -633,6 +633,7 @@ def test_a_point_of_a_study_that_watches_its_timers_records_how_late_they_were(m
 
     class Late:
         windows = []
+        pids = [2 ** 22 + 1]  # left out of the accounting (none such here)
 
         def window(self, a, b):
             self.windows.append((a, b))
