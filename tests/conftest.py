@@ -24,22 +24,21 @@ def data(*parts: str) -> str:
 def undisturbed(recs):
     """The records of a study's points that the host left undisturbed; each
     other one is checked to show what the run's rule reads
-    (``nslab.run.study``): what other tasks can have taken from the lab (their
-    run time, or the lab's wait if smaller) plus the hypervisor's steal over
-    the threshold, or exits lost. A figure a test bounds from below (a
+    (``nslab.run.study.over_threshold``, unit-tested on its own): what other
+    tasks can have taken from the lab (their run time, or the lab's wait if
+    smaller) plus the hypervisor's steal over the threshold, or exits lost. A figure a test bounds from below (a
     shaped link's line rate) is asked only of the undisturbed: the product
     keeps the others out of its verdicts, and the labs tiers cannot keep a
     busy hypervisor out (CI of 2026-12-02: 10-34 % of the CPUs stolen for
     minutes at a time)."""
+    from nslab.run.study import over_threshold
     calm = []
     for r in recs:
         h = r["host"]
         if not h["disturbed"]:
             calm.append(r)
             continue
-        took = h["worst_pct"] if h["bed_wait_pct"] is None else min(h["worst_pct"],
-                                                                     h["bed_wait_pct"])
-        assert h["exits_lost"] or took + (h["steal_pct"] or 0) > h["threshold_pct"] - 0.05, h
+        assert over_threshold(h), h
     return calm
 
 

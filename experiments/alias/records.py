@@ -6,6 +6,8 @@ runs. Version 2 adds them; a v1 record loads with them unknown (None), which
 reports show as "not checked". Version 3 adds how the senders were limited
 (``sndbuf_limited_pct``, ``rwnd_limited_pct``: shares of their busy time, from
 ``tcp_info``) and the link's goodput ceiling; older records have them unknown.
+Version 4 adds the iperf servers started again before the point
+(``servers_restarted``); older records have it unknown (None).
 """
 from __future__ import annotations
 
@@ -48,6 +50,10 @@ class AliasMeasurements(Strict):
     rwnd_limited_pct: Optional[float] = None
     #: the most TCP payload the shaped link carries (None: unshaped or v1-v2)
     link_ceiling_bps: Optional[float] = None
+    #: the addresses whose iperf server had ended and was started again just
+    #: before this point (:meth:`AliasRunner.mend_servers`; None: not
+    #: recorded, v1-v3)
+    servers_restarted: Optional[List[str]] = None
 
 
 class AliasRecord(Record[AliasPoint, AliasMeasurements]):
@@ -71,7 +77,15 @@ def _v2_to_v3(rec: Dict[str, Any]) -> Dict[str, Any]:
     return rec
 
 
-SCHEMA = RecordSchema(AliasRecord, version=3, upgrades={1: _v1_to_v2, 2: _v2_to_v3})
+def _v3_to_v4(rec: Dict[str, Any]) -> Dict[str, Any]:
+    m = dict(rec["measurements"])
+    m.setdefault("servers_restarted", None)
+    rec["measurements"] = m
+    return rec
+
+
+SCHEMA = RecordSchema(AliasRecord, version=4,
+                      upgrades={1: _v1_to_v2, 2: _v2_to_v3, 3: _v3_to_v4})
 
 
 def valid(rec: AliasRecord) -> bool:

@@ -454,13 +454,14 @@ def write_report(run_dir: str) -> StudyReport:
     p2 = {int(k): v / 1e3 for k, v in pub["series"][1]["points"].items()}
     found = claims(records, summary, iperf_version(prov), pub)
     limits = sender_limits(records)
+    restarted = [r for r in records if r.measurements.servers_restarted]
     md, body = render_study(TEMPLATES, "report.md.j2", topologies=run.topologies, prov=prov, cfg=cfg, pub=pub, ns=ns, rows=rows,
                 published_rises=[(s["label"], rise({int(k): v for k, v in s["points"].items()}))
                                  for s in pub["series"]],
                 methods=method_lines(summary), excluded=excluded, unchecked=unchecked,
                 rec=summary.get(("alias", "receiver_bps"), {}),
                 cs=summary.get(("alias", "clients_sum_bps"), {}), post2=p2, claims=found,
-                limits=limits)
+                limits=limits, restarted=restarted)
     return study_report(run_dir, md, "Alias study", found,
                         (lambda: plot(run_dir, summary, pub, cfg)) if records else None, body)
 

@@ -384,6 +384,7 @@ class AliasRunner:
             "sndbuf_limited_pct": pct(limited["sndbuf_limited"]),
             "rwnd_limited_pct": pct(limited["rwnd_limited"]),
             "link_ceiling_bps": self.link_ceiling_bps,
+            "servers_restarted": again,
         }
         m["invalid"] = invalid_reasons(m, n, window)
         summary = (f"receiver {m['receiver_bps'] / 1e6:.1f} Mbit/s, clients' sum "

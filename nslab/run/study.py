@@ -726,6 +726,30 @@ class BusyHost:
                      "points are not measured again in this run", self.in_a_row)
 
 
+def judged_pct(others_pct: float, bed_wait_pct: Optional[float],
+               steal_pct: Optional[float]) -> float:
+    """What the run's rule judges of a point's host figures (percent of all
+    CPUs): the most other tasks can have taken from the lab (their share, or
+    the lab's wait for a CPU if known and smaller:
+    :func:`nslab.traffic.interference.displaced_share`), plus the
+    hypervisor's steal. :func:`measure_point` judges it; a record's figures
+    give it again (:func:`over_threshold`)."""
+    from ..traffic.interference import displaced_share
+    took = others_pct if bed_wait_pct is None else displaced_share(others_pct, bed_wait_pct)
+    return took + (steal_pct or 0.0)
+
+
+def over_threshold(host: Mapping[str, Any], rounding: float = 0.05) -> bool:
+    """Whether a stored record's host figures (``host``, as
+    :func:`measure_point` wrote them) pass the run's rule: :func:`judged_pct`
+    over the threshold, or exits lost. The figures are stored rounded to
+    two decimals: ``rounding`` leaves the sum of three of them that much
+    room below the threshold."""
+    judged = judged_pct(float(host["worst_pct"]), host.get("bed_wait_pct"),
+                        host.get("steal_pct"))
+    return bool(host.get("exits_lost")) or judged > float(host["threshold_pct"]) - rounding
+
+
 def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
                   busy: Optional[BusyHost] = None, late: Optional[Any] = None
                   ) -> Tuple[Dict[str, Any], List[str], str, Dict[str, Any]]:
@@ -748,8 +772,8 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
     try (``host.late_ms``)."""
     from ..traffic.exits import Exits
     from ..traffic.interference import (Watch, account, bed_wait_share, counts_waits,
-                                        displaced_share, others_share, resolve_ended,
-                                        steal_share, top_bed_waits, top_others, worst)
+                                        others_share, resolve_ended, steal_share,
+                                        top_bed_waits, top_others, worst)
     ncpus = os.cpu_count() or 1
     watch = Watch(range(ncpus), ignore_pids=late.pids if late is not None else ())
     threshold = float(getattr(cfg, "host_pct", 10.0))
@@ -773,13 +797,12 @@ def measure_point(study: Any, runner: Any, point: Dict[str, Any], cfg: Any,
         # taskstats here, or some were lost): others' share alone decides
         waited = (None if ended is None or not counts_waits(a, b, gone) else
                   bed_wait_share(a, b, ncpus, gone))
-        judged = share if waited is None else displaced_share(share, waited)
         # the hypervisor's steal: time withheld from the machine's CPUs while
         # they wanted to run, which tasks' run times leave out (a queued
         # thread's wait takes some in, so adding it may count it twice: an
         # upper bound on what was taken from the lab, not an estimate)
         stolen = steal_share(a, b, ncpus)
-        judged += stolen or 0.0
+        judged = judged_pct(share, waited, stolen)
         # exits the kernel dropped, or that could not be read: neither bound
         # holds their threads (a neighbour's fork storm is what overflows)
         lost = exits.lost

@@ -132,6 +132,7 @@ def test_a_server_that_ended_is_started_again_before_the_next_point(make_lab, tm
         assert runner.servers["192.168.2.1"] is not first
         assert runner.servers["192.168.2.2"] is second and second.alive()
         assert "started again before it: 192.168.2.1]" in summary
+        assert m["servers_restarted"] == ["192.168.2.1"]  # and the record keeps it
         assert "the iperf server on 192.168.2.1 ended (exit status -9)" in caplog.text
         # both connections were open through the window, and both clients reported
         assert m["sockets_at_window_start"] == m["sockets_at_window_end"] == 2, summary

@@ -708,3 +708,29 @@ def test_every_server_that_ended_is_started_again_and_said(tmp_path, monkeypatch
     assert "-B 192.168.2.3" in written[1]
     r.server = None  # two-box mode: the other machine's servers are not ours to start
     assert r.mend_servers() == []
+
+
+def test_the_report_lists_the_points_before_which_servers_were_started_again(tmp_path):
+    """A record keeps the servers started again before its point
+    (``servers_restarted``, schema version 4), and the report lists each
+    such point with its addresses; a run without any says nothing."""
+    import json
+    import shutil
+
+    from nslab.experiments.alias.report import write_report
+    from tests.conftest import data
+    run = tmp_path / "nl0001"
+    shutil.copytree(data("alias_run"), run)
+    write_report(str(run))
+    assert "started again" not in (run / "report.md").read_text()
+    lines = (run / "records.jsonl").read_text().splitlines()
+    r = json.loads(lines[0])
+    r["measurements"]["servers_restarted"] = ["192.168.2.1", "192.168.2.7"]
+    lines[0] = json.dumps(r)
+    (run / "records.jsonl").write_text("\n".join(lines) + "\n")
+    write_report(str(run))
+    md = (run / "report.md").read_text()
+    p = r["params"]
+    assert "**iperf server(s) started again before 1 point(s)**" in md, md
+    assert (f"- {p['mode']} N={p['n']} repeat {p['repeat']}: 192.168.2.1, 192.168.2.7"
+            in md), md

@@ -15,8 +15,9 @@ from tests.conftest import data
 
 def test_every_captured_run_loads_typed():
     alias = ALIAS.load(data("alias_run"))
-    assert len(alias) == 6 and alias[0].schema_version == 3  # upgraded from 1, through 2
+    assert len(alias) == 6 and alias[0].schema_version == 4  # upgraded from 1, through 2, 3
     assert alias[0].measurements.sndbuf_limited_pct is None  # not measured before version 3
+    assert alias[0].measurements.servers_restarted is None  # not recorded before version 4
     assert alias[0].measurements.receiver_measured_at == "receiver sockets, bytes received"
     assert {r.params.mode for r in alias} == {"alias", "parallel"}
     ecmp = ECMP.load(data("ecmp_run"))

@@ -650,3 +650,46 @@ def test_a_point_of_a_study_that_watches_its_timers_records_how_late_they_were(m
     assert tries[0] < a <= tries[1] <= b  # the second try's window
     _, _, _, host = measure_point(study, runner, {"repeat": 1}, Cfg(host_reruns=0))
     assert "late_ms" not in host  # not watched: the record says None
+
+
+@pytest.mark.parametrize("host, over", [
+    # others ran 40 %, the lab waited 2 %: at most 2 % taken, under 10
+    ({"worst_pct": 40.0, "bed_wait_pct": 2.0, "steal_pct": 0.0}, False),
+    # the lab's wait unknown: others' share decides
+    ({"worst_pct": 40.0, "bed_wait_pct": None, "steal_pct": None}, True),
+    # steal adds to the smaller bound: 6 + 4.5 > 10
+    ({"worst_pct": 6.0, "bed_wait_pct": 30.0, "steal_pct": 4.5}, True),
+    # steal alone, as on 2026-12-02 (CI of 260017f: 28.5 % withheld, 1.5 % others)
+    ({"worst_pct": 1.5, "bed_wait_pct": 3.1, "steal_pct": 28.5}, True),
+    # the figures as stored, rounded: 9.97 + 0.0 is the threshold less rounding
+    ({"worst_pct": 9.97, "bed_wait_pct": 12.0, "steal_pct": 0.0}, True),
+    ({"worst_pct": 9.9, "bed_wait_pct": 12.0, "steal_pct": 0.0}, False),
+    # exits lost: disturbed whatever the figures
+    ({"worst_pct": 0.5, "bed_wait_pct": 0.1, "steal_pct": 0.0, "exits_lost": True}, True),
+])
+def test_a_stored_record_s_figures_give_the_run_s_rule_again(host, over):
+    from nslab.run.study import judged_pct, over_threshold
+    assert over_threshold({**host, "threshold_pct": 10.0}) is over
+    assert judged_pct(40.0, 2.0, 1.0) == 3.0 and judged_pct(5.0, None, None) == 5.0
+
+
+def test_measure_point_marks_a_point_disturbed_exactly_when_its_record_passes_the_rule(
+        monkeypatch):
+    """The run's judgement and the stored record's agree (the labs tiers'
+    ``undisturbed`` reads the record): steal over the threshold alone marks
+    it, and the record's figures pass :func:`over_threshold`."""
+    from nslab.traffic import exits, interference
+    from nslab.traffic.interference import Snapshot
+    from nslab.run.study import measure_point, over_threshold
+    monkeypatch.setattr(interference.Watch, "snapshot", lambda self: Snapshot(0.0))
+    monkeypatch.setattr(interference, "others_share", lambda a, b, n, *_: 1.5)
+    monkeypatch.setattr(interference, "bed_wait_share", lambda a, b, n, *_: 3.0)
+    steals = iter([28.5, 0.5])
+    monkeypatch.setattr(interference, "steal_share", lambda a, b, n: next(steals))
+    monkeypatch.setattr(exits.Exits, "drain", lambda self: [])
+    study = make_study(1.0, 2.0)
+    runner = study.runner("x", None, None, None)
+    hosts = [measure_point(study, runner, {"repeat": i}, Cfg(host_reruns=0))[3]
+             for i in range(2)]
+    assert [h["disturbed"] for h in hosts] == [True, False]
+    assert [over_threshold(h) for h in hosts] == [True, False]
