@@ -22,7 +22,7 @@ from nslab.frr.options import bgp_of
 from nslab.errors import LabError, ReadinessError
 from nslab.frr.options import BgpOptions
 from nslab.runtime.node import LabLike, LabNode
-from nslab.runtime.proc import run, wait_path
+from nslab.runtime.proc import run, wait_path, where_is
 from nslab.safeio import read_bytes, write_atomic
 
 from . import analysis
@@ -254,7 +254,10 @@ class FileRunner:
                         "--port", str(port), "--duration", f"{self.spec.duration + 1:g}",
                         "--out", out, "--ready", ready]
                 procs["probe:" + f.id] = node.popen(argv, name=f"probe-recv-{f.id}")
-                wait_path(ready, 10, f"the probe receiver of {f.id}")
+                try:
+                    wait_path(ready, 10, f"the probe receiver of {f.id}")
+                except ReadinessError as e:
+                    raise ReadinessError(f"{e}: {where_is(procs['probe:' + f.id])}") from None
                 os.unlink(ready)
         return procs
 

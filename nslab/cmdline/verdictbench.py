@@ -194,8 +194,8 @@ def run_once(results: str, mode: str, only: Optional[str]) -> RunResult:
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 50),
               help="Reproductions to run.")
 @click.option("--noise", default="idle", show_default=True,
-              help="Noisy neighbour while they run: "
-              "idle, dut-bursts, both-bursts, roaming (nslab.traffic.noisegen).")
+              help="Noisy neighbour while they run: idle, dut-bursts, both-bursts, roaming, "
+              "pieces-1ms, pieces-40ms (nslab.traffic.noisegen).")
 @click.option("--mode", default="quick", show_default=True,
               type=click.Choice(["quick", "default", "full"]), help="The reproduction's preset.")
 @click.option("--only", default=None, help="Studies to run, comma-separated (default: all).")

@@ -399,6 +399,30 @@ def tagged_pids(run_id: Optional[str] = None) -> Tuple[Dict[int, str], Dict[int,
     return found
 
 
+def where_is(proc: "Process") -> str:
+    """Where a process that did not come up stands, for its error line: its
+    exit status if it ended, else the program it runs now, its state and the
+    kernel function it waits in (``/proc/<pid>/stat``, ``wchan``): a
+    process still in ``ip netns exec`` never reached its own program."""
+    rc = proc.popen.poll()
+    if rc is not None:
+        return f"it ended with exit status {rc}"
+    base = f"/proc/{proc.pid}"
+    try:
+        with open(f"{base}/stat") as f:
+            head, _, rest = f.read().rpartition(")")
+        comm, state = head.partition("(")[2], rest.split()[0]
+    except (OSError, IndexError):
+        return "it is running, its state unknown"
+    try:
+        with open(f"{base}/wchan") as f:
+            wchan = f.read().strip()
+    except OSError:
+        wchan = ""
+    return (f"it is running as {comm!r}, state {state}"
+            + (f", waiting in {wchan}" if wchan and wchan != "0" else ""))
+
+
 def wait_path(path: str, timeout: float, what: str) -> None:
     """Wait until ``path`` exists (a socket, a ready file); raise naming ``what``."""
     deadline = time.monotonic() + timeout

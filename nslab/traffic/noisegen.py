@@ -3,7 +3,11 @@ other programs of a busy laptop do, for ``nslab bench verdicts --noise``.
 
 A profile is data: a list of hogs, each with the CPU it is pinned to (or none:
 the scheduler places it), the share of that CPU it takes over time (its duty)
-and the range its bursts' lengths are drawn from. Each hog is one process,
+and the range its bursts' lengths are drawn from, and whether it preempts:
+a hog at ``SCHED_FIFO`` takes its CPU away for each whole burst, which no
+thread of the lab can cut short, as a hypervisor's steal does (the
+``pieces-*`` profiles: the same quarter of each CPU in 1 ms or 40 ms pieces,
+which :mod:`nslab.traffic.lateness` tells apart). Each hog is one process,
 ``python -I -m nslab.traffic.noisegen hog ...``, a child of the benchmark, stopped with
 it; the random bursts come from a seed, so a profile's noise can be replayed.
 """
@@ -27,6 +31,9 @@ class Hog:
     cpu: Optional[int]
     duty: float
     burst_ms: Tuple[float, float]
+    #: at ``SCHED_FIFO`` (priority :data:`PREEMPT_PRIORITY`): each burst
+    #: holds its CPU whole; needs root, and a pinned CPU
+    preempt: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.duty < 1:
@@ -34,6 +41,13 @@ class Hog:
         lo, hi = self.burst_ms
         if not 0 < lo <= hi <= 1000:
             raise ValueError(f"bursts {self.burst_ms} ms: 0 < low <= high <= 1000")
+        if self.preempt and (self.cpu is None or self.duty > 0.5):
+            raise ValueError("a preempting hog is pinned to a CPU and takes at most half of it")
+
+
+#: A preempting hog's ``SCHED_FIFO`` priority: above the lab's samplers (10)
+#: and every thread the lab runs at ``SCHED_OTHER``
+PREEMPT_PRIORITY = 50
 
 
 #: The profiles ``--noise`` knows. Bursts of a few to tens of milliseconds,
@@ -46,6 +60,12 @@ PROFILES: Dict[str, List[Hog]] = {
     "both-bursts": [Hog(0, 0.5, (2.0, 40.0)), Hog(1, 0.5, (2.0, 40.0))],
     # two unpinned processes, a quarter of a CPU each, bursts of 5-80 ms
     "roaming": [Hog(None, 0.25, (5.0, 80.0)), Hog(None, 0.25, (5.0, 80.0))],
+    # a quarter of each CPU taken whole (SCHED_FIFO), 1 ms at a time: the
+    # shares of a busy host, in pieces no timer notices
+    "pieces-1ms": [Hog(0, 0.25, (1.0, 1.0), preempt=True), Hog(1, 0.25, (1.0, 1.0), preempt=True)],
+    # the same quarter, 40 ms at a time: every timer on the CPU is late by that
+    "pieces-40ms": [Hog(0, 0.25, (40.0, 40.0), preempt=True),
+                    Hog(1, 0.25, (40.0, 40.0), preempt=True)],
 }
 
 
@@ -78,6 +98,8 @@ class Noise:
                         "--seed", str(self.seed * 1000 + i)]
                 if h.cpu is not None:
                     argv += ["--cpu", str(h.cpu)]
+                if h.preempt:
+                    argv += ["--preempt"]
                 self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL))
         except BaseException:
             self.stop()
@@ -104,6 +126,8 @@ def run_hog(hog: Hog, seed: int) -> None:
     """Busy-wait and sleep in the hog's cycles until SIGTERM."""
     if hog.cpu is not None:
         os.sched_setaffinity(0, {hog.cpu})
+    if hog.preempt:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PREEMPT_PRIORITY))
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     rng = random.Random(seed)
@@ -123,9 +147,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     h.add_argument("--duty", type=float, required=True)
     h.add_argument("--burst-ms", required=True, help="LOW:HIGH")
     h.add_argument("--seed", type=int, default=1)
+    h.add_argument("--preempt", action="store_true", help="at SCHED_FIFO (root)")
     a = ap.parse_args(argv)
     lo, _, hi = a.burst_ms.partition(":")
-    run_hog(Hog(a.cpu, a.duty, (float(lo), float(hi or lo))), a.seed)
+    run_hog(Hog(a.cpu, a.duty, (float(lo), float(hi or lo)), a.preempt), a.seed)
     return 0
 
 

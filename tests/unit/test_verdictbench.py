@@ -76,6 +76,22 @@ def test_a_hogs_bursts_take_its_duty_of_the_cpu_on_average():
         assert statistics.mean(lengths) == pytest.approx(sum(h.burst_ms) / 2, rel=0.05)
 
 
+def test_the_pieces_profiles_take_the_same_quarter_in_pieces_of_1_and_40_ms():
+    """The two preempting profiles differ only in the size of their pieces:
+    each takes a quarter of each CPU, whole, at SCHED_FIFO."""
+    import random
+    fine, coarse = profile("pieces-1ms"), profile("pieces-40ms")
+    assert [(h.cpu, h.duty, h.preempt) for h in fine] == \
+        [(h.cpu, h.duty, h.preempt) for h in coarse] == [(0, 0.25, True), (1, 0.25, True)]
+    rng = random.Random(1)
+    assert schedule(fine[0], rng) == pytest.approx((0.001, 0.003))
+    assert schedule(coarse[0], rng) == pytest.approx((0.040, 0.120))
+    with pytest.raises(ValueError, match="pinned"):
+        Hog(None, 0.25, (1.0, 1.0), preempt=True)
+    with pytest.raises(ValueError, match="at most half"):
+        Hog(0, 0.75, (1.0, 1.0), preempt=True)
+
+
 def test_profiles_are_checked_and_unknown_ones_named():
     assert profile("idle") == [] and {h.cpu for h in profile("both-bursts")} == {0, 1}
     with pytest.raises(ValueError, match="known: idle, dut-bursts"):
