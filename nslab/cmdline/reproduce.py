@@ -28,6 +28,7 @@ from ..store.results import RECORDS, ResultStore, iter_records
 from ..safeio import make_fresh_dir, read_bytes, tree_is_safe, write_atomic
 from ..run.study import PRESETS, report_of, results_dir_of, run_study
 from ..run.registry import studies
+from ..runtime.proc import unidle_tree
 from ..model.topo import explain
 from ..store import glance, reporting
 from . import cliutil
@@ -67,8 +68,8 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
                 echo(f"== [{i}/{len(names)}] {name}" + (f" (resuming {prev})" if prev else "")
                      + ": in its own guest, beside the other studies (its clock counts "
                        "instructions: what they run cannot move its answers; it runs at the "
-                       "idle policy, though their threads wait a little longer to wake "
-                       "beside it: docs/rfc2544.md)")
+                       "idle policy while they run, though their threads wait a little "
+                       "longer to wake beside it: docs/rfc2544.md)")
                 away.append((name, _beside(name, mode, root, prev), time.monotonic()))
                 continue
             echo(f"== [{i}/{len(names)}] {name}" + (f" (resuming {prev})" if prev else ""))
@@ -77,7 +78,12 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
             echo(f"== {name} done in {time.monotonic() - t0:.0f} s")
         for name, proc, t0 in away:
             if proc.poll() is None:
-                echo(f"== waiting for {name} (in its guest)")
+                # nothing left for it to give way to: at the idle policy a
+                # busy neighbour would leave it next to no CPU time at all
+                moved = unidle_tree(proc.pid)
+                echo(f"== waiting for {name} (in its guest" +
+                     (", now at the normal policy: the other studies are done)" if moved
+                      else ")"))
             if proc.wait() != 0:
                 raise LabError(f"the {name} study ended with exit {proc.returncode} (its "
                                "error is above; `nslab reproduce --resume` measures only what "
@@ -129,7 +135,9 @@ def _beside(name: str, mode: str, root: str, prev: Optional[str]) -> "subprocess
     """``nslab run NAME`` into this reproduction, in the background; its
     progress lines share this terminal. Its own process: Ctrl-C reaches it
     too, and it stops its guest. It runs at the ``SCHED_IDLE`` policy
-    (:func:`_beside_child`), as its guest's QEMU does."""
+    (:func:`_beside_child`), as its guest's QEMU does, until the studies on
+    the host are done: :func:`reproduce` then moves it and all it started to
+    the normal policy (:func:`~nslab.runtime.proc.unidle_tree`)."""
     nslab = os.path.join(os.path.dirname(sys.executable), "nslab")
     argv = [nslab, "--results", root, "run", name]
     argv += ["--resume", prev] if prev else ["--preset", mode]

@@ -194,7 +194,7 @@ def run_once(results: str, mode: str, only: Optional[str]) -> RunResult:
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 50),
               help="Reproductions to run.")
 @click.option("--noise", default="idle", show_default=True,
-              help="Noisy neighbour while they run: idle, dut-bursts, both-bursts, roaming, "
+              help="Noisy neighbour while they run: idle, dut-bursts, both-bursts, roaming, busy, "
               "pieces-1ms, pieces-40ms (nslab.traffic.noisegen).")
 @click.option("--mode", default="quick", show_default=True,
               type=click.Choice(["quick", "default", "full"]), help="The reproduction's preset.")

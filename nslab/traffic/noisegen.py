@@ -36,8 +36,8 @@ class Hog:
     preempt: bool = False
 
     def __post_init__(self) -> None:
-        if not 0 < self.duty < 1:
-            raise ValueError(f"duty {self.duty}: between 0 and 1")
+        if not 0 < self.duty <= 1:
+            raise ValueError(f"duty {self.duty}: above 0, at most 1")
         lo, hi = self.burst_ms
         if not 0 < lo <= hi <= 1000:
             raise ValueError(f"bursts {self.burst_ms} ms: 0 < low <= high <= 1000")
@@ -51,7 +51,8 @@ PREEMPT_PRIORITY = 50
 
 
 #: The profiles ``--noise`` knows. Bursts of a few to tens of milliseconds,
-#: up to half of a CPU, as the issue describes a laptop's other programs.
+#: up to half of a CPU, as the issue describes a laptop's other programs, and
+#: two loops busy all the time.
 PROFILES: Dict[str, List[Hog]] = {
     "idle": [],
     # half of the DUT's CPU (CPU1 on the RFC 2544 bed), bursts of 2-40 ms
@@ -60,6 +61,10 @@ PROFILES: Dict[str, List[Hog]] = {
     "both-bursts": [Hog(0, 0.5, (2.0, 40.0)), Hog(1, 0.5, (2.0, 40.0))],
     # two unpinned processes, a quarter of a CPU each, bursts of 5-80 ms
     "roaming": [Hog(None, 0.25, (5.0, 80.0)), Hog(None, 0.25, (5.0, 80.0))],
+    # two unpinned busy loops at the normal policy, busy all the time: the
+    # neighbour of the issue's own feasibility test ("busy loops on both host
+    # CPUs"), and what anyone's first noisy neighbour is
+    "busy": [Hog(None, 1.0, (100.0, 100.0)), Hog(None, 1.0, (100.0, 100.0))],
     # a quarter of each CPU taken whole (SCHED_FIFO), 1 ms at a time: the
     # shares of a busy host, in pieces no timer notices
     "pieces-1ms": [Hog(0, 0.25, (1.0, 1.0), preempt=True), Hog(1, 0.25, (1.0, 1.0), preempt=True)],
@@ -136,7 +141,8 @@ def run_hog(hog: Hog, seed: int) -> None:
         t = time.monotonic()
         while time.monotonic() - t < busy:
             pass
-        time.sleep(idle)
+        if idle > 0:
+            time.sleep(idle)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

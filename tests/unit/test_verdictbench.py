@@ -109,3 +109,13 @@ def test_the_noise_runs_while_the_block_runs_and_is_gone_after(tmp_path):
         assert len(pids) == 1 and os.path.exists(f"/proc/{pids[0]}")
         assert n.procs[0].poll() is None
     assert not os.path.exists(f"/proc/{pids[0]}")
+
+
+def test_the_busy_profile_is_two_unpinned_loops_that_never_sleep():
+    """The issue's own neighbour: busy loops on both CPUs, at the normal policy."""
+    import random
+    busy = profile("busy")
+    assert [(h.cpu, h.duty, h.preempt) for h in busy] == [(None, 1.0, False)] * 2
+    assert schedule(busy[0], random.Random(1))[1] == 0.0
+    with pytest.raises(ValueError, match="at most 1"):
+        Hog(None, 1.01, (1.0, 1.0))
