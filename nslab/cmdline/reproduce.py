@@ -74,7 +74,7 @@ def reproduce(mode: str, results: str, resume: Optional[str] = None,
                 continue
             echo(f"== [{i}/{len(names)}] {name}" + (f" (resuming {prev})" if prev else ""))
             t0 = time.monotonic()
-            run_study(study, cfg, root, resume=prev)
+            run_study(study, cfg, root, resume=prev, quiet=_pauser(away))
             echo(f"== {name} done in {time.monotonic() - t0:.0f} s")
         for name, proc, t0 in away:
             if proc.poll() is None:
@@ -129,6 +129,31 @@ def runs_elsewhere(study: Any, cfg: Any, prev: Optional[str]) -> bool:
             return False
         cfg = study.Config.saved(saved)
     return cfg is not None and study.elsewhere(cfg) is not None
+
+
+def _pauser(away: List[Tuple[str, "subprocess.Popen[bytes]", float]]
+            ) -> Optional[Callable[[], Any]]:
+    """What pauses the guests running beside (their QEMU: their clocks count
+    instructions, so a pause moves none of their answers) while a study that
+    watches its timers measures a point on a host that has disturbed one of
+    its points (:func:`~nslab.run.study.run_study`'s ``quiet``): beside the
+    RFC 2544 guest at the idle policy, the failover study's timers were late
+    by 55-636 ms beside a busy neighbour, 6-14 ms before the guest started
+    (2026-12-02); None with no guest beside."""
+    if not away:
+        return None
+    import contextlib
+
+    from ..runtime.proc import paused_tree
+
+    @contextlib.contextmanager
+    def pause() -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for _, proc, _ in away:
+                if proc.poll() is None:
+                    stack.enter_context(paused_tree(proc.pid, prefix="qemu"))
+            yield
+    return pause
 
 
 def _beside(name: str, mode: str, root: str, prev: Optional[str]) -> "subprocess.Popen[bytes]":

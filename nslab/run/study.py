@@ -366,7 +366,8 @@ def run_study(study: Study[Any], cfg: Any, results_root: str = "results",
               progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None,
               host_grants: Optional[HostGrants] = None,
               store: Optional[ResultStore] = None,
-              clock: Callable[[], float] = time.monotonic) -> str:
+              clock: Callable[[], float] = time.monotonic,
+              quiet: Optional[Callable[[], ContextManager[Any]]] = None) -> str:
     """Run ``study`` with ``cfg`` (or resume a run directory) and store what it
     measured. It renders no report: the report is a template over the stored
     files, rendered once by whoever shows it (``nslab run`` and ``nslab
@@ -389,7 +390,11 @@ def run_study(study: Study[Any], cfg: Any, results_root: str = "results",
     they are measured, so an interrupted run keeps them and a resumed one
     measures only what is missing. ``clock`` times the rounds against the
     time budget and the progress estimates (the virtual RFC 2544 bed's guest
-    passes the host's clock: its own counts instructions).
+    passes the host's clock: its own counts instructions). ``quiet()``, a
+    context manager, is held around each point a study that watches its
+    timers (:attr:`Study.watches_timers`) measures once the host has
+    disturbed one of its points: ``nslab reproduce`` pauses the guest it runs
+    beside (:func:`nslab.runtime.proc.paused_tree`).
     """
     if store is None:
         store, cfg = open_store(study, cfg, results_root, run_id, resume)
@@ -410,7 +415,7 @@ def run_study(study: Study[Any], cfg: Any, results_root: str = "results",
         away(cfg, store, run_id, progress)
         return store.path
     return StudyRun(study, cfg, store, run_id, progress=progress, lab_factory=lab_factory,
-                    host_grants=host_grants, clock=clock).run()
+                    host_grants=host_grants, clock=clock, quiet=quiet).run()
 
 
 class _LabUp:
@@ -438,7 +443,8 @@ class StudyRun:
     def __init__(self, study: Study[Any], cfg: Any, store: ResultStore, run_id: str, *,
                  progress: bool = True, lab_factory: Optional[Callable[..., Any]] = None,
                  host_grants: Optional[HostGrants] = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 quiet: Optional[Callable[[], ContextManager[Any]]] = None) -> None:
         from ..traffic.noise import idle_jitter
         self.study, self.cfg, self.store, self.run_id = study, cfg, store, run_id
         self.progress, self.host_grants, self.clock = progress, host_grants, clock
@@ -473,6 +479,10 @@ class StudyRun:
         self.kept: Optional[_LabUp] = None
         #: the lateness samplers, while a study that watches its timers runs
         self.late: Optional[Any] = None
+        #: held around each point once the host has disturbed one, if the
+        #: study watches its timers (:func:`run_study`)
+        self.quiet = quiet if study.watches_timers else None
+        self.quiet_from: Optional[int] = None  # the first point measured so
 
     def run(self) -> str:
         """Every round the sampling allows; returns the run directory."""
@@ -569,9 +579,19 @@ class StudyRun:
         try:
             for point in points:
                 t_point = self.clock()
-                m, raw, summary, host = measure_point(study, kept.runner, point, cfg_r,
-                                                      self.busy, late=self.late)
+                quiet = (self.quiet() if self.quiet is not None and self.quiet_from is not None
+                         else contextlib.nullcontext())
+                with quiet:
+                    m, raw, summary, host = measure_point(study, kept.runner, point, cfg_r,
+                                                          self.busy, late=self.late)
                 self.cost["points"] += 1
+                if host["disturbed"] and self.quiet is not None and self.quiet_from is None:
+                    # the next point, counted from 1 over the run
+                    self.quiet_from = self.cost["points"] + 1
+                    self.sampling["quiet_from_point"] = self.quiet_from
+                    log.info("%s: the host disturbed a point; from the next, what runs "
+                             "beside the study is paused while each point is measured",
+                             study.name)
                 self.cost["measured"] += 1 + int(host.get("reruns") or 0)
                 took = self.clock() - t_point
                 self.cost["point_s"] += took

@@ -263,8 +263,10 @@ def difference(a: Sequence[float], b: Sequence[float], level: Optional[float] = 
     se = math.sqrt(va + vb)
     if se == 0:
         return Estimate(ma - mb, Interval(ma - mb, ma - mb, level, "Welch t, no spread"), n)
-    df = (va + vb) ** 2 / ((va ** 2 / (len(xa) - 1) if va else 0) +
-                           (vb ** 2 / (len(xb) - 1) if vb else 0))
+    den = ((va ** 2 / (len(xa) - 1) if va else 0) + (vb ** 2 / (len(xb) - 1) if vb else 0))
+    # den 0 with se > 0: variances so small their squares underflow (Welch's
+    # df lies between the smaller group's n - 1 and the sum's)
+    df = (va + vb) ** 2 / den if den else min(len(xa), len(xb)) - 1
     half = float(stats.t.ppf(0.5 + level / 2, df)) * se
     return Estimate(ma - mb, Interval(ma - mb - half, ma - mb + half, level, "Welch t"), n)
 

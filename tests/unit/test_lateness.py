@@ -117,25 +117,3 @@ def test_a_wait_still_going_on_at_the_window_s_end_is_waited_for_and_counted():
         threading.Timer(0.1, os.kill, (victim.pid, signal.SIGCONT)).start()
         got = late.window(start, end)
     assert got is not None and got[str(cpus[0])] >= 100.0, got
-
-
-def test_a_process_that_did_not_come_up_says_where_it_stands():
-    """The error line of a receiver that never came up: the program it runs,
-    its state and where it waits; or how it ended."""
-    from types import SimpleNamespace
-
-    from nslab.runtime.proc import where_is
-    p = subprocess.Popen(["sleep", "30"])
-    try:
-        deadline = time.monotonic() + 5
-        said = ""
-        while time.monotonic() < deadline:  # until sleep has started sleeping
-            said = where_is(SimpleNamespace(popen=p, pid=p.pid))
-            if "'sleep', state S" in said:
-                break
-            time.sleep(0.01)
-        assert said.startswith("it is running as 'sleep', state S"), said
-    finally:
-        p.kill()
-        p.wait()
-    assert where_is(SimpleNamespace(popen=p, pid=p.pid)) == "it ended with exit status -9"

@@ -693,3 +693,55 @@ def test_measure_point_marks_a_point_disturbed_exactly_when_its_record_passes_th
              for i in range(2)]
     assert [h["disturbed"] for h in hosts] == [True, False]
     assert [over_threshold(h) for h in hosts] == [True, False]
+
+
+@pytest.mark.parametrize("watches", [True, False])
+def test_what_runs_beside_is_paused_from_the_point_after_the_first_disturbed_one(
+        tmp_path, monkeypatch, watches):
+    """A study that watches its timers measures each point after the first
+    the host disturbed inside ``quiet()`` (nslab reproduce pauses its guest
+    there); the points before, and every point of a study without timers,
+    are measured outside it; the provenance says from which point."""
+    from nslab.run import study as study_mod
+    real = study_mod.measure_point
+    marks = [False, True, False, False]
+    inside: list = []
+    held = [False]
+
+    def measure(study, runner, point, cfg, busy=None, late=None):
+        inside.append(held[0])
+        m, raw, summary, host = real(study, runner, point, cfg.model_copy(
+            update={"host_pct": 1e9}), busy)
+        host.update(disturbed=marks.pop(0), reruns=0)
+        return m, raw, summary, host
+
+    @contextlib.contextmanager
+    def quiet():
+        held[0] = True
+        try:
+            yield
+        finally:
+            held[0] = False
+    monkeypatch.setattr(study_mod, "measure_point", measure)
+    monkeypatch.setattr(study_mod, "report_of", lambda study, path: band_report(path))
+    study = make_study(0.5, 0.6, 0.5, 0.6)
+    type(study).watches_timers = watches
+    monkeypatch.setattr("nslab.traffic.lateness.start_for", lambda: _NoLate())
+    path = run_study(study, Cfg(repeat=4, rounds=1, host_reruns=0), str(tmp_path),
+                     progress=False, lab_factory=FakeLab, quiet=quiet)
+    sampling = ResultStore.open(path).provenance()["sampling"]
+    if watches:
+        assert inside == [False, False, True, True] and sampling["quiet_from_point"] == 3
+    else:
+        assert inside == [False] * 4 and "quiet_from_point" not in sampling
+
+
+class _NoLate:
+    """Lateness samplers that measured nothing (the run starts and closes them)."""
+    pids: list = []
+
+    def window(self, start, end):
+        return None
+
+    def close(self):
+        pass

@@ -229,3 +229,11 @@ def test_the_rank_interval_s_ends_move_with_each_value(a, b, i, up, of_a):
     sign = 1 if of_a else -1
     assert sign * (after.ci.low - before.ci.low) >= -1e-12
     assert sign * (after.ci.high - before.ci.high) >= -1e-12
+
+
+def test_welch_survives_variances_whose_squares_underflow():
+    """Found by a property test (2026-12-02): one group without spread, the
+    other's variance ~1e-198, whose square is 0 in floating point; Welch's
+    degrees of freedom divided by it. The smaller group's n - 1 is used."""
+    est = stats.difference([0.0, 0.0], [0.0, 2.641097982864869e-99])
+    assert est.ci is not None and est.ci.low < est.value < est.ci.high
