@@ -482,7 +482,9 @@ class StudyRun:
         #: held around each point once the host has disturbed one, if the
         #: study watches its timers (:func:`run_study`)
         self.quiet = quiet if study.watches_timers else None
-        self.quiet_from: Optional[int] = None  # the first point measured so
+        #: the first point measured inside it, counted from 1 over the run
+        #: (None: none yet)
+        self.quiet_from: Optional[int] = None
 
     def run(self) -> str:
         """Every round the sampling allows; returns the run directory."""

@@ -77,6 +77,18 @@ def test_a_process_that_did_not_come_up_says_where_it_stands():
 
 
 
+def _exec_done(pid: int, prefix: str) -> None:
+    """Wait until the child forked by ``sh`` has become the program named
+    (its name is ``sh`` until its exec)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/comm") as f:
+            if f.read().startswith(prefix):
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"{pid} never became {prefix}")
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
@@ -90,6 +102,7 @@ def test_a_paused_tree_stops_the_named_descendants_and_continues_them():
                               text=True)
     child = int(parent.stdout.readline())
     try:
+        _exec_done(child, "sleep")
         with pytest.raises(RuntimeError):
             with paused_tree(parent.pid, prefix="sleep") as stopped:
                 assert stopped == [child]
@@ -116,3 +129,35 @@ def test_kill_pids_ends_a_stopped_process_with_its_term():
     os.kill(p.pid, 19)  # SIGSTOP
     kill_pids([p.pid], grace=5.0)
     assert p.wait(timeout=5) == -15
+
+
+def test_reproduce_pauses_only_the_qemu_of_the_studies_beside(tmp_path):
+    """nslab reproduce's pauser stops each running guest's QEMU (a process
+    named qemu*, here a copy of sleep) and leaves the study's own process,
+    which watches it, running; with no study beside there is nothing to hold."""
+    import shutil
+
+    from nslab.cmdline.reproduce import _pauser
+    assert _pauser([]) is None
+    fake = tmp_path / "qemu-system-x86_64"
+    shutil.copy("/bin/sleep", fake)
+    beside = subprocess.Popen(["sh", "-c", f"{fake} 30 & echo $!; wait"], stdout=subprocess.PIPE,
+                              text=True)
+    qemu = int(beside.stdout.readline())
+    try:
+        _exec_done(qemu, "qemu")
+        pause = _pauser([("rfc2544", beside, 0.0)])
+        assert pause is not None
+        with pause():
+            deadline = time.monotonic() + 5
+            while _state(qemu) != "T" and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert _state(qemu) == "T" and _state(beside.pid) != "T"
+        deadline = time.monotonic() + 5
+        while _state(qemu) == "T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _state(qemu) != "T"
+    finally:
+        os.kill(qemu, 9)
+        beside.kill()
+        beside.wait()
