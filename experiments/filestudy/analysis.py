@@ -31,6 +31,23 @@ def late_events(done: Sequence[Dict[str, Any]], end: float) -> List[str]:
             for d in done if d["done_at"] >= end]
 
 
+def late_probe(flow: str, began_at: Optional[float], first_event: Optional[float],
+               rate: float) -> List[str]:
+    """Why a trial is invalid because probe ``flow`` began too late: its
+    stream began (``began_at``, s from the trial's start) less than one
+    probe interval before its first event was begun, so the probes before
+    the failure are missing and the outage, read from the stream's sequence
+    numbers, would count from the stream's start. Beside two busy loops
+    (2026-12-02) a sender's start took 1.6-1.8 s twice and the outage after a
+    silent failure read 1,635 and 1,795 ms, below what BGP's hold time
+    allows. Nothing to say without events or a start time (older records)."""
+    if began_at is None or first_event is None or began_at < first_event - 1.0 / rate:
+        return []
+    return [f"probe {flow} began {began_at:.2f} s into the trial, after its first event was "
+            f"begun ({first_event:.2f} s): the host was too slow to start it in time, so its "
+            "outage would count from its start"]
+
+
 def ping_latency(text: str) -> Dict[str, Optional[float]]:
     """``ping -D`` output: round-trip percentiles (ms) and loss (%)."""
     import numpy as np

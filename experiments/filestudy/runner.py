@@ -31,7 +31,7 @@ from .model import (Convergence, Cpu, DaemonCont, Delivery, Pktgen, DaemonKill, 
                     Goodput, IperfTcp, IperfUdp, Latency, LinkBlackhole, LinkDown, LinkNetem,
                     LinkRate, LinkRestore, LinkUp, Links, Outage, Probe, SetSysctl)
 from .spec import Loaded, address_of, link_ends, metric_name
-from .analysis import late_events
+from .analysis import late_events, late_probe
 from nslab.run.study import Measured
 
 log = logging.getLogger(__name__)
@@ -167,7 +167,7 @@ class FileRunner:
         undo: List[Callable[[], None]] = []
         samplers = _Samplers(self)
         duration = float(self.spec.duration)
-        t0 = time.monotonic()
+        t0, t0_wall = time.monotonic(), time.time()
         clients = self._start_senders(duration)
         started = time.monotonic() - t0  # each sender's own clock starts about here
         samplers.start(t0)
@@ -194,7 +194,7 @@ class FileRunner:
         time.sleep(0.2)  # the last probes in flight
         cap_raw, m_caps = captures.stop()
         rec_out = {fid: _finish(p) for fid, p in servers.items()}
-        raw, m, invalid = self._collect(tag, outputs, rec_out, samplers, done, started)
+        raw, m, invalid = self._collect(tag, outputs, rec_out, samplers, done, started, t0_wall)
         raw += cap_raw
         if m_caps:
             m["captures"] = m_caps
@@ -251,7 +251,7 @@ class FileRunner:
                 out = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
                 ready = out + ".ready"
                 argv = [sys.executable, "-I", "-m", "nslab.traffic.probe", "recv", "--bind", self._addr(f),
-                        "--port", str(port), "--duration", f"{self.spec.duration + 1:g}",
+                        "--port", str(port), "--duration", f"{self.spec.duration + RECV_SPARE_S:g}",
                         "--out", out, "--ready", ready]
                 procs["probe:" + f.id] = node.popen(argv, name=f"probe-recv-{f.id}")
                 try:
@@ -399,12 +399,17 @@ class FileRunner:
 
     # -- results ------------------------------------------------------------------------
     def _collect(self, tag: str, outputs: Dict[str, Any], receivers: Dict[str, Any],
-                 samplers: "_Samplers", done: List[Dict[str, Any]], started: float = 0.0
+                 samplers: "_Samplers", done: List[Dict[str, Any]], started: float = 0.0,
+                 t0_wall: Optional[float] = None
                  ) -> Tuple[List[str], Dict[str, Any], List[str]]:
         from nslab.traffic.iperf import parse
-        from nslab.traffic.probe import outage, parse_arrivals
+        from nslab.traffic.probe import outage, parse_arrivals, parse_sent
         raw: List[str] = []
         invalid: List[str] = []
+        # convergence counts from just before the first event was applied (a
+        # harness kept off the CPU after applying it cannot make a route's
+        # change look quicker: analysis.RAISED_BY_A_BUSY_HOST)
+        first_event = min((d["begun_at"] for d in done), default=None)
         flows: Dict[str, Dict[str, Any]] = {}
         duration = float(self.spec.duration)
         for f in self.spec.traffic:
@@ -424,8 +429,9 @@ class FileRunner:
             elif isinstance(f, Probe):
                 apath = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
                 raw.append(apath)
-                sent = next((int(l.split()[1]) for l in res.stdout.splitlines()
-                             if l.startswith("sent ")), 0)
+                sent, began = parse_sent(res.stdout)
+                invalid += late_probe(f.id, None if began is None or t0_wall is None
+                                      else began - t0_wall, first_event, f.rate)
                 # the receiver's file: a regular file, at most ~64 bytes a probe
                 # (duplicates included) of what the flow could send in the trial
                 text = read_bytes(apath, int(64 * f.rate * duration) + (1 << 20)).decode(
@@ -451,10 +457,6 @@ class FileRunner:
         series: Dict[str, List[float]] = {}
         links: Dict[str, Dict[str, int]] = {}
         invalid += late_events(done, started + duration)
-        # convergence counts from just before the first event was applied (a
-        # harness kept off the CPU after applying it cannot make a route's
-        # change look quicker: analysis.RAISED_BY_A_BUSY_HOST)
-        first_event = min((d["begun_at"] for d in done), default=None)
         for m in self.spec.metrics:
             name = metric_name(m)
             if isinstance(m, Goodput):
@@ -643,6 +645,13 @@ def _short(v: Optional[float]) -> str:
     if v is None:
         return "-"
     return f"{v / 1e6:.0f}M" if abs(v) >= 1e5 else f"{v:.1f}"
+
+
+#: Seconds a probe receiver records past the trial's duration at most: it is
+#: stopped once the senders are done (:func:`_finish`), so a sender the host
+#: started late keeps its last probes (with 1 s, two senders started 1.6-1.8 s
+#: late lost their last 0.6 and 1.6 s of probes, 2026-12-02).
+RECV_SPARE_S = 10.0
 
 
 def _finish(proc: Any) -> Any:

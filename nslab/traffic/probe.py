@@ -23,10 +23,14 @@ _FMT = "!Id"  # sequence number, send time (for a human reading a capture)
 _SIZE = struct.calcsize(_FMT)
 
 
-def send(address: str, port: int, rate: float, duration: float, sport: int = 0) -> int:
+def send(address: str, port: int, rate: float, duration: float, sport: int = 0,
+         began: Optional[List[float]] = None) -> int:
     """Send ``rate`` probes per second for ``duration`` s from source port
     ``sport`` (0: any; a fixed one keeps the probe on one ECMP path, which
-    ``ip route get ... sport`` can name); return how many were sent."""
+    ``ip route get ... sport`` can name); return how many were sent.
+    ``began``, if given, receives the wall-clock time of the first probe's
+    slot: the stream's sequence numbers count from it, so an outage read from
+    them (:func:`outage`) is only whole if it came after."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
     if sport:
@@ -34,6 +38,8 @@ def send(address: str, port: int, rate: float, duration: float, sport: int = 0) 
     interval = 1.0 / rate
     count = int(round(rate * duration))
     start = time.monotonic()
+    if began is not None:
+        began.append(time.time())
     sent = 0
     for seq in range(count):
         due = start + seq * interval
@@ -100,6 +106,16 @@ def receive(address: str, port: int, duration: float, out_path: str,
             continue
         if len(data) >= _SIZE:
             got.append((struct.unpack(_FMT, data[:_SIZE])[0], arrival_time(anc, time.time())))
+    # what arrived before the stop but was not read yet (a receiver kept off
+    # the CPU reads behind): the kernel stamped it on arrival, so it counts
+    sock.setblocking(False)
+    while True:
+        try:
+            data, anc, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(_TIMESPEC.size))
+        except (BlockingIOError, InterruptedError):
+            break
+        if len(data) >= _SIZE:
+            got.append((struct.unpack(_FMT, data[:_SIZE])[0], arrival_time(anc, time.time())))
     write_atomic(out_path, "".join(f"{seq} {t:.6f}\n" for seq, t in got))
     return len(got)
 
@@ -120,6 +136,18 @@ class Outage:
     @property
     def loss_pct(self) -> float:
         return 100.0 * self.lost / self.sent if self.sent else 0.0
+
+
+def parse_sent(text: str) -> Tuple[int, Optional[float]]:
+    """The sender's ``sent N from T`` line: probes sent and the wall-clock
+    time its stream began (None from a sender that did not say: older
+    records); (0, None) without the line."""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "sent":
+            began = float(parts[3]) if len(parts) >= 4 and parts[2] == "from" else None
+            return int(parts[1]), began
+    return 0, None
 
 
 def parse_arrivals(text: str) -> List[Tuple[int, float]]:
@@ -165,7 +193,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     r.add_argument("--ready", default=None)
     a = ap.parse_args(argv)
     if a.cmd == "send":
-        print(f"sent {send(a.to, a.port, a.rate, a.duration, a.sport)}")
+        began: List[float] = []
+        n = send(a.to, a.port, a.rate, a.duration, a.sport, began)
+        print(f"sent {n} from {began[0]:.6f}")
     else:
         print(f"received {receive(a.bind, a.port, a.duration, a.out, a.ready)}")
     return 0

@@ -592,3 +592,78 @@ def test_a_convergence_metric_on_a_prefix_no_other_node_announces(tmp_path):
     from nslab.experiments.filestudy.model import Convergence
     assert Convergence.model_validate({"metric": "convergence", "node": "server2",
                                        "prefix": "10.0.0.0/08"}).prefix == "10.0.0.0/8"
+
+
+def test_a_probe_that_began_after_its_first_event_makes_its_trial_invalid():
+    """Beside two busy loops a probe sender took 1.6-1.8 s to start; the
+    blackhole had begun at 1 s, so the probes before it were missing and the
+    outage (read from the sequence numbers) counted from the sender's start:
+    1,635 and 1,795 ms, below BGP's hold time. Such a trial is left out,
+    saying why; one that began at least a probe interval before is kept."""
+    assert analysis.late_probe("probe", 1.63, 1.0001, 200.0) == [
+        "probe probe began 1.63 s into the trial, after its first event was begun (1.00 s): "
+        "the host was too slow to start it in time, so its outage would count from its start"]
+    # within one interval (5 ms) of the event: no probe is known to precede it
+    assert analysis.late_probe("probe", 0.997, 1.0, 200.0)[0].startswith("probe probe began 1.00")
+    assert analysis.late_probe("probe", 0.9, 1.0, 200.0) == []
+    assert analysis.late_probe("probe", 0.05, 1.0, 200.0) == []
+    assert analysis.late_probe("probe", None, 1.0, 200.0) == []  # an older sender
+    assert analysis.late_probe("probe", 3.0, None, 200.0) == []  # no event
+
+
+def test_the_probe_sender_says_when_its_stream_began(tmp_path):
+    """``sent N from T``: the count and the wall-clock time of the first
+    probe's slot; an older sender's ``sent N`` reads with no time."""
+    import socket
+    import time
+
+    from nslab.traffic.probe import parse_sent, send
+    sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sink.bind(("127.0.0.1", 0))
+    began: list = []
+    t = time.time()
+    assert send("127.0.0.1", sink.getsockname()[1], 200.0, 0.02, began=began) == 4
+    assert t <= began[0] <= time.time()
+    sink.close()
+    assert parse_sent(f"sent 4 from {began[0]:.6f}\n") == (4, pytest.approx(began[0]))
+    assert parse_sent("sent 900\n") == (900, None)
+    assert parse_sent("") == (0, None)
+
+
+def test_a_probe_receiver_kept_off_the_cpu_keeps_what_arrived_before_its_stop(tmp_path):
+    """A receiver stopped (SIGSTOP, as a host that gives it no CPU) while 50
+    probes arrive, then told to end: it reads what the kernel queued for it,
+    with the kernel's arrival times, before it writes its file."""
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from nslab.traffic.probe import parse_arrivals
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    out, ready = tmp_path / "arrivals.txt", tmp_path / "ready"
+    recv = subprocess.Popen([sys.executable, "-m", "nslab.traffic.probe", "recv", "--bind",
+                             "127.0.0.1", "--port", str(port), "--duration", "30", "--out",
+                             str(out), "--ready", str(ready)], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists()
+        time.sleep(0.2)  # into its loop, with its handler set
+        recv.send_signal(signal.SIGSTOP)
+        from nslab.traffic.probe import send
+        assert send("127.0.0.1", port, 1000.0, 0.05) == 50
+        recv.send_signal(signal.SIGTERM)
+        recv.send_signal(signal.SIGCONT)
+        stdout, _ = recv.communicate(timeout=20)
+    finally:
+        if recv.poll() is None:
+            recv.kill()
+            recv.wait()
+    got = parse_arrivals(out.read_text())
+    assert sorted(s for s, _ in got) == list(range(50)) and stdout.strip() == "received 50"
