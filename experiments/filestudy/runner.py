@@ -163,7 +163,15 @@ class FileRunner:
                  ) -> Tuple[Dict[str, Any], List[str], str]:
         self._set_sweep_sysctls(point)
         events = self._events(point)
-        servers = self._start_receivers(tag)
+        servers: Dict[str, Any] = {}
+        try:
+            self._start_receivers(tag, servers)
+        except ReadinessError as e:
+            ended = any(p.popen.poll() is not None for p in servers.values())
+            _stop_each(servers)
+            if ended:
+                raise  # one ended: what it was told to do fails, and would again
+            return _not_started(str(e))
         undo: List[Callable[[], None]] = []
         samplers = _Samplers(self)
         duration = float(self.spec.duration)
@@ -229,9 +237,11 @@ class FileRunner:
     def _addr(self, flow: Any) -> str:
         return str(flow.address) if flow.address else address_of(self.topo, flow.dst)  # type: ignore[return-value]
 
-    def _start_receivers(self, tag: str) -> Dict[str, Any]:
+    def _start_receivers(self, tag: str, procs: Dict[str, Any]) -> None:
+        """Start each flow's receiver into ``procs`` (by flow id; a probe's
+        as ``probe:<id>``) and wait until it is ready; ReadinessError if one
+        is not, ``procs`` then holding those started."""
         from nslab.traffic.iperf import server_argv, wait_listening
-        procs = {}
         for i, f in enumerate(self.spec.traffic):
             port = BASE_PORT + i
             node = self.lab[f.dst]
@@ -246,7 +256,9 @@ class FileRunner:
                         f"{self.spec.duration + 1:g}"]
                 procs["probe:" + f.id] = node.popen(argv, name=f"pktgen-sink-{f.id}")
                 if "ready" not in procs["probe:" + f.id].readline():
-                    raise ReadinessError(f"the pktgen sink of {f.id} did not start")
+                    # it wrote something else, or ended: no wait for a CPU
+                    raise LabError(f"the pktgen sink of {f.id} did not start: "
+                                   f"{where_is(procs['probe:' + f.id])}")
             elif isinstance(f, Probe):
                 out = self.store.raw_path(f"{tag}-{f.id}-arrivals.txt")
                 ready = out + ".ready"
@@ -259,7 +271,6 @@ class FileRunner:
                 except ReadinessError as e:
                     raise ReadinessError(f"{e}: {where_is(procs['probe:' + f.id])}") from None
                 os.unlink(ready)
-        return procs
 
     def _start_senders(self, duration: float) -> Dict[str, Any]:
         from nslab.traffic.iperf import client_argv
@@ -668,3 +679,25 @@ def _finish(proc: Any) -> Any:
         proc.stop(grace=1.0)
     out, err = proc.popen.communicate(timeout=30)
     return Result(proc.argv, proc.popen.returncode, out or "", err or "")
+
+
+def _stop_each(procs: Dict[str, Any]) -> None:
+    """Stop every process of ``procs``, warning of one that would not."""
+    for p in procs.values():
+        try:
+            p.stop(grace=1.0)
+        except Exception as exc:  # noqa: BLE001 - stop every one, then go on
+            log.warning("stopping a receiver: %s", exc)
+
+
+def _not_started(why: str) -> Tuple[Dict[str, Any], List[str], str]:
+    """The trial whose receivers did not all come up in time, though none
+    ended (one that ended ends the run: it would again): invalid, saying
+    why, so a later round measures the point again, instead of ending the
+    run. On a busy host the kernel can keep a process it just started
+    waiting for a CPU longer than any deadline (a probe receiver in state R
+    for over 10 s beside two busy loops, Linux 6.18)."""
+    invalid = [f"not measured: {why}"]
+    log.warning("trial not measured: %s", why)
+    m = {"values": {}, "series": {}, "links": {}, "events": [], "invalid": invalid}
+    return m, [], f"(invalid: {invalid[0]})"

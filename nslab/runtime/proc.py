@@ -434,17 +434,40 @@ def wait_path(path: str, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def tree(pid: int, top: bool = True) -> List[Any]:
+    """The ``psutil.Process`` of ``pid`` (unless not ``top``) and of each of
+    its descendants, as they are now; empty if ``pid`` is gone."""
+    import psutil
+    try:
+        p = psutil.Process(pid)
+        return ([p] if top else []) + p.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def thread_ids(procs: Iterable[Any]) -> List[int]:
+    """The thread ids of each of ``procs`` (``psutil.Process``), as they are
+    now; a process that ended meanwhile has none."""
+    import psutil
+    out: List[int] = []
+    for p in procs:
+        try:
+            out += [t.id for t in p.threads()]
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
 def pin_threads(pid: int, cpus: "set[int]") -> Dict[int, "set[int]"]:
     """Pin every thread of ``pid`` to ``cpus``; returns each thread's former
     CPU set, for :func:`restore_threads`. Threads that end meanwhile are skipped."""
-    import psutil
     former: Dict[int, "set[int]"] = {}
-    for t in psutil.Process(pid).threads():
+    for tid in thread_ids(tree(pid)[:1]):
         try:
-            former[t.id] = os.sched_getaffinity(t.id)
-            os.sched_setaffinity(t.id, cpus)
+            former[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, cpus)
         except (ProcessLookupError, PermissionError):
-            former.pop(t.id, None)
+            former.pop(tid, None)
     log.info("pinned %d threads of pid %d to CPUs %s", len(former), pid, sorted(cpus))
     return former
 
@@ -471,12 +494,7 @@ def paused_tree(pid: int, prefix: str = "") -> Iterator[List[int]]:
     import psutil
     stopped: List[int] = []
     try:
-        try:
-            top = psutil.Process(pid)
-            procs = ([] if prefix else [top]) + top.children(recursive=True)
-        except psutil.NoSuchProcess:
-            procs = []
-        for p in procs:
+        for p in tree(pid, top=not prefix):
             try:
                 if p.name().startswith(prefix):
                     p.send_signal(signal.SIGSTOP)
@@ -494,36 +512,33 @@ def paused_tree(pid: int, prefix: str = "") -> Iterator[List[int]]:
 
 def unidle_tree(pid: int, passes: int = 10) -> int:
     """Move every thread of ``pid`` and of all its descendants from the
-    ``SCHED_IDLE`` policy to the normal one (``SCHED_OTHER``, nice unchanged);
-    returns how many threads moved. Beside a task that wants its CPU all the
-    time, a ``SCHED_IDLE`` thread gets next to nothing (0.3 % of the CPU
-    here, beside one busy loop at nice 0), so a job that was to take only
-    the time no other task wanted must leave that policy once it is the job
-    left to wait for. A thread or child started meanwhile by a thread not yet
-    moved inherits the idle policy, so the walk is repeated until a pass
-    moves none (at most ``passes``); after such a pass every new thread
-    inherits the normal policy. Threads that end meanwhile are skipped."""
-    import psutil
+    ``SCHED_IDLE`` policy to the caller's own (``SCHED_OTHER`` or
+    ``SCHED_BATCH``; a real-time caller's becomes ``SCHED_OTHER``; nice
+    unchanged); returns how many threads moved, none when the caller is at
+    ``SCHED_IDLE`` itself (``chrt --idle 0 nslab reproduce``: the job it
+    waits for then stays at the policy it asked for). Beside a task that
+    wants its CPU all the time, a ``SCHED_IDLE`` thread gets next to nothing
+    (0.3 % of the CPU here, beside one busy loop at nice 0), so a job that
+    was to take only the time no other task wanted must leave that policy
+    once it is the job left to wait for. A thread or child started
+    meanwhile by a thread not yet moved inherits the idle policy, so the
+    walk is repeated until a pass moves none (at most ``passes``); after
+    such a pass every new thread inherits the new policy. Threads that end
+    meanwhile are skipped."""
+    mine = os.sched_getscheduler(0)
+    if mine == os.SCHED_IDLE:
+        return 0
+    to = mine if mine in (os.SCHED_OTHER, os.SCHED_BATCH) else os.SCHED_OTHER
     moved = 0
     for _ in range(passes):
         this = 0
-        try:
-            top = psutil.Process(pid)
-            procs = [top] + top.children(recursive=True)
-        except psutil.NoSuchProcess:
-            break
-        for p in procs:
+        for tid in thread_ids(tree(pid)):
             try:
-                tids = [t.id for t in p.threads()]
-            except psutil.NoSuchProcess:
-                continue
-            for tid in tids:
-                try:
-                    if os.sched_getscheduler(tid) == os.SCHED_IDLE:
-                        os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
-                        this += 1
-                except (ProcessLookupError, PermissionError):
-                    pass
+                if os.sched_getscheduler(tid) == os.SCHED_IDLE:
+                    os.sched_setscheduler(tid, to, os.sched_param(0))
+                    this += 1
+            except (ProcessLookupError, PermissionError):
+                pass
         moved += this
         if not this:
             break

@@ -23,23 +23,21 @@ _FMT = "!Id"  # sequence number, send time (for a human reading a capture)
 _SIZE = struct.calcsize(_FMT)
 
 
-def send(address: str, port: int, rate: float, duration: float, sport: int = 0,
-         began: Optional[List[float]] = None) -> int:
+def send(address: str, port: int, rate: float, duration: float, sport: int = 0
+         ) -> Tuple[int, float]:
     """Send ``rate`` probes per second for ``duration`` s from source port
     ``sport`` (0: any; a fixed one keeps the probe on one ECMP path, which
-    ``ip route get ... sport`` can name); return how many were sent.
-    ``began``, if given, receives the wall-clock time of the first probe's
-    slot: the stream's sequence numbers count from it, so an outage read from
-    them (:func:`outage`) is only whole if it came after."""
+    ``ip route get ... sport`` can name); return how many were sent, and
+    the wall-clock time of the first probe's slot: the stream's sequence
+    numbers count from it, so an outage read from them (:func:`outage`) is
+    only whole if it came after."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_DGRAM)
     if sport:
         sock.bind(("::" if family == socket.AF_INET6 else "0.0.0.0", sport))
     interval = 1.0 / rate
     count = int(round(rate * duration))
-    start = time.monotonic()
-    if began is not None:
-        began.append(time.time())
+    start, began = time.monotonic(), time.time()
     sent = 0
     for seq in range(count):
         due = start + seq * interval
@@ -51,7 +49,7 @@ def send(address: str, port: int, rate: float, duration: float, sport: int = 0,
         except OSError:
             pass  # no route during a failure: the probe is lost, as on a wire
         sent += 1
-    return sent
+    return sent, began
 
 
 #: ``SO_TIMESTAMPNS`` (asm-generic/socket.h; Python's socket module does not
@@ -193,9 +191,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     r.add_argument("--ready", default=None)
     a = ap.parse_args(argv)
     if a.cmd == "send":
-        began: List[float] = []
-        n = send(a.to, a.port, a.rate, a.duration, a.sport, began)
-        print(f"sent {n} from {began[0]:.6f}")
+        n, began = send(a.to, a.port, a.rate, a.duration, a.sport)
+        print(f"sent {n} from {began:.6f}")
     else:
         print(f"received {receive(a.bind, a.port, a.duration, a.out, a.ready)}")
     return 0

@@ -57,6 +57,28 @@ def test_every_thread_of_the_tree_leaves_the_idle_policy():
         proc.wait()
 
 
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="leaving SCHED_IDLE needs root here")
+def test_a_caller_at_the_idle_policy_moves_nothing():
+    """``chrt --idle 0 nslab reproduce``: the guest it waits for stays at the
+    policy the user asked for."""
+    proc = subprocess.Popen([sys.executable, "-c", TREE], stdout=subprocess.PIPE, text=True)
+    child = None
+    try:
+        child = int(proc.stdout.readline())
+        res = subprocess.run(
+            ["chrt", "--idle", "0", sys.executable, "-c",
+             f"from nslab.runtime.proc import unidle_tree; print(unidle_tree({proc.pid}))"],
+            capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == "0"
+        assert set(_policies(proc.pid).values()) == {os.SCHED_IDLE}
+    finally:
+        if child is not None:
+            os.kill(child, 9)
+        proc.kill()
+        proc.wait()
+
 def test_a_process_that_did_not_come_up_says_where_it_stands():
     """The error line of a receiver that never came up: the program it runs,
     its state and where it waits; or how it ended."""

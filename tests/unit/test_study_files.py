@@ -349,6 +349,61 @@ def test_a_link_event_reaches_both_ends_at_once_and_raises_the_first_error():
     assert seen == ["h1"]  # the other end was still done
 
 
+class _Started:
+    """A receiver as the runner holds it: a real process, stopped by ``stop``."""
+
+    def __init__(self, argv):
+        self.argv = argv
+        self.popen = subprocess.Popen(argv)
+
+    def stop(self, grace=2.0):
+        self.popen.terminate()
+        return self.popen.wait(timeout=5)
+
+
+def _runner_whose_receivers(start):
+    """A FileRunner with no lab, whose receivers ``start(procs)`` starts."""
+    from types import SimpleNamespace
+
+    from nslab.experiments.filestudy.runner import FileRunner
+    r = object.__new__(FileRunner)
+    r.spec = SimpleNamespace(events=[], traffic=[], duration=1)
+    r._start_receivers = lambda tag, procs: start(procs)
+    return r
+
+
+def test_a_receiver_slow_to_come_up_costs_its_trial_not_the_run():
+    from nslab.errors import ReadinessError
+    started = []
+
+    def start(procs):
+        procs["probe:p"] = _Started(["sleep", "30"])
+        started.append(procs["probe:p"])
+        raise ReadinessError("the probe receiver of p did not appear within 10 s: "
+                             "it is running as 'python3', state R")
+    m, raw, summary = _runner_whose_receivers(start)._measure({"repeat": 0}, "t", None)
+    assert m["invalid"] == ["not measured: the probe receiver of p did not appear within "
+                            "10 s: it is running as 'python3', state R"]
+    assert m["values"] == {} and raw == [] and "invalid: not measured" in summary
+    assert started[0].popen.poll() is not None  # stopped, not left to run on
+
+
+def test_a_receiver_that_ended_before_it_was_ready_ends_the_run():
+    from nslab.errors import ReadinessError
+
+    procs = {}
+
+    def start(got):
+        got["a"] = _Started(["sleep", "30"])
+        got["b"] = _Started(["false"])
+        got["b"].popen.wait(timeout=5)
+        procs.update(got)
+        raise ReadinessError("b: nothing listening on port 5201 after 10 s")
+    with pytest.raises(ReadinessError, match="nothing listening"):
+        _runner_whose_receivers(start)._measure({"repeat": 0}, "t", None)
+    assert procs["a"].popen.poll() is not None  # the others are stopped too
+
+
 # -- claims on stored records ------------------------------------------------------------
 def records():
     return SCHEMA.load(os.path.join(DATA, "failover_run"))
@@ -620,12 +675,11 @@ def test_the_probe_sender_says_when_its_stream_began(tmp_path):
     from nslab.traffic.probe import parse_sent, send
     sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sink.bind(("127.0.0.1", 0))
-    began: list = []
     t = time.time()
-    assert send("127.0.0.1", sink.getsockname()[1], 200.0, 0.02, began=began) == 4
-    assert t <= began[0] <= time.time()
+    sent, began = send("127.0.0.1", sink.getsockname()[1], 200.0, 0.02)
+    assert sent == 4 and t <= began <= time.time()
     sink.close()
-    assert parse_sent(f"sent 4 from {began[0]:.6f}\n") == (4, pytest.approx(began[0]))
+    assert parse_sent(f"sent 4 from {began:.6f}\n") == (4, pytest.approx(began))
     assert parse_sent("sent 900\n") == (900, None)
     assert parse_sent("") == (0, None)
 
@@ -657,7 +711,7 @@ def test_a_probe_receiver_kept_off_the_cpu_keeps_what_arrived_before_its_stop(tm
         time.sleep(0.2)  # into its loop, with its handler set
         recv.send_signal(signal.SIGSTOP)
         from nslab.traffic.probe import send
-        assert send("127.0.0.1", port, 1000.0, 0.05) == 50
+        assert send("127.0.0.1", port, 1000.0, 0.05)[0] == 50
         recv.send_signal(signal.SIGTERM)
         recv.send_signal(signal.SIGCONT)
         stdout, _ = recv.communicate(timeout=20)
