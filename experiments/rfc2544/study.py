@@ -34,6 +34,10 @@ class Rfc2544Study(Study[Rfc2544Config]):
     #: its bed's CPU split is set up under :meth:`session`'s lock, held only
     #: while a round runs: each round builds its labs again
     keeps_labs = False
+    #: the real bed splits the CPUs itself and reads the DUT's CPU's idle
+    #: time as its occupancy (its forwarding daemon, ovs-vswitchd, is not the
+    #: run's own); the virtual bed's clock counts instructions
+    cpu_first = False
 
     def check_hosts(self, cfg: Rfc2544Config) -> None:
         """RFC 2544 measures one DUT's CPU against a generator and a sink pinned to

@@ -216,6 +216,11 @@ class Study(Generic[ConfigT]):
     #: ``host.late_ms``), which reports read to keep a disturbed point whose
     #: timers were on time (:func:`nslab.store.records.on_time`)
     watches_timers: ClassVar[bool] = False
+    #: while it measures, its processes get the CPU first
+    #: (:mod:`nslab.runtime.cpufirst`); False for a study that splits the
+    #: CPUs itself and reads a CPU's idle time as its DUT's (RFC 2544's real
+    #: bed: a daemon it does not start, ovs-vswitchd, forwards there)
+    cpu_first: ClassVar[bool] = True
 
     def needs(self, cfg: ConfigT) -> List[str]:
         return []
@@ -487,7 +492,18 @@ class StudyRun:
         self.quiet_from: Optional[int] = None
 
     def run(self) -> str:
-        """Every round the sampling allows; returns the run directory."""
+        """Every round the sampling allows, with the CPU first where the
+        study may (:attr:`Study.cpu_first`); returns the run directory."""
+        from ..runtime.cpufirst import cpu_first
+        if not self.study.cpu_first:
+            return self._run()
+        with cpu_first(self.run_id) as cpu:
+            prov = self.store.provenance()
+            prov["cpu_first"] = cpu
+            self.store.write_provenance(prov)
+            return self._run()
+
+    def _run(self) -> str:
         if self.study.watches_timers and self.late is None:
             from ..traffic.lateness import start_for
             try:

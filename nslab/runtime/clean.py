@@ -421,6 +421,10 @@ def clean(run_id: Optional[str] = None, dry_run: bool = False, force: bool = Fal
         if not dry_run:
             problems = remove(inv)
             report[rid] += [f"problem: {p}" for p in problems]
+    # a run's cpu group, once no process is in it (a live run's is never empty)
+    from .cpufirst import remove_empty
+    for rid, what in remove_empty(run_id, dry_run).items():
+        report.setdefault(rid, []).append(what)
     return report
 
 
