@@ -42,12 +42,12 @@ log = logging.getLogger("nslab")
 @click.option("--results", default=lambda: os.environ.get(RESULTS_ENV, "results"),
               show_default="results", help="Where results and logs go.")
 @click.option("-v", "--verbose", count=True, help="More output (-vv: debug).")
-@click.option("--share-cpu", is_flag=True,
-              help="Measure as the equal of the machine's other tasks (default: while a "
-              "study measures, its processes get the CPU first, in a cpu cgroup of the "
-              "run's own at 100 times an ordinary task's weight; also NSLAB_SHARE_CPU=1).")
+@click.option("--cpu-first", is_flag=True,
+              help="While a study measures on the host, its processes get the CPU first: "
+              "a cpu cgroup of the run's own at 100 times an ordinary task's weight "
+              "(also NSLAB_CPU_FIRST=1; docs/studies.md#the-cpu-first).")
 @click.pass_context
-def cli(ctx: click.Context, results: str, verbose: int, share_cpu: bool) -> None:
+def cli(ctx: click.Context, results: str, verbose: int, cpu_first: bool) -> None:
     """nslab: a network-namespace lab that reproduces classic Linux networking studies.
 
     \b
@@ -59,9 +59,9 @@ def cli(ctx: click.Context, results: str, verbose: int, share_cpu: bool) -> None
       nslab reproduce --quick           every study, quickly, with a report
       nslab clean                       remove what a crashed run left behind
     """
-    if share_cpu:
-        from ..runtime.cpufirst import SHARE_ENV
-        os.environ[SHARE_ENV] = "1"  # the commands it starts (a guest's nslab run) share too
+    if cpu_first:
+        from ..runtime.cpufirst import FIRST_ENV
+        os.environ[FIRST_ENV] = "1"  # and for the nslab commands it starts
     ctx.obj = Ctx(results, verbose)
 
 

@@ -56,9 +56,9 @@ def test_a_v2_root_is_used_only_where_it_delegates_cpu(tmp_path):
 
 def test_why_a_run_measures_as_the_equal_of_other_tasks(monkeypatch):
     h = Hierarchy("/sys/fs/cgroup/cpu", 1)
-    monkeypatch.setenv(cpufirst.SHARE_ENV, "1")
-    assert "NSLAB_SHARE_CPU" in cpufirst.why_not(h)
-    monkeypatch.setenv(cpufirst.SHARE_ENV, "0")
+    monkeypatch.setenv(cpufirst.FIRST_ENV, "0")
+    assert "not asked for" in cpufirst.why_not(h)
+    monkeypatch.setenv(cpufirst.FIRST_ENV, "1")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert cpufirst.why_not(h) == "not root"
     monkeypatch.setattr(os, "geteuid", lambda: 0)
@@ -102,7 +102,7 @@ ENTER = textwrap.dedent("""
 def _normal(code: str, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(["chrt", "--other", "0", sys.executable, "-c", code],
                           capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "NSLAB_SHARE_CPU": "", **env})
+                          env={**os.environ, "NSLAB_CPU_FIRST": "1", **env})
 
 
 @LIVE
@@ -121,17 +121,18 @@ def test_a_run_measures_in_its_own_group_and_leaves_nothing_behind():
 
 
 @LIVE
-def test_share_cpu_and_the_idle_policy_make_no_group():
+def test_not_asking_and_the_idle_policy_make_no_group():
     import json
     code = ("import json; from nslab.runtime import cpufirst\n"
             "with cpufirst.cpu_first('nltest2') as got: print(json.dumps(got))")
-    res = _normal(code, NSLAB_SHARE_CPU="1")
+    res = _normal(code, NSLAB_CPU_FIRST="")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout) == {"first": False,
-                                      "why": "NSLAB_SHARE_CPU is set (nslab --share-cpu)"}
+                                      "why": "not asked for (nslab --cpu-first, or "
+                                             "NSLAB_CPU_FIRST=1)"}
     res = subprocess.run(["chrt", "--idle", "0", sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "NSLAB_SHARE_CPU": ""})
+                         env={**os.environ, "NSLAB_CPU_FIRST": "1"})
     assert res.returncode == 0, res.stderr
     assert "idle policy" in json.loads(res.stdout)["why"]
 
