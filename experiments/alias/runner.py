@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import IO, Any, Dict, List, Optional, Sequence, Tuple
 
+from nslab.runtime import cpufirst
 from nslab.traffic.counters import limited_share
 from nslab.errors import InputError, LabError
 from nslab.traffic.iperf import client_argv, parse, server_argv, wait_listening
@@ -47,7 +48,9 @@ def add_aliases(node: LabNode, iface: str, addresses: Sequence[str], prefix: int
 
 @dataclass
 class Sample:
-    """Counters at one instant, from the in-node sampler."""
+    """Counters at one instant, from the in-node sampler: the sockets' bytes
+    at ``t``, the link's counter at ``t_counter``, each the middle of its own
+    read."""
 
     t: float
     per_socket: Dict[Tuple[str, str], int]
@@ -55,10 +58,12 @@ class Sample:
     rx_bytes: int
     cpu_busy: int
     cpu_total: int
-    #: how long taking the sample took (its own uncertainty on ``t``)
+    #: the longer of its two reads (the uncertainty on ``t`` and ``t_counter``)
     duration: float = 0.0
     #: the senders' (busy, rwnd-limited, sndbuf-limited) microseconds, per socket
     limits: Dict[Tuple[str, str], Tuple[int, int, int]] = field(default_factory=dict)
+    #: when the link's counter was read (samplers before 0.3.5: ``t``)
+    t_counter: Optional[float] = None
 
 
 def _socket(key: str) -> Tuple[str, str]:
@@ -78,8 +83,9 @@ def from_sampler(raw: Dict[str, Any]) -> Sample:
     per = {_socket(k): int(v) for k, v in raw["sockets"].items()}
     busy, total = raw["cpu"]
     limits = {_socket(k): _limits(v) for k, v in raw.get("limits", {}).items()}
+    took = max(float(raw["t_end"]) - float(raw["t_start"]), float(raw.get("counter_s", 0.0)))
     return Sample(float(raw["t"]), per, len(per), int(raw["counter"]), int(busy), int(total),
-                  float(raw["t_end"]) - float(raw["t_start"]), limits)
+                  took, limits, float(raw["t_counter"]) if "t_counter" in raw else None)
 
 
 #: How long a counter sampler may take to say it is ready (a Python process in
@@ -97,6 +103,9 @@ class Sampler:
         self.node = node
         self.proc = node.popen(argv + (["--sender"] if sender else []), name="sampler",
                                stdin=subprocess.PIPE)
+        # real-time, it needs no weight: out of the CPU first's group, if any
+        # (whose small real-time budget, once spent, stops it until the second ends)
+        cpufirst.outside(self.proc.popen.pid)
         #: asked for samples it has not given yet
         self.pending = False
 
@@ -361,11 +370,13 @@ class AliasRunner:
             clients_sum = reports[0].total_bps if reports else 0.0
             reported = len(reports[0].streams) if reports else 0
         window = s1.t - s0.t
+        link_window = (s1.t_counter - s0.t_counter
+                       if s0.t_counter is not None and s1.t_counter is not None else window)
         moved, closed = window_payload(s0.per_socket, s1.per_socket)
         m: Dict[str, Any] = {
             "receiver_bps": moved * 8 / window,
             "sockets_closed_in_window": closed,
-            "receiver_l2_bps": (s1.rx_bytes - s0.rx_bytes) * 8 / window,
+            "receiver_l2_bps": (s1.rx_bytes - s0.rx_bytes) * 8 / max(link_window, 1e-9),
             "clients_sum_bps": clients_sum,
             "window_s": window,
             "sockets_at_window_start": s0.sockets,

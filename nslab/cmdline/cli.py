@@ -42,12 +42,12 @@ log = logging.getLogger("nslab")
 @click.option("--results", default=lambda: os.environ.get(RESULTS_ENV, "results"),
               show_default="results", help="Where results and logs go.")
 @click.option("-v", "--verbose", count=True, help="More output (-vv: debug).")
-@click.option("--cpu-first", is_flag=True,
+@click.option("--cpu-first/--no-cpu-first", default=None,
               help="While a study measures on the host, its processes get the CPU first: "
               "a cpu cgroup of the run's own at 100 times an ordinary task's weight "
-              "(also NSLAB_CPU_FIRST=1; docs/studies.md#the-cpu-first).")
+              "[default: on; also NSLAB_CPU_FIRST=0 or 1; docs/studies.md#the-cpu-first].")
 @click.pass_context
-def cli(ctx: click.Context, results: str, verbose: int, cpu_first: bool) -> None:
+def cli(ctx: click.Context, results: str, verbose: int, cpu_first: Optional[bool]) -> None:
     """nslab: a network-namespace lab that reproduces classic Linux networking studies.
 
     \b
@@ -59,9 +59,9 @@ def cli(ctx: click.Context, results: str, verbose: int, cpu_first: bool) -> None
       nslab reproduce --quick           every study, quickly, with a report
       nslab clean                       remove what a crashed run left behind
     """
-    if cpu_first:
+    if cpu_first is not None:
         from ..runtime.cpufirst import FIRST_ENV
-        os.environ[FIRST_ENV] = "1"  # and for the nslab commands it starts
+        os.environ[FIRST_ENV] = "1" if cpu_first else "0"  # and for the nslab commands it starts
     ctx.obj = Ctx(results, verbose)
 
 

@@ -1,7 +1,5 @@
-"""The CPU first for a study's measurements, when asked for (``nslab
---cpu-first`` or ``NSLAB_CPU_FIRST=1``; off by default: in CI the alias
-smoke test's first point then read 1,001 Mbit/s through a 1 Gbit/s shaper,
-in both tiers that ran it, cause not yet found): while a study measures on the
+"""The CPU first for a study's measurements (on unless turned off: ``nslab
+--no-cpu-first`` or ``NSLAB_CPU_FIRST=0``): while a study measures on the
 host, its process, and every process it starts (labs, daemons, traffic),
 is in a cpu cgroup of its own, weighted :data:`WEIGHT` times an ordinary
 task (cgroup v1 ``cpu.shares``, v2 ``cpu.weight``).
@@ -16,7 +14,7 @@ measured, as before, for every point (:mod:`nslab.traffic.interference`),
 and the verdicts judge it; this only makes that rarer.
 
 Not done (the run measures as the equal of other tasks, and says why in its
-log and provenance): unless asked for; without root; when the caller runs at ``SCHED_IDLE``
+log and provenance): where turned off; without root; when the caller runs at ``SCHED_IDLE``
 (``chrt --idle 0``: it asked to take only time no other task wants);; when no cpu controller is
 mounted where nslab can make a group (a v2 hierarchy whose root does not
 delegate ``cpu``: enabling it is a change to the host nslab does not make);
@@ -27,10 +25,14 @@ The group is named after the run (``nslab-<run id>``), at the root of the
 cpu hierarchy. When the study ends, every process still in it (a daemon a
 lab started and left running) is moved back to where nslab was, and the
 group is removed; after a crash, ``nslab clean`` removes any such group
-that no process is in (:func:`remove_empty`). Real-time tasks in a v1 group
-need a real-time budget of its own: the group gets :data:`RT_RUNTIME_US` of
-each second, for the lateness samplers (``SCHED_FIFO``, a few microseconds
-per sample).
+that no process is in (:func:`remove_empty`).
+
+The real-time counter samplers (``SCHED_FIFO``: :mod:`nslab.traffic.sampler`)
+need no weight, and in a v1 group they would share the group's own small
+real-time budget (:data:`RT_RUNTIME_US` of each second), past which the
+kernel stops every real-time task in the group until the second ends:
+each is moved back where nslab was as it starts (:func:`outside`), so it
+runs as it does without the CPU first.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +115,8 @@ def current(h: Hierarchy, pid: int = 0) -> str:
 def why_not(h: Optional[Hierarchy]) -> Optional[str]:
     """Why a study here measures as the equal of other tasks (None: it gets
     the CPU first)."""
-    if os.environ.get(FIRST_ENV, "") in ("", "0"):
-        return f"not asked for (nslab --cpu-first, or {FIRST_ENV}=1)"
+    if os.environ.get(FIRST_ENV, "") == "0":
+        return f"turned off (nslab --no-cpu-first, or {FIRST_ENV}=0)"
     if os.geteuid() != 0:
         return "not root"
     if os.sched_getscheduler(0) == os.SCHED_IDLE:
@@ -137,6 +139,24 @@ def _procs(group: str) -> List[int]:
             return [int(x) for x in f.read().split()]
     except (OSError, ValueError):
         return []
+
+
+#: The group this process put itself in, and where it was before (None
+#: outside :func:`cpu_first`).
+_ACTIVE: Optional[Tuple[str, str]] = None
+
+
+def outside(pid: int) -> bool:
+    """Move ``pid`` (a process this one started in the block of
+    :func:`cpu_first`) out of the run's group, back where nslab was: for the
+    real-time samplers. False where there is no group, or ``pid`` ended."""
+    if _ACTIVE is None:
+        return False
+    try:
+        _write(os.path.join(_ACTIVE[1], "cgroup.procs"), str(pid))
+    except OSError:
+        return False
+    return True
 
 
 @contextlib.contextmanager
@@ -180,10 +200,13 @@ def cpu_first(run_id: str) -> Iterator[Dict[str, Any]]:
         return
     log.info("measuring with the CPU first: this run's processes are in %s at %d times an "
              "ordinary task's weight (nslab --cpu-first)", group, WEIGHT)
+    global _ACTIVE
+    _ACTIVE = (group, former)
     try:
         yield {"first": True, "cgroup": group, "version": h.version, "weight": weight,
                "times_ordinary": WEIGHT}
     finally:
+        _ACTIVE = None
         _remove(group, former)
 
 

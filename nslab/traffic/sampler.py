@@ -10,8 +10,9 @@ point, and the window missed the traffic).
 
 prints ``{"ready": true}``, then for each line of stdin (the instants of one
 point: epoch seconds, space-separated) samples at each and prints one JSON
-line: ``{"samples": [{"t", "t_start", "t_end", "sockets": {"local|peer":
-bytes}, "counter", "cpu": [busy, total]}, ...]}``; with ``--sender`` each
+line: ``{"samples": [{"t", "t_start", "t_end", "t_counter", "counter_s",
+"sockets": {"local|peer": bytes}, "counter", "cpu": [busy, total]}, ...]}``;
+with ``--sender`` each
 sample also has ``"limits": {"local|peer": [busy_us, rwnd_limited_us,
 sndbuf_limited_us]}``. It ends at the end of its stdin: one sampler serves
 every point of a run (a Python start here took 0.43-0.54 s, and a point
@@ -19,10 +20,14 @@ started two).
 
 It samples at ``SCHED_FIFO`` (:data:`FIFO`), where it may (as root): a sample
 is a few milliseconds of work at two instants a point, and no ordinary task
-(a busy host's, or the point's own 254 clients) should stretch it. A
-sample's time is the middle of its reads, so its duration bounds the
-window's error; beside a roaming noisy neighbour an ordinary sampler's took
-10-44 ms at N=254 where -P 254's took 7-15 ms.
+(a busy host's, or the point's own 254 clients) should stretch it. Each
+reading has its own time, the middle of its own read: the sockets' bytes
+``t`` (read from ``t_start`` to ``t_end``), the link's counter
+``t_counter`` (read in ``counter_s`` seconds, after the sockets); a read's
+duration bounds its time's error. (One time for both, the middle of the
+two reads, put the sockets' bytes up to half the link's read late; beside a
+roaming noisy neighbour an ordinary sampler's reads took 10-44 ms at N=254
+where -P 254's took 7-15 ms.)
 """
 from __future__ import annotations
 
@@ -44,9 +49,11 @@ FIFO = 10
 def sample(port: int, iface: str, counter: str, sender: bool) -> Dict[str, object]:
     t0 = time.time()
     socks = counters.tcp_bytes(port, sender=sender)
-    value = counters.link_stats([iface])[iface][counter]
     t1 = time.time()
+    value = counters.link_stats([iface])[iface][counter]
+    t2 = time.time()
     out: Dict[str, object] = {"t": (t0 + t1) / 2, "t_start": t0, "t_end": t1,
+                              "t_counter": (t1 + t2) / 2, "counter_s": t2 - t1,
                               "sockets": {f"{k[0]}|{k[1]}": v for k, v in socks.items()},
                               "counter": value, "cpu": list(counters.cpu_total())}
     if sender:  # after the instant's own reads: how each sender was limited

@@ -299,6 +299,11 @@ def test_a_sample_is_read_as_the_sampler_writes_it():
     assert from_sampler({**raw, "limits": {}}).limits == {}
     del raw["limits"]
     assert from_sampler(raw).limits == {}
+    # 0.3.5's sampler times each read: the link's counter has its own time,
+    # and the sample's uncertainty is the longer read
+    both = from_sampler({**raw, "t": 10.3, "t_start": 10.25, "t_end": 10.35,
+                         "t_counter": 10.5, "counter_s": 0.25})
+    assert (both.t, both.t_counter, both.duration) == (10.3, 10.5, 0.25)
 
 
 def test_a_later_round_measures_only_the_ends_of_the_range_for_undecided_claims(tmp_path):
@@ -423,6 +428,8 @@ def test_one_sampler_serves_point_after_point_and_ends_with_its_input():
             got = s.read(timeout=600)  # a start starved of CPU is slow, not wrong
             assert len(got) == 2
             assert got[0].t >= t + 0.05 and got[1].t >= t + 0.1
+            # the link's counter is read after the sockets, each read timed
+            assert all(g.t <= g.t_counter and 0 <= g.duration < 60 for g in got)
             assert got[0].rx_bytes <= got[1].rx_bytes  # lo's counter, read twice
     finally:
         s.close()

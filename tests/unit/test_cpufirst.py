@@ -57,7 +57,10 @@ def test_a_v2_root_is_used_only_where_it_delegates_cpu(tmp_path):
 def test_why_a_run_measures_as_the_equal_of_other_tasks(monkeypatch):
     h = Hierarchy("/sys/fs/cgroup/cpu", 1)
     monkeypatch.setenv(cpufirst.FIRST_ENV, "0")
-    assert "not asked for" in cpufirst.why_not(h)
+    assert "turned off" in cpufirst.why_not(h)
+    monkeypatch.delenv(cpufirst.FIRST_ENV)  # on unless turned off
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cpufirst.why_not(h) == "not root"
     monkeypatch.setenv(cpufirst.FIRST_ENV, "1")
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert cpufirst.why_not(h) == "not root"
@@ -86,6 +89,10 @@ ENTER = textwrap.dedent("""
         child = subprocess.Popen(["sleep", "30"])
         time.sleep(0.1)
         child_in = cpufirst.current(h, child.pid)
+        sampler = subprocess.Popen(["sleep", "30"])
+        moved = cpufirst.outside(sampler.pid)
+        sampler_in = cpufirst.current(h, sampler.pid)
+        sampler.kill(); sampler.wait()
         left = subprocess.Popen(["sleep", "30"], start_new_session=True)
         with open(os.path.join(got["cgroup"], "cpu.shares" if h.version == 1
                                else "cpu.weight")) as f:
@@ -93,6 +100,8 @@ ENTER = textwrap.dedent("""
         child.kill(); child.wait()
     print(json.dumps({{"got": got, "inside": inside, "child_in": child_in,
                       "weight": weight, "after": cpufirst.current(h),
+                      "moved": moved, "sampler_in": sampler_in,
+                      "outside_after": cpufirst.outside(left.pid),
                       "left": left.pid, "left_in": cpufirst.current(h, left.pid),
                       "exists": os.path.exists(got["cgroup"])}}))
     left.kill()
@@ -118,18 +127,22 @@ def test_a_run_measures_in_its_own_group_and_leaves_nothing_behind():
     assert out["after"] != "/nslab-nltest1" and not out["exists"]
     # a process it started that outlived the block went back where nslab was
     assert out["left_in"] == out["after"]
+    # a real-time sampler is moved out as it starts, back where nslab was;
+    # after the block there is no group to move anything out of
+    assert out["moved"] is True and out["sampler_in"] == out["after"]
+    assert out["outside_after"] is False
 
 
 @LIVE
-def test_not_asking_and_the_idle_policy_make_no_group():
+def test_turning_it_off_and_the_idle_policy_make_no_group():
     import json
     code = ("import json; from nslab.runtime import cpufirst\n"
             "with cpufirst.cpu_first('nltest2') as got: print(json.dumps(got))")
-    res = _normal(code, NSLAB_CPU_FIRST="")
+    res = _normal(code, NSLAB_CPU_FIRST="0")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout) == {"first": False,
-                                      "why": "not asked for (nslab --cpu-first, or "
-                                             "NSLAB_CPU_FIRST=1)"}
+                                      "why": "turned off (nslab --no-cpu-first, or "
+                                             "NSLAB_CPU_FIRST=0)"}
     res = subprocess.run(["chrt", "--idle", "0", sys.executable, "-c", code],
                          capture_output=True, text=True, timeout=60,
                          env={**os.environ, "NSLAB_CPU_FIRST": "1"})
