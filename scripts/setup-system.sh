@@ -21,8 +21,10 @@ name=${PRETTY_NAME:-$ID}
 # recommended by gcc, and recommends are not installed; a fresh Debian 13 root
 # has no arpa/inet.h without it). wireshark-common: dumpcap, which `nslab capture`
 # runs (its debconf question, non-root capture, keeps its default "no" here).
+# xz-utils: a program of the `tools` noisy neighbour (`nslab bench verdicts`).
 pkgs=(mininet iputils-ping bridge-utils openvswitch-switch frr iperf iproute2 ethtool tcpdump
-      wireshark-common gcc libc6-dev python3-venv sysstat procps graphviz tmux openssh-client)
+      wireshark-common gcc libc6-dev python3-venv sysstat procps graphviz tmux openssh-client
+      xz-utils)
 case "$ID:$VERSION_ID" in
   debian:12|debian:13)
     # the browser tests' Chromium; debootstrap makes the Debian 13 root of

@@ -195,7 +195,8 @@ def run_once(results: str, mode: str, only: Optional[str]) -> RunResult:
               help="Reproductions to run.")
 @click.option("--noise", default="idle", show_default=True,
               help="Noisy neighbour while they run: idle, dut-bursts, both-bursts, roaming, busy, "
-              "pieces-1ms, pieces-40ms (nslab.traffic.noisegen).")
+              "pieces-1ms, pieces-40ms, tools (two sha256sum and an xz: programs we did not "
+              "write; nslab.traffic.noisegen).")
 @click.option("--mode", default="quick", show_default=True,
               type=click.Choice(["quick", "default", "full"]), help="The reproduction's preset.")
 @click.option("--only", default=None, help="Studies to run, comma-separated (default: all).")

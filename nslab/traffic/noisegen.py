@@ -10,6 +10,11 @@ thread of the lab can cut short, as a hypervisor's steal does (the
 which :mod:`nslab.traffic.lateness` tells apart). Each hog is one process,
 ``python -I -m nslab.traffic.noisegen hog ...``, a child of the benchmark, stopped with
 it; the random bursts come from a seed, so a profile's noise can be replayed.
+
+A hog can also be a program we did not write (``command``): the ``tools``
+profile runs two ``sha256sum /dev/zero`` and one ``xz -9 -T1`` compressing
+``/dev/urandom``, a neighbour that also works the caches and the memory bus,
+which no weight and no count of run time sees.
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..errors import LabError
+
 
 @dataclass(frozen=True)
 class Hog:
@@ -34,6 +41,10 @@ class Hog:
     #: at ``SCHED_FIFO`` (priority :data:`PREEMPT_PRIORITY`): each burst
     #: holds its CPU whole; needs root, and a pinned CPU
     preempt: bool = False
+    #: a program to run instead of the Python hog (its own duty: ``duty`` 1,
+    #: no pinning), its output thrown away; and the file its input is read from
+    command: Tuple[str, ...] = ()
+    stdin: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not 0 < self.duty <= 1:
@@ -43,6 +54,9 @@ class Hog:
             raise ValueError(f"bursts {self.burst_ms} ms: 0 < low <= high <= 1000")
         if self.preempt and (self.cpu is None or self.duty > 0.5):
             raise ValueError("a preempting hog is pinned to a CPU and takes at most half of it")
+        if self.command and (self.cpu is not None or self.duty != 1 or self.preempt):
+            raise ValueError("a program's hog runs as the program does: unpinned, duty 1, "
+                             "at the normal policy")
 
 
 #: A preempting hog's ``SCHED_FIFO`` priority: above the lab's samplers (10)
@@ -71,6 +85,13 @@ PROFILES: Dict[str, List[Hog]] = {
     # the same quarter, 40 ms at a time: every timer on the CPU is late by that
     "pieces-40ms": [Hog(0, 0.25, (40.0, 40.0), preempt=True),
                     Hog(1, 0.25, (40.0, 40.0), preempt=True)],
+    # programs we did not write: two hashing a stream of zeros (the CPU) and
+    # one compressing random bytes at its heaviest setting (the caches and
+    # the memory bus too), all at the normal policy
+    "tools": [Hog(None, 1.0, (100.0, 100.0), command=("sha256sum", "/dev/zero")),
+              Hog(None, 1.0, (100.0, 100.0), command=("sha256sum", "/dev/zero")),
+              Hog(None, 1.0, (100.0, 100.0), command=("xz", "-9", "-T1", "-c"),
+                  stdin="/dev/urandom")],
 }
 
 
@@ -98,6 +119,9 @@ class Noise:
     def __enter__(self) -> "Noise":
         try:
             for i, h in enumerate(self.hogs):
+                if h.command:
+                    self.procs.append(_program(h))
+                    continue
                 argv = [sys.executable, "-I", "-m", "nslab.traffic.noisegen", "hog", "--duty", str(h.duty),
                         "--burst-ms", f"{h.burst_ms[0]}:{h.burst_ms[1]}",
                         "--seed", str(self.seed * 1000 + i)]
@@ -125,6 +149,20 @@ class Noise:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _program(hog: Hog) -> subprocess.Popen:
+    """A program's hog, started (a missing program is named, with its package's
+    set-up: ``make setup``)."""
+    try:
+        if hog.stdin is None:
+            return subprocess.Popen(list(hog.command), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL)
+        with open(hog.stdin, "rb") as src:
+            return subprocess.Popen(list(hog.command), stdin=src, stdout=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise LabError(f"the noise program {hog.command[0]!r} is not installed "
+                         "(make setup installs it)") from None
 
 
 def run_hog(hog: Hog, seed: int) -> None:

@@ -6,6 +6,7 @@ import os
 import random
 import shutil
 import statistics
+import time
 
 import pytest
 
@@ -119,3 +120,23 @@ def test_the_busy_profile_is_two_unpinned_loops_that_never_sleep():
     assert schedule(busy[0], random.Random(1))[1] == 0.0
     with pytest.raises(ValueError, match="at most 1"):
         Hog(None, 1.01, (1.0, 1.0))
+
+
+def test_the_tools_profile_runs_programs_we_did_not_write_and_stops_them():
+    """Two sha256sum and an xz (its input /dev/urandom), at the normal policy,
+    gone when the block ends; a program that is not installed is named."""
+    from nslab.errors import LabError
+    tools = profile("tools")
+    assert sorted(h.command[0] for h in tools) == ["sha256sum", "sha256sum", "xz"]
+    with Noise(tools) as n:
+        pids = [p.pid for p in n.procs]
+        time.sleep(0.2)
+        names = [open(f"/proc/{pid}/comm").read().strip() for pid in pids]
+        assert sorted(names) == ["sha256sum", "sha256sum", "xz"]
+        assert all(p.poll() is None for p in n.procs)  # still working
+    assert not any(os.path.exists(f"/proc/{pid}") for pid in pids)
+    with pytest.raises(LabError, match="'nslab-no-such-tool' is not installed"):
+        with Noise([Hog(None, 1.0, (100.0, 100.0), command=("nslab-no-such-tool",))]):
+            pass
+    with pytest.raises(ValueError, match="unpinned, duty 1"):
+        Hog(0, 1.0, (100.0, 100.0), command=("true",))
