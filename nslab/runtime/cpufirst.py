@@ -41,7 +41,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional
 
 log = logging.getLogger(__name__)
 
@@ -141,19 +141,19 @@ def _procs(group: str) -> List[int]:
         return []
 
 
-#: The group this process put itself in, and where it was before (None
-#: outside :func:`cpu_first`).
-_ACTIVE: Optional[Tuple[str, str]] = None
+#: Where this process was before it entered its run's group (None outside
+#: :func:`cpu_first`).
+_FORMER: Optional[str] = None
 
 
 def outside(pid: int) -> bool:
     """Move ``pid`` (a process this one started in the block of
     :func:`cpu_first`) out of the run's group, back where nslab was: for the
     real-time samplers. False where there is no group, or ``pid`` ended."""
-    if _ACTIVE is None:
+    if _FORMER is None:
         return False
     try:
-        _write(os.path.join(_ACTIVE[1], "cgroup.procs"), str(pid))
+        _write(os.path.join(_FORMER, "cgroup.procs"), str(pid))
     except OSError:
         return False
     return True
@@ -200,13 +200,13 @@ def cpu_first(run_id: str) -> Iterator[Dict[str, Any]]:
         return
     log.info("measuring with the CPU first: this run's processes are in %s at %d times an "
              "ordinary task's weight (nslab --cpu-first)", group, WEIGHT)
-    global _ACTIVE
-    _ACTIVE = (group, former)
+    global _FORMER
+    _FORMER = former
     try:
         yield {"first": True, "cgroup": group, "version": h.version, "weight": weight,
                "times_ordinary": WEIGHT}
     finally:
-        _ACTIVE = None
+        _FORMER = None
         _remove(group, former)
 
 
