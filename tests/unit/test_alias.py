@@ -206,6 +206,7 @@ def test_tcp_limits_agree_with_pyroute2_and_count_a_small_send_buffer():
     chronographs (busy, rwnd-limited, sndbuf-limited)."""
     import socket
     import threading
+    import time
 
     from pyroute2 import DiagSocket
     from pyroute2.netlink.diag import SS_ESTABLISHED
@@ -230,9 +231,18 @@ def test_tcp_limits_agree_with_pyroute2_and_count_a_small_send_buffer():
     reader.start()
     try:
         before = tcp_limits(port)
-        for _ in range(2000):
-            cli.sendall(b"z" * 8192)
-        after = tcp_limits(port)
+        # the kernel times each stint of a chronograph in whole jiffies
+        # (tcp_jiffies32: multiples of 4,000 us at HZ=250, read here), so a
+        # sender mostly send-buffer limited can end 2,000 sends of 8 KiB with
+        # no busy stint that crossed a jiffy (CI 81 read a busy time of 0):
+        # it sends until the busy chronograph has moved, for up to 10 s
+        deadline = time.monotonic() + 10
+        while True:
+            for _ in range(500):
+                cli.sendall(b"z" * 8192)
+            after = tcp_limits(port)
+            if any(v[0] for v in after.values()) or time.monotonic() > deadline:
+                break
         with DiagSocket() as ds:
             ds.bind()
             theirs = {(f"{m['idiag_src']}:{m['idiag_sport']}", f"{m['idiag_dst']}:{m['idiag_dport']}"):
