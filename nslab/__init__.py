@@ -9,6 +9,6 @@ from .errors import CapabilityError, CommandError, InputError, LabError, Topolog
 from .runtime.lab import Lab
 from .model.topo import Topology
 
-__version__ = "0.3.5"
+__version__ = "0.3.6"
 __all__ = ["Lab", "Topology", "LabError", "InputError", "TopologyError", "CapabilityError",
            "CommandError", "__version__"]

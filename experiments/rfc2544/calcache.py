@@ -78,8 +78,8 @@ class Kept(BaseModel):
 
 
 def key(bed: Dict[str, Any], cfg: Any) -> str:
-    """The bed's identity, hashed: its kernel, QEMU, icount shift, memory and
-    scale (:func:`.virtual.describe`), what sets its target and its links,
+    """The bed's identity, hashed: its kernel (and its options), QEMU, icount
+    shift, memory and scale (:func:`.virtual.describe`), what sets its target and its links,
     and the calibration's method."""
     from nslab.store.published import load_published
 
@@ -87,6 +87,7 @@ def key(bed: Dict[str, Any], cfg: Any) -> str:
     ident = {"method": METHOD, "kernel": bed.get("kernel"), "qemu": bed.get("qemu"),
              "shift": bed.get("icount_shift"), "memory": bed.get("memory"),
              "vcpus": bed.get("vcpus"), "scale": bed.get("scale"),
+             "kernel_args": bed.get("kernel_args"),
              "dut_fps_64": cfg.dut_fps_64, "dut_us_per_frame": cfg.dut_us_per_frame,
              "paper_knee": paper_knee(load_published("rfc2544")),
              "link_rate": str(cfg.link_rate), "mtu": cfg.mtu, "generator": cfg.generator}

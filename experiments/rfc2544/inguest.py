@@ -61,7 +61,8 @@ def main(argv: "list[str] | None" = None) -> int:
     say.setFormatter(logging.Formatter("%(message)s"))
     for name in ("nslab.experiments.rfc2544", "nslab.run.study"):
         logging.getLogger(name).addHandler(say)
-    sys.stderr.write(f"guest up (kernel {os.uname().release}); loading nslab\n")
+    sys.stderr.write(f"guest up (kernel {os.uname().release}, transparent huge pages "
+                     f"{thp_mode()}); loading nslab\n")
     from nslab.errors import LabError
     from nslab.run.study import run_study
     from nslab.runtime.provenance import use_tool_facts
@@ -96,6 +97,22 @@ def main(argv: "list[str] | None" = None) -> int:
         except OSError as exc:
             sys.stderr.write(f"nslab (virtual bed): the guest's log was not kept: {exc}\n")
     return 0
+
+
+#: The guest kernel's transparent huge pages (:data:`.virtual.KERNEL_ARGS`).
+THP = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def thp_mode(path: str = THP) -> str:
+    """The mode in brackets in ``path`` ("always [madvise] never" -> "madvise"),
+    or "unknown"."""
+    try:
+        with open(path) as f:
+            text = f.read(200)
+    except OSError:
+        return "unknown"
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else "unknown"
 
 
 #: Tools the bed runs (each read from the host's files once here, before any

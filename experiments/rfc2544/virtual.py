@@ -45,6 +45,14 @@ log = logging.getLogger(__name__)
 
 #: Guest memory: the bed's three namespaces, Python and the tools.
 MEMORY = "1G"
+#: The guest kernel's own options. Debian's kernel makes every process's memory
+#: a transparent huge page candidate, and its khugepaged wakes every 10 s of
+#: the guest's time to collapse them: in one of five idle runs (2026-12-03) it
+#: ran 22-123 ms in six of the study's eight points, at the DUT's normal
+#: priority and holding the tester's memory, and that run's occupancies and
+#: latencies at 2,000 fps moved by up to 2.6 points and 2.8x; in the other four
+#: it ran only while the first point started. Without huge pages it never runs.
+KERNEL_ARGS = ["transparent_hugepage=never"]
 #: Where the guest's console, progress and log go, in the run directory.
 GUEST_DIR = "virtual-bed"
 #: Timeouts in the guest, times this (:data:`nslab.runtime.proc.TIMEOUT_SCALE_ENV`):
@@ -120,6 +128,7 @@ def describe(cfg: Any, kernel: str) -> Dict[str, Any]:
             "icount_shift": cfg.vcpu_shift,
             "instructions_per_s": instructions_per_s(cfg.vcpu_shift),
             "vcpus": 1, "memory": MEMORY, "kernel": vm.kernel_release(kernel),
+            "kernel_args": list(KERNEL_ARGS),
             "kernel_hz": kernel_hz(kernel), "scale": cfg.virtual_scale,
             "layout": "generator, sink and the sink's NAPI thread at SCHED_FIFO 50; the DUT's "
                       "receive work in its ingress NAPI thread at the normal priority"}
@@ -140,6 +149,7 @@ def guest(cfg: Any, run_dir: str, run_id: str, kernel: str) -> Any:
                                   # its commands' timeouts are that much longer
                                   TIMEOUT_SCALE_ENV: str(GUEST_TIMEOUT_SCALE)},
                     qemu_opts=qemu_opts(cfg.vcpu_shift), run_tag=run_id, hold=HOLD,
+                    kernel_args=list(KERNEL_ARGS),
                     # its Python's imports from the guest's RAM after the first
                     cached=vm.code_dirs(sys.executable),
                     # the normal policy when it runs alone: its clock counts

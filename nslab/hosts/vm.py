@@ -408,6 +408,8 @@ class Guest:
             from one more share of the host's root, read-only and mounted with
             the guest's page and dentry caches at :data:`CODE_MOUNT`
             (``cache.sh``): the host must not change them while the guest runs.
+        kernel_args: more options on the guest kernel's command line (each
+            one ``--append``), e.g. ``transparent_hugepage=never``.
     """
 
     name: str
@@ -430,6 +432,7 @@ class Guest:
     compressed: bool = False
     hold: List[str] = field(default_factory=list)
     cached: List["tuple[str, str]"] = field(default_factory=list)
+    kernel_args: List[str] = field(default_factory=list)
 
     def code_tag(self) -> str:
         """The 9p tag of the host's root shared for :attr:`cached`: virtme-ng
@@ -462,6 +465,8 @@ class Guest:
         argv = [vng_path(), "--run", image, "--verbose", "--cpus", str(self.cpus),
                 "--memory", self.memory,
                 "--append", "modprobe.blacklist=" + ",".join(COLDPLUG_SKIP)]
+        for arg in self.kernel_args:
+            argv += ["--append", arg]
         if not use_kvm:
             # under TCG, 9p: virtme-ng tries virtiofsd first (and its microvm
             # machine, with KVM only) and, where virtiofsd fails to start, as on

@@ -33,7 +33,7 @@ def test_the_key_changes_with_what_makes_the_bed_and_nothing_else():
     k = calcache.key(BED, cfg)
     assert k == calcache.key(dict(BED, wall_s=99.0, host_tools={"x": "y"}), cfg)
     for field, value in (("kernel", "6.12.1"), ("qemu", "QEMU 9"), ("icount_shift", 2),
-                         ("scale", 0.1)):
+                         ("scale", 0.1), ("kernel_args", ["transparent_hugepage=never"])):
         assert calcache.key(dict(BED, **{field: value}), cfg) != k, field
     assert calcache.key(BED, cfg.model_copy(update={"dut_fps_64": 50_000.0})) != k
     assert calcache.key(BED, cfg.model_copy(update={"link_rate": "10Mbit"})) != k

@@ -32,6 +32,10 @@ def test_the_guest_counts_instructions_on_one_vcpu_without_kvm(tmp_path):
     assert argv[argv.index("--run") + 1] == "/boot/vmlinuz-6.1.0-56-amd64"
     # the run directory is shared read-write: records land there as they are measured
     assert f"--rwdir={tmp_path}" in argv
+    # no transparent huge pages in the guest, so its khugepaged never wakes in a trial
+    appended = [argv[i + 1] for i, a in enumerate(argv) if a == "--append"]
+    assert appended[0].startswith("modprobe.blacklist=")
+    assert appended[1:] == ["transparent_hugepage=never"]
     assert argv[-1] == f"sh {g.out_dir}/{g.name}.script.sh"
     script = g.script()
     # nothing from the cwd or the environment; no site start-up (nslab.hosts.pyboot)
@@ -81,6 +85,7 @@ def test_describe_names_the_clock_the_kernel_and_the_scale(monkeypatch):
     assert d["bed"] == "virtual" and d["icount_shift"] == 2 and d["vcpus"] == 1
     assert d["instructions_per_s"] == 250e6 and d["kernel"] == "6.1.0-56-amd64"
     assert d["scale"] == 0.1 and d["qemu"].startswith("QEMU") and "tcg" in d["accelerator"]
+    assert d["kernel_args"] == ["transparent_hugepage=never"]
 
 
 def test_presets_run_on_the_virtual_bed_and_old_runs_read_as_real():
@@ -231,3 +236,15 @@ def test_pyboot_runs_a_module_as_main_with_its_arguments_and_no_pth_file():
     res = subprocess.run([sys.executable, "-I", "-S", vm.PYBOOT], capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 2 and "usage:" in res.stderr
+
+
+@pytest.mark.parametrize("text, mode", [("always [madvise] never\n", "madvise"),
+                                        ("always madvise [never]\n", "never"),
+                                        ("[always] madvise never\n", "always"),
+                                        ("", "unknown")])
+def test_the_guest_says_which_transparent_huge_pages_it_booted_with(tmp_path, text, mode):
+    from nslab.experiments.rfc2544.inguest import thp_mode
+    f = tmp_path / "enabled"
+    f.write_text(text)
+    assert thp_mode(str(f)) == mode
+    assert thp_mode(str(tmp_path / "missing")) == "unknown"
